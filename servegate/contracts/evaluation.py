@@ -1,0 +1,188 @@
+"""The manifest sections that say how a served model is judged: quality, capacity and its public card."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from servegate.contracts.sections import Section
+from servegate.contracts.units import ByteSize
+
+# --- quality ---------------------------------------------------------------------------------------
+
+
+class Suite(Section):
+    """An evaluation suite: items with a prompt and a reference, scored by one or more metrics."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Name used in reports."""
+    dataset: str = Field(min_length=1)
+    """`zoo:NAME` (a suite shipped with servegate), a local JSONL/CSV/parquet file, or `hf:ORG/NAME`."""
+    split: str = "test"
+    """Split to evaluate (zoo suites have `test` and `calibration`)."""
+    metrics: list[str] = Field(default_factory=lambda: ["exact_match"], min_length=1)
+    """Metrics computed on the suite (local evaluate modules: exact_match, json_schema_valid, ...)."""
+    public: bool = False
+    """Whether items may appear in public reports and notes; private suites only show ids and lengths."""
+    limit: int | None = Field(default=None, ge=1)
+    """Evaluate only the first N items (`null`: all)."""
+    max_tokens: int = Field(default=16, ge=1, le=65_536)
+    """Tokens generated per item."""
+    prompt_field: str = "prompt"
+    """Column holding the prompt."""
+    reference_field: str = "reference"
+    """Column holding the expected output."""
+
+
+class Quality(Section):
+    """Eval suites and the non-inferiority margins every optimization is gated against."""
+
+    suites: list[Suite] = Field(default_factory=list)
+    """Suites the quality gates run."""
+    margins: dict[str, float] = Field(default_factory=dict)
+    """Non-inferiority margin per metric, as an absolute score difference (0.02 = two points)."""
+    default_margin: float = Field(default=0.02, ge=0, le=1)
+    """Margin for metrics not listed in `margins`."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    """Confidence level of the one-sided non-inferiority test."""
+    max_failure_examples: int = Field(default=5, ge=0, le=100)
+    """Most failure examples (baseline vs candidate output) kept per gate; public suites only."""
+
+    @field_validator("margins")
+    @classmethod
+    def _margins_are_fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, margin in value.items():
+            if not 0.0 <= margin <= 1.0:
+                raise ValueError(f"margin for {metric!r} is a score difference between 0 and 1 (got {margin})")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_suite_names(self) -> Quality:
+        names = [s.name for s in self.suites]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"suite names must be unique: {', '.join(dupes)} appear more than once")
+        return self
+
+
+# --- capacity --------------------------------------------------------------------------------------
+
+
+class LengthDistribution(Section):
+    """A distribution of token counts (prompt or output length)."""
+
+    distribution: Literal["fixed", "uniform", "lognormal"] = "fixed"
+    """Shape: `fixed` (always mean), `uniform` on [min, max], `lognormal` around mean clipped to [min, max]."""
+    mean: int = Field(default=128, ge=1, le=1_048_576)
+    """Mean length in tokens."""
+    min: int = Field(default=1, ge=1, le=1_048_576)
+    """Shortest length in tokens."""
+    max: int = Field(default=1024, ge=1, le=1_048_576)
+    """Longest length in tokens."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LengthDistribution:
+        if not self.min <= self.mean <= self.max:
+            raise ValueError(f"need min <= mean <= max (got {self.min}, {self.mean}, {self.max})")
+        return self
+
+
+class Workload(Section):
+    """The request shape and arrival process the deployment is sized for."""
+
+    input_tokens: LengthDistribution = Field(default_factory=lambda: LengthDistribution(mean=128, max=512))
+    """Prompt length distribution."""
+    output_tokens: LengthDistribution = Field(default_factory=lambda: LengthDistribution(mean=64, max=256))
+    """Output length distribution."""
+    arrival: Literal["poisson", "gamma", "closed"] = "poisson"
+    """Open-loop `poisson` or `gamma` arrivals at rate_rps, or `closed` loop at fixed concurrency."""
+    rate_rps: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Mean arrival rate in requests/s (open loop)."""
+    concurrency: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Requests in flight at once (closed loop)."""
+    burstiness: float = Field(default=1.0, gt=0, le=100)
+    """Gamma shape parameter: 1 is Poisson, below 1 burstier, above 1 smoother."""
+    response_mode: Literal["sync", "streaming", "async", "batch"] = "sync"
+    """How clients receive results."""
+    num_requests: int = Field(default=200, ge=1, le=10_000_000)
+    """Requests sent by one bench run."""
+
+    @model_validator(mode="after")
+    def _rate_or_concurrency(self) -> Workload:
+        if self.arrival == "closed" and self.concurrency is None:
+            raise ValueError("arrival: closed needs concurrency (requests in flight)")
+        if self.arrival in ("poisson", "gamma") and self.rate_rps is None:
+            raise ValueError(f"arrival: {self.arrival} needs rate_rps (requests/s)")
+        return self
+
+
+class Percentiles(Section):
+    """Latency budget in milliseconds at each percentile (any may be omitted)."""
+
+    p50: float | None = Field(default=None, gt=0)
+    """Median latency budget, ms."""
+    p95: float | None = Field(default=None, gt=0)
+    """95th percentile budget, ms."""
+    p99: float | None = Field(default=None, gt=0)
+    """99th percentile budget, ms."""
+
+
+class Throughput(Section):
+    """A throughput floor with its unit."""
+
+    value: float = Field(gt=0)
+    """Lowest acceptable throughput."""
+    unit: Literal["requests/s", "tokens/s"] = "requests/s"
+    """Unit of `value` (tokens/s counts output tokens)."""
+
+
+class Targets(Section):
+    """Service-level targets that the plan must meet and the bench checks."""
+
+    ttft_ms: Percentiles | None = None
+    """Time to first token, ms."""
+    tpot_ms: Percentiles | None = None
+    """Time per output token after the first, ms."""
+    e2e_ms: Percentiles | None = None
+    """End-to-end request latency, ms."""
+    throughput: Throughput | None = None
+    """Throughput floor."""
+    memory: ByteSize | None = None
+    """Memory budget for weights, runtime and KV cache together ("16GiB")."""
+
+
+class Capacity(Section):
+    """The workload the deployment is sized for and the targets it must meet."""
+
+    workload: Workload | None = None
+    """Request shape and arrivals."""
+    targets: Targets | None = None
+    """Latency, throughput and memory targets."""
+    runtime_overhead: ByteSize | None = None
+    """Declared runtime memory overhead beyond weights and KV cache (`null`: measured by profiling)."""
+    cost_per_hour: float | None = Field(default=None, ge=0)
+    """Cost of one replica per hour, in the currency of `currency`, for cost figures in the note."""
+    currency: str = "USD"
+    """Currency of cost_per_hour."""
+
+
+# --- card ------------------------------------------------------------------------------------------
+
+
+class Card(Section):
+    """Public identity of the served model for the serving note (never fingerprinted)."""
+
+    public_name: str | None = None
+    """Name the model is published under."""
+    model_class: str | None = None
+    """Generic model class when the name is not public (e.g. "1M-parameter Llama-architecture LM")."""
+    intended_use: str | None = None
+    """What the served model is for."""
+    observability: str = (
+        "Aggregate metrics only (request counts by status, latency histograms, token counts, queue depth, "
+        "cache hits); raw request and response text is never logged."
+    )
+    """Statement of what is observed in production; raw input is never logged."""
+    license: str | None = None
+    """Licence of the weights."""

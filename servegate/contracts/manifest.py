@@ -1,0 +1,156 @@
+"""The served-model manifest: the six elements plus quality, capacity and card, in one frozen model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from servegate.contracts.evaluation import Capacity, Card, Quality
+from servegate.contracts.sections import (
+    Batching,
+    FailurePolicy,
+    Postprocess,
+    Preprocess,
+    Runtime,
+    Section,
+    Weights,
+)
+
+SIX_ELEMENTS = ("weights", "preprocess", "runtime", "batching", "postprocess", "failure_policy")
+"""The manifest sections that decide behaviour; the fingerprint covers exactly these."""
+
+
+class ServedModel(Section):
+    """A served model: (weights, preprocess, runtime, batching, postprocess, failure policy)."""
+
+    apiVersion: Literal["servegate/v1"] = "servegate/v1"  # noqa: N815 - the manifest's own key
+    """Manifest format version."""
+    kind: Literal["ServedModel"] = "ServedModel"
+    """Manifest kind."""
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """Name of the served model (letters, digits, '.', '_', '-'); reported as the API's model id."""
+    version: str = Field(default="0.0.0", min_length=1, max_length=64)
+    """Version of this serving configuration."""
+    description: str = ""
+    """Free text for humans."""
+    weights: Weights
+    """The checkpoint and how it is verified."""
+    preprocess: Preprocess = Field(default_factory=Preprocess)
+    """Request -> model input."""
+    runtime: Runtime = Field(default_factory=Runtime)
+    """How the model is executed."""
+    batching: Batching = Field(default_factory=Batching)
+    """How requests are grouped."""
+    postprocess: Postprocess = Field(default_factory=Postprocess)
+    """Model output -> response."""
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
+    """Deadlines, overload and fallback."""
+    quality: Quality = Field(default_factory=Quality)
+    """Eval suites and margins."""
+    capacity: Capacity = Field(default_factory=Capacity)
+    """Workload and targets."""
+    card: Card = Field(default_factory=Card)
+    """Public identity and observability statement."""
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> ServedModel:
+        pre, post, rt, bat = self.preprocess, self.postprocess, self.runtime, self.batching
+        if pre.task == "generate":
+            total = pre.max_input_tokens + post.max_output_tokens
+            if total > rt.max_model_len:
+                raise ValueError(
+                    f"preprocess.max_input_tokens + postprocess.max_output_tokens ({total}) exceeds "
+                    f"runtime.max_model_len ({rt.max_model_len}): lower one or raise max_model_len"
+                )
+        elif pre.max_input_tokens > rt.max_model_len:
+            raise ValueError(
+                f"preprocess.max_input_tokens ({pre.max_input_tokens}) exceeds runtime.max_model_len "
+                f"({rt.max_model_len}): lower one or raise the other"
+            )
+        if bat.mode == "continuous" and rt.kv_cache is None and rt.backend == "reference":
+            raise ValueError("batching.mode=continuous needs runtime.kv_cache (block_size, memory_budget)")
+        if bat.chunked_prefill and bat.mode != "continuous":
+            raise ValueError(f"batching.chunked_prefill needs batching.mode=continuous (got {bat.mode})")
+        if bat.mode == "continuous" and not bat.chunked_prefill and bat.max_num_batched_tokens < pre.max_input_tokens:
+            raise ValueError(
+                f"batching.max_num_batched_tokens ({bat.max_num_batched_tokens}) is smaller than "
+                f"preprocess.max_input_tokens ({pre.max_input_tokens}), so a long prompt could never be "
+                "scheduled: raise max_num_batched_tokens or set batching.chunked_prefill: true"
+            )
+        if pre.task == "embed" and bat.mode == "continuous":
+            raise ValueError("task: embed runs with batching.mode none, static, dynamic or offline (not continuous)")
+        if pre.task == "embed" and post.output_schema is not None:
+            raise ValueError("postprocess.output_schema applies to generated text; remove it for task: embed")
+        kv = rt.kv_cache
+        if kv is not None and kv.prefix_caching and bat.mode != "continuous":
+            raise ValueError(f"runtime.kv_cache.prefix_caching needs batching.mode=continuous (got {bat.mode})")
+        if self.runtime.quantization.calibration is not None and self.runtime.quantization.method == "none":
+            raise ValueError("runtime.quantization.calibration is set but method is none: remove it or pick a method")
+        return self
+
+    # --- identity -------------------------------------------------------------------------------
+
+    @property
+    def source(self) -> Path | None:
+        """The file this manifest was loaded from (None when built in code)."""
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative paths in the manifest are resolved against."""
+        return self._source.parent if self._source is not None else Path.cwd()
+
+    def resolve_path(self, value: str) -> Path:
+        """Resolve a path written in the manifest relative to the manifest's directory."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path)
+
+    def six_elements(self) -> dict[str, Any]:
+        """The canonical (JSON) form of the six behaviour-defining elements."""
+        data = self.model_dump(mode="json")
+        return {key: data[key] for key in SIX_ELEMENTS}
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 over the canonical six elements plus the weight checksums (cosmetic fields excluded)."""
+        return fingerprint_of(self.six_elements())
+
+    def with_changes(self, **sections: Any) -> ServedModel:
+        """A validated copy with whole sections replaced (dicts or section models); keeps the source path."""
+        data = self.model_dump(mode="python")
+        for key, value in sections.items():
+            data[key] = value.model_dump(mode="python") if isinstance(value, Section) else value
+        copy = ServedModel.model_validate(data)
+        copy._source = self._source
+        return copy
+
+    def reference_form(self) -> ServedModel:
+        """The same weights and suites with every optimization off: the baseline a manifest is gated against.
+
+        No quantization, no prefix or response cache, batching `none`, no truncation (the full context
+        the model can take), no fallback; the compute dtype stays as declared so only optimizations differ.
+        """
+        rt = self.runtime.model_dump(mode="python")
+        rt["quantization"] = {"method": "none"}
+        if rt.get("kv_cache") is not None:
+            rt["kv_cache"] = {**rt["kv_cache"], "prefix_caching": False, "dtype": "auto"}
+        pre = {**self.preprocess.model_dump(mode="python"), "truncation": "reject"}
+        pre["max_input_tokens"] = max(1, self.runtime.max_model_len - self.postprocess.max_output_tokens)
+        post = self.postprocess.model_dump(mode="python")
+        post["response_cache"] = {**post["response_cache"], "enabled": False}
+        fail = {**self.failure_policy.model_dump(mode="python"), "fallback": None}
+        batching = {"mode": "none", "max_batch_size": 1}
+        return self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
+
+
+def fingerprint_of(six_elements: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of the six elements (sorted keys, no whitespace)."""
+    canonical = json.dumps(six_elements, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

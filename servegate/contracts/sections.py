@@ -1,0 +1,306 @@
+"""The six elements of a served model, one pydantic model each.
+
+    served model = (weights, preprocess, runtime, batching, postprocess, failure policy)
+
+Every field carries a docstring (exported as its JSON Schema description), limits and, where one is
+safe, a default. Unknown keys are errors (`extra="forbid"`): a typo must fail loudly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from servegate.contracts.units import ByteSize
+
+DType = Literal["auto", "float32", "float16", "bfloat16"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_HF_SOURCE = re.compile(r"^hf:[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+_ZOO_SOURCE = re.compile(r"^zoo:[a-z0-9][a-z0-9-]*$")
+
+
+class Section(BaseModel):
+    """Base of every manifest section: unknown keys fail, values are immutable once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+def check_json_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Raise ValueError when `schema` is not a valid JSON Schema (draft 2020-12)."""
+    if schema is None:
+        return None
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+    return schema
+
+
+# --- weights ---------------------------------------------------------------------------------------
+
+
+class Weights(Section):
+    """Where the checkpoint comes from and how it is verified before it is loaded."""
+
+    source: str = Field(min_length=1)
+    """`zoo:NAME` (a model shipped with servegate), a local directory, or `hf:ORG/NAME@REVISION`."""
+    format: Literal["safetensors", "pickle"] = "safetensors"
+    """File format of the weights; `pickle` (torch .bin files) also needs `allow_pickle: true`."""
+    allow_pickle: bool = False
+    """Allow loading pickle weight files, which can run arbitrary code when loaded."""
+    sha256: dict[str, str] = Field(default_factory=dict)
+    """Expected sha256 of weight files (file name relative to the source -> hex digest); checked before load."""
+    dtype: DType = "auto"
+    """The dtype the weights are loaded in (`auto`: as stored)."""
+
+    @field_validator("source")
+    @classmethod
+    def _source_form(cls, value: str) -> str:
+        if value.startswith("zoo:") and not _ZOO_SOURCE.match(value):
+            raise ValueError(f"zoo names are lowercase letters, digits and '-', e.g. zoo:tiny-primary (got {value!r})")
+        if value.startswith("hf:") and not _HF_SOURCE.match(value):
+            raise ValueError(f"hub sources are written hf:ORG/NAME@REVISION (got {value!r})")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _digests(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, digest in value.items():
+            if not _SHA256.match(digest):
+                raise ValueError(f"sha256 of {name!r} must be 64 lowercase hex characters (got {digest!r})")
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"file names in sha256 are relative to the source and stay inside it (got {name!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _pickle_opt_in(self) -> Weights:
+        if self.format == "pickle" and not self.allow_pickle:
+            raise ValueError("format: pickle can run arbitrary code when loaded: set allow_pickle: true to opt in")
+        return self
+
+
+# --- preprocess ------------------------------------------------------------------------------------
+
+
+class Preprocess(Section):
+    """What a request becomes before the model sees it: template, limits, truncation, tenant."""
+
+    task: Literal["generate", "embed"] = "generate"
+    """`generate` for causal LMs (completions, chat), `embed` for encoder models (embeddings)."""
+    chat_template: str = "tokenizer"
+    """`tokenizer` (the tokenizer's own template), `none` (messages joined as plain text), or a path to a Jinja file."""
+    max_input_tokens: int = Field(default=1024, ge=1, le=1_048_576)
+    """Most prompt tokens the model is given; longer prompts follow `truncation`."""
+    max_payload_bytes: int = Field(default=1_048_576, ge=256, le=1_073_741_824)
+    """Largest request body accepted, in bytes; larger bodies are refused (413) before they are parsed."""
+    truncation: Literal["reject", "left", "right", "middle"] = "reject"
+    """Over-long prompts: `reject` (error input_too_long), or drop tokens from the left, right or middle."""
+    input_schema: dict[str, Any] | None = None
+    """Extra JSON Schema that requests must also satisfy (e.g. a required `user` field)."""
+    tenant_from: Literal["header", "user", "none"] = "none"
+    """Where a request's tenant comes from: the X-Tenant header, the `user` field, or `none` (single tenant)."""
+    unknown_fields: Literal["reject", "ignore"] = "reject"
+    """Request fields the API does not know: `reject` them (400 unknown_parameter) or `ignore` them."""
+
+    @field_validator("input_schema")
+    @classmethod
+    def _valid_input_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_json_schema(value)
+
+
+# --- runtime ---------------------------------------------------------------------------------------
+
+QuantMethod = Literal[
+    "none",
+    "int8-weight",
+    "int8-dynamic",
+    "int4-weight",
+    "fp8-weight",
+    "int3-weight",
+    "int2-weight",
+]
+
+
+class Quantization(Section):
+    """Weight (and activation) quantization applied to the model's linear layers."""
+
+    method: QuantMethod = "none"
+    """Quantization scheme; int2/int3 are simulated (weights round-tripped), others use torchao where it runs."""
+    group_size: int = Field(default=32, ge=8, le=4096)
+    """Weights per quantization group for grouped schemes (int4, int3, int2)."""
+    calibration: str | None = None
+    """Suite used for calibration and recorded in reports, e.g. `zoo:arith` (split `calibration`)."""
+    include_lm_head: bool = False
+    """Also quantize the output projection (lm_head); off by default because it costs most accuracy."""
+    include_embeddings: bool = False
+    """Also quantize the input embeddings."""
+
+
+class WarmupPrompt(Section):
+    """A prompt run at start-up whose greedy output must match before the server reports ready."""
+
+    prompt: str = Field(min_length=1)
+    """The prompt text, sent as a completion request."""
+    expect: str | None = None
+    """The exact greedy completion expected; `null` only checks that generation succeeds."""
+    max_tokens: int = Field(default=16, ge=1, le=4096)
+    """Most tokens to generate for this prompt."""
+
+
+class KVCache(Section):
+    """The paged KV cache: block size, memory budget and prefix caching."""
+
+    block_size: int = Field(default=16, ge=1, le=1024)
+    """Tokens per KV block."""
+    memory_budget: ByteSize = Field(default=256 * 2**20, ge=1024)
+    """Memory for KV blocks, as bytes or with a unit ("2GiB"); the number of blocks follows from it."""
+    dtype: Literal["auto", "fp8"] = "auto"
+    """KV storage dtype: `auto` (the model's compute dtype) or `fp8` (simulated: round-tripped through float8)."""
+    prefix_caching: bool = False
+    """Reuse KV blocks of identical prompt prefixes across requests."""
+    cache_scope: Literal["tenant", "global"] = "tenant"
+    """Prefix cache sharing: per `tenant` (hashes salted with the tenant) or `global` (shared by all tenants)."""
+
+
+class Runtime(Section):
+    """How the model is executed: backend, device, precision, quantization and KV cache."""
+
+    backend: Literal["reference", "endpoint"] = "reference"
+    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url."""
+    endpoint_url: str | None = None
+    """Base URL of the OpenAI-compatible server (e.g. http://10.0.0.5:8000/v1) when backend is `endpoint`."""
+    endpoint_model: str | None = None
+    """Model name to send to the endpoint (defaults to the manifest's name)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device to run on; `auto` picks CUDA when present."""
+    dtype: DType = "auto"
+    """Compute dtype (`auto`: float32 on CPU, bfloat16 on CUDA)."""
+    max_model_len: int = Field(default=2048, ge=8, le=1_048_576)
+    """Longest sequence (prompt + output tokens) the runtime accepts."""
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    """Seed for sampling when a request gives none."""
+    threads: int | None = Field(default=None, ge=1, le=1024)
+    """CPU threads for torch (`null`: torch's default)."""
+    quantization: Quantization = Field(default_factory=Quantization)
+    """Weight quantization."""
+    kv_cache: KVCache | None = None
+    """Paged KV cache; required by continuous batching."""
+    warmup: list[WarmupPrompt] = Field(default_factory=list)
+    """Prompts run at start-up with their expected outputs (a broken deploy is caught before traffic)."""
+
+    @model_validator(mode="after")
+    def _endpoint_needs_url(self) -> Runtime:
+        if self.backend == "endpoint" and not self.endpoint_url:
+            raise ValueError("backend: endpoint needs endpoint_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.endpoint_url and not re.match(r"^https?://", self.endpoint_url):
+            raise ValueError(f"endpoint_url must start with http:// or https:// (got {self.endpoint_url!r})")
+        return self
+
+
+# --- batching --------------------------------------------------------------------------------------
+
+
+class Batching(Section):
+    """How requests are grouped into model steps."""
+
+    mode: Literal["none", "static", "dynamic", "continuous", "offline"] = "none"
+    """`none` one at a time; `static` fixed padded batches; `dynamic` request-level batches;
+    `continuous` iteration-level with paged KV; `offline` file in, file out at maximum throughput."""
+    max_batch_size: int = Field(default=8, ge=1, le=4096)
+    """Most sequences in one batch (running sequences, for continuous batching)."""
+    max_wait_ms: float = Field(default=10.0, ge=0, le=60_000)
+    """How long static and dynamic batching wait to fill a batch, in milliseconds."""
+    max_num_batched_tokens: int = Field(default=2048, ge=1, le=10_000_000)
+    """Most tokens (prefill + decode) processed in one continuous-batching step."""
+    chunked_prefill: bool = False
+    """Split long prompts across steps so decodes are not stalled (continuous batching only)."""
+
+
+# --- postprocess -----------------------------------------------------------------------------------
+
+
+class ResponseCache(Section):
+    """Cache of whole responses for exactly repeated requests."""
+
+    enabled: bool = False
+    """Serve exact repeats of a request from the cache."""
+    ttl_s: float = Field(default=300.0, gt=0, le=31_536_000)
+    """Seconds an entry stays valid."""
+    scope: Literal["tenant", "global"] = "tenant"
+    """Entries keyed per `tenant` or shared by all (`global`)."""
+    max_entries: int = Field(default=10_000, ge=1, le=10_000_000)
+    """Most entries kept; the least recently used is evicted first."""
+
+
+class Postprocess(Section):
+    """What the model's tokens become before the client sees them."""
+
+    max_output_tokens: int = Field(default=256, ge=1, le=1_048_576)
+    """Most tokens generated for one request (the cap on the request's max_tokens)."""
+    stop: list[str] = Field(default_factory=list)
+    """Stop strings applied to every request (trimmed from the output)."""
+    output_schema: dict[str, Any] | None = None
+    """JSON Schema every output must satisfy (structured output); checked on every response."""
+    logprobs: bool = False
+    """Offer log-probabilities of the chosen tokens to clients that ask for them."""
+    response_cache: ResponseCache = Field(default_factory=ResponseCache)
+    """Whole-response cache."""
+    async_result_ttl_s: float = Field(default=600.0, gt=0, le=604_800)
+    """Seconds the result of an asynchronous request (Prefer: respond-async) is kept for polling."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_json_schema(value)
+
+    @field_validator("stop")
+    @classmethod
+    def _non_empty_stops(cls, value: list[str]) -> list[str]:
+        if any(s == "" for s in value):
+            raise ValueError("stop strings cannot be empty")
+        return value
+
+
+# --- failure policy --------------------------------------------------------------------------------
+
+
+class Fallback(Section):
+    """A second served model that answers when the primary cannot."""
+
+    manifest: str = Field(min_length=1)
+    """Path to the fallback's manifest, relative to this file."""
+    on: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)
+    """Which failures of the primary are routed to the fallback."""
+    boundary: dict[str, float] = Field(default_factory=dict)
+    """Lowest score the fallback must keep per metric (e.g. exact_match: 0.6), checked by the fallback gate."""
+
+    @field_validator("boundary")
+    @classmethod
+    def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, score in value.items():
+            if not 0.0 <= score <= 1.0:
+                raise ValueError(f"boundary for {metric!r} is a score between 0 and 1 (got {score})")
+        return value
+
+
+class FailurePolicy(Section):
+    """What happens when a request cannot be served as asked: deadline, overload, invalid output."""
+
+    request_timeout_s: float = Field(default=30.0, gt=0, le=86_400)
+    """Deadline of every request, from arrival; past it the request ends with deadline_exceeded (504)."""
+    max_queue: int = Field(default=256, ge=1, le=1_000_000)
+    """Most requests waiting to be scheduled; beyond it the overload policy applies."""
+    overload: Literal["reject", "shed-oldest"] = "reject"
+    """On a full queue: `reject` the newest request, or `shed-oldest` waiting request to admit it."""
+    overload_status: Literal[429, 503] = 429
+    """HTTP status of the `overloaded` error."""
+    retry_after_s: int = Field(default=1, ge=0, le=3600)
+    """Value of the Retry-After header sent with `overloaded`."""
+    on_invalid_output: Literal["error", "flag"] = "error"
+    """Output that breaks output_schema: answer `invalid_output` (502), or return it with a flag."""
+    fallback: Fallback | None = None
+    """Fallback model for the declared failures."""
