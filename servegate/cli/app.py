@@ -1,0 +1,62 @@
+"""The `gate` command: wires the command groups; each group lives in its own module.
+
+Known errors (bad manifest, bad usage) print one line per problem and exit 2; a gate that fails exits 1.
+Set SERVEGATE_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from servegate import __version__
+from servegate.cli import manifest_commands
+from servegate.contracts.errors import ServegateError
+
+app = typer.Typer(
+    name="gate",
+    help="servegate: make model serving checkable. Manifest -> runtime -> capacity -> gates -> serving note.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+manifest_commands.register(app)
+# Command groups register here, one line each, once they work:
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        typer.echo(f"servegate {__version__}")
+        raise typer.Exit(0)
+
+
+def main() -> None:
+    """Entry point of the `gate` and `servegate` console scripts."""
+    try:
+        app(standalone_mode=False)
+    except (ServegateError, ValueError, FileNotFoundError) as exc:
+        if os.environ.get("SERVEGATE_DEBUG") == "1":
+            raise
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            typer.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,52 @@
+"""Options and output conventions shared by every command (defined once, used everywhere)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from servegate.contracts.loading import load_manifest
+from servegate.contracts.manifest import ServedModel
+
+ManifestArg = Annotated[Path, typer.Argument(help="Manifest file (YAML or JSON).", show_default=False)]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a field: PATH=VALUE, e.g. --set batching.mode=continuous (repeatable)."),
+]
+JsonOption = Annotated[
+    str | None,
+    typer.Option(
+        "--json", help="Write the machine-readable result to PATH ('-' for stdout; the table then goes to stderr)."
+    ),
+]
+
+
+def console_for(json_target: str | None) -> Console:
+    """The console for human output: stderr when the JSON result goes to stdout."""
+    return Console(stderr=json_target == "-")
+
+
+def load(manifest: Path, sets: list[str] | None) -> ServedModel:
+    """Load a manifest with the command's --set overrides (errors surface as ManifestError)."""
+    return load_manifest(manifest, sets or [])
+
+
+def write_json(target: str | None, payload: Any) -> None:
+    """Write a result as JSON to a path, or to stdout for '-'; nothing when target is None."""
+    if target is None:
+        return
+    text = json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)  # atomic: a crash never leaves half a report

@@ -1,0 +1,154 @@
+"""Manifest commands: `gate validate`, `gate schema`, `gate fingerprint`, `gate diff`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.contracts.diff import diff_report
+from servegate.contracts.manifest import ServedModel
+from servegate.contracts.schema import manifest_json_schema
+from servegate.contracts.units import format_bytes
+
+
+def _explain(served: ServedModel) -> list[tuple[str, str]]:
+    """One plain-language line per element: what this manifest serves and how."""
+    w, pre, rt, bat, post, fail = (
+        served.weights,
+        served.preprocess,
+        served.runtime,
+        served.batching,
+        served.postprocess,
+        served.failure_policy,
+    )
+    kv = rt.kv_cache
+    kv_text = (
+        f"paged KV cache, {format_bytes(kv.memory_budget)} in blocks of {kv.block_size} tokens"
+        f"{', prefix caching (' + kv.cache_scope + ' scope)' if kv.prefix_caching else ''}"
+        if kv
+        else "no paged KV cache"
+    )
+    fallback = f"fallback {fail.fallback.manifest} on {', '.join(fail.fallback.on)}" if fail.fallback else "no fallback"
+    checksums = f"{len(w.sha256)} file checksum(s) verified" if w.sha256 else "no checksums declared"
+    return [
+        ("weights", f"{w.source} ({w.format}, dtype {w.dtype}); {checksums}"),
+        (
+            "preprocess",
+            f"task {pre.task}; at most {pre.max_input_tokens} input tokens and {pre.max_payload_bytes} bytes; "
+            f"over-long prompts: {pre.truncation}; tenant from {pre.tenant_from}",
+        ),
+        (
+            "runtime",
+            f"{rt.backend} backend on {rt.device} ({rt.dtype}); max_model_len {rt.max_model_len} tokens; "
+            f"quantization {rt.quantization.method}; {kv_text}",
+        ),
+        (
+            "batching",
+            f"{bat.mode}; up to {bat.max_batch_size} sequences, {bat.max_wait_ms} ms wait, "
+            f"{bat.max_num_batched_tokens} tokens/step{', chunked prefill' if bat.chunked_prefill else ''}",
+        ),
+        (
+            "postprocess",
+            f"at most {post.max_output_tokens} output tokens; "
+            f"{'output JSON Schema enforced' if post.output_schema else 'free text'}; "
+            f"response cache {'on (' + post.response_cache.scope + ')' if post.response_cache.enabled else 'off'}",
+        ),
+        (
+            "failure_policy",
+            f"deadline {fail.request_timeout_s} s; queue {fail.max_queue}; overload -> {fail.overload} "
+            f"({fail.overload_status}, Retry-After {fail.retry_after_s} s); {fallback}",
+        ),
+        ("quality", f"{len(served.quality.suites)} suite(s): " + ", ".join(s.name for s in served.quality.suites)),
+    ]
+
+
+def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption = None) -> None:
+    """Validate a manifest and explain what it serves.
+
+    Example: gate validate examples/quickstart/manifest.yaml --set batching.mode=continuous
+    """
+    served = load(manifest, set_)
+    console = console_for(json_out)
+    table = Table(title=f"{served.name} {served.version}: valid", show_header=True)
+    table.add_column("element")
+    table.add_column("declared")
+    for element, text in _explain(served):
+        table.add_row(element, text)
+    console.print(table)
+    console.print(f"fingerprint {served.fingerprint}")
+    if not served.weights.sha256:
+        console.print("note: weights.sha256 is empty, so the fingerprint cannot tell two checkpoints apart")
+    write_json(json_out, {"valid": True, "name": served.name, "fingerprint": served.fingerprint})
+
+
+def schema(
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file instead of stdout.")] = None,
+) -> None:
+    """Print the JSON Schema of the manifest (for editors and CI validation)."""
+    text = json.dumps(manifest_json_schema(), indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def fingerprint(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption = None) -> None:
+    """Print the behaviour fingerprint: sha256 of the six elements plus weight checksums."""
+    served = load(manifest, set_)
+    if json_out is None:
+        typer.echo(served.fingerprint)
+    else:
+        console_for(json_out).print(served.fingerprint)
+        write_json(json_out, {"name": served.name, "fingerprint": served.fingerprint})
+
+
+def _value(value: Any) -> str:
+    return "(absent)" if value is None else json.dumps(value)
+
+
+def diff(
+    a: Annotated[Path, typer.Argument(help="Baseline manifest.")],
+    b: Annotated[Path, typer.Argument(help="Candidate manifest.")],
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+    exit_code: Annotated[
+        bool, typer.Option("--exit-code", help="Exit 1 when the two serve different behaviour (fingerprints differ).")
+    ] = False,
+) -> None:
+    """Show what changed between two manifests, per element, and which gates the change triggers.
+
+    --set applies to the candidate. Example: gate diff base.yaml candidate.yaml --json -
+    """
+    baseline, candidate = load(a, None), load(b, set_)
+    report = diff_report(baseline, candidate)
+    console = console_for(json_out)
+    if not report["changes"]:
+        console.print("no differences")
+    for element, changes in report["changes"].items():
+        table = Table(title=element, show_header=True, title_justify="left")
+        for column in ("field", "baseline", "candidate", "gates"):
+            table.add_column(column)
+        for change in changes:
+            gates = ", ".join(change["gates"]) or "-"
+            table.add_row(change["path"], _value(change["old"]), _value(change["new"]), gates)
+        console.print(table)
+    same = "same behaviour" if report["same_behaviour"] else "different behaviour"
+    console.print(f"fingerprints: {baseline.fingerprint[:12]} -> {candidate.fingerprint[:12]} ({same})")
+    if report["gates"]:
+        console.print("gates to run: " + ", ".join(f"{g} ({', '.join(p)})" for g, p in report["gates"].items()))
+    write_json(json_out, report)
+    if exit_code and not report["same_behaviour"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the manifest commands to the root app."""
+    app.command("validate")(validate)
+    app.command("schema")(schema)
+    app.command("fingerprint")(fingerprint)
+    app.command("diff")(diff)
