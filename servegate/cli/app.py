@@ -39,24 +39,10 @@ def _root(
 def main() -> None:
     """Entry point of the `gate` and `servegate` console scripts."""
     try:
-        app(standalone_mode=False)
+        app()  # standalone: typer reports usage errors itself (exit 2) and exits with the command's code
     except (ServegateError, ValueError, FileNotFoundError) as exc:
         if os.environ.get("SERVEGATE_DEBUG") == "1":
             raise
         for line in str(exc).splitlines() or [type(exc).__name__]:
             typer.echo(f"error: {line}", err=True)
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code (2)
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        raise

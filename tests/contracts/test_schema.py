@@ -1,0 +1,71 @@
+"""The exported JSON Schema validates every example and rejects broken manifests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+from ruamel.yaml import YAML
+
+from servegate.contracts.schema import manifest_json_schema
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").rglob("*.yaml"))
+
+
+def _read(path: Path) -> dict:
+    return YAML(typ="safe").load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = manifest_json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_there_are_examples() -> None:
+    assert any(p.name == "manifest.yaml" and p.parent.name == "quickstart" for p in EXAMPLES)
+    assert any(p.name == "minimal.yaml" for p in EXAMPLES)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[str(p.relative_to(p.parents[1])) for p in EXAMPLES])
+def test_schema_validates_every_example(validator: jsonschema.Draft202012Validator, path: Path) -> None:
+    data = _read(path)
+    if "include" in data:  # a variant is checked as written; its base has its own case
+        validator.validate({k: v for k, v in data.items()})
+        return
+    validator.validate(data)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"name": "x"},  # no weights
+        {"name": "x", "weights": {"source": "zoo:a"}, "batching": {"mode": "turbo"}},
+        {"name": "x", "weights": {"source": "zoo:a"}, "batching": {"max_batch_size": 0}},
+        {"name": "x", "weights": {"source": "zoo:a"}, "batchng": {}},
+        {"name": "x", "weights": {"source": "zoo:a"}, "runtime": {"kv_cache": {"memory_budget": "lots"}}},
+    ],
+)
+def test_schema_rejects_broken_manifests(validator: jsonschema.Draft202012Validator, broken: dict) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(broken)
+
+
+def test_byte_sizes_accept_units(validator: jsonschema.Draft202012Validator) -> None:
+    for budget in ["2GiB", "512MB", 1048576, "64 KiB"]:
+        validator.validate(
+            {"name": "x", "weights": {"source": "zoo:a"}, "runtime": {"kv_cache": {"memory_budget": budget}}}
+        )
+
+
+def test_every_field_is_documented() -> None:
+    schema = manifest_json_schema()
+    missing = [
+        f"{model}.{field}"
+        for model, body in [("ServedModel", schema), *schema["$defs"].items()]
+        for field, spec in body.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert missing == []
