@@ -1,0 +1,157 @@
+"""Build the OpenAI-shaped response bodies from the engine's events (see servegate.contracts.responses)."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from servegate.contracts.responses import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    ChatDelta,
+    CompletionChoice,
+    CompletionResponse,
+    EmbeddingItem,
+    EmbeddingResponse,
+    EmbeddingUsage,
+    FinishReason,
+    UsageBody,
+)
+from servegate.runtime.api import FinishEvent, TokenEvent, Usage
+
+
+def finish_reason(event: FinishEvent) -> FinishReason:
+    """OpenAI's finish reason: EOS and stop strings are both `stop`."""
+    return "length" if event.finish_reason == "length" else "stop"
+
+
+def usage_body(usage: Usage) -> UsageBody:
+    """The usage object, with the truncated prompt tokens shown."""
+    return UsageBody(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+        truncated_tokens=usage.truncated_tokens,
+    )
+
+
+def _token_logprobs(event: FinishEvent) -> tuple[list[float], list[dict[str, float]] | None]:
+    values = list(event.logprobs or ())
+    alternatives = [dict(t) for t in event.top_logprobs] if event.top_logprobs else None
+    return values, alternatives
+
+
+def completion_logprobs(event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any] | None:
+    """The completions API's logprobs object, {tokens, token_logprobs, top_logprobs, text_offset}."""
+    if event.logprobs is None:
+        return None
+    values, alternatives = _token_logprobs(event)
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {"tokens": list(tokens), "token_logprobs": values, "top_logprobs": alternatives, "text_offset": offsets}
+
+
+def chat_logprobs(event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any] | None:
+    """The chat API's logprobs object, {content: [{token, logprob, bytes, top_logprobs}]}."""
+    if event.logprobs is None:
+        return None
+    values, alternatives = _token_logprobs(event)
+    content = []
+    for i, (token, value) in enumerate(zip(tokens, values, strict=False)):
+        top = alternatives[i] if alternatives and i < len(alternatives) else {}
+        content.append(
+            {
+                "token": token,
+                "logprob": value,
+                "bytes": list(token.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for t, lp in top.items()
+                ],
+            }
+        )
+    return {"content": content}
+
+
+class BodyBuilder:
+    """Builds the bodies of one request (same id, time and fingerprint in every chunk)."""
+
+    def __init__(self, request_id: str, model: str, fingerprint: str) -> None:
+        self.id = request_id
+        self.model = model
+        self.created = int(time.time())
+        self.fingerprint = fingerprint[:16]
+
+    def completion(self, event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any]:
+        """The whole non-streamed completion."""
+        choice = CompletionChoice(
+            text=event.text, finish_reason=finish_reason(event), logprobs=completion_logprobs(event, tokens)
+        )
+        return self._dump(CompletionResponse(**self._head(), choices=[choice], usage=usage_body(event.usage)))
+
+    def chat(self, event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any]:
+        """The whole non-streamed chat completion."""
+        choice = ChatChoice(
+            message=AssistantMessage(content=event.text),
+            finish_reason=finish_reason(event),
+            logprobs=chat_logprobs(event, tokens),
+        )
+        return self._dump(ChatCompletionResponse(**self._head(), choices=[choice], usage=usage_body(event.usage)))
+
+    def completion_chunk(self, text: str, reason: FinishReason | None = None) -> dict[str, Any]:
+        """One streamed completion chunk."""
+        return self._dump(
+            CompletionResponse(**self._head(), choices=[CompletionChoice(text=text, finish_reason=reason)])
+        )
+
+    def chat_chunk(self, delta: ChatDelta, reason: FinishReason | None = None) -> dict[str, Any]:
+        """One streamed chat chunk."""
+        choice = ChatChunkChoice(delta=delta, finish_reason=reason)
+        body = self._dump(ChatCompletionChunk(**self._head(), choices=[choice]))
+        body["choices"][0]["delta"] = delta.model_dump(mode="json", exclude_none=True)  # OpenAI omits unset keys
+        return body
+
+    def usage_chunk(self, chat: bool, usage: Usage) -> dict[str, Any]:
+        """The last chunk of a stream with stream_options.include_usage: no choices, the usage."""
+        cls = ChatCompletionChunk if chat else CompletionResponse
+        return self._dump(cls(**self._head(), choices=[], usage=usage_body(usage)))
+
+    def _head(self) -> dict[str, Any]:
+        return {"id": self.id, "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint}
+
+    @staticmethod
+    def _dump(body: Any) -> dict[str, Any]:
+        return body.model_dump(mode="json")
+
+
+def embeddings_body(
+    model: str, vectors: Sequence[Sequence[float]], encoding: str, prompt_tokens: int
+) -> dict[str, Any]:
+    """The embeddings response; base64 is little-endian float32, as OpenAI clients decode it."""
+    items = []
+    for index, vector in enumerate(vectors):
+        if encoding == "base64":
+            packed = struct.pack(f"<{len(vector)}f", *vector)
+            items.append(EmbeddingItem(index=index, embedding=base64.b64encode(packed).decode("ascii")))
+        else:
+            items.append(EmbeddingItem(index=index, embedding=[float(v) for v in vector]))
+    usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+    return EmbeddingResponse(data=items, model=model, usage=usage).model_dump(mode="json")
+
+
+def token_texts(events: Sequence[TokenEvent]) -> list[str]:
+    """The text of each generated token, when each event carries exactly one token (else one entry per event)."""
+    texts: list[str] = []
+    for event in events:
+        if len(event.token_ids) == 1:
+            texts.append(event.text)
+        else:
+            texts.extend([event.text] + [""] * (len(event.token_ids) - 1))
+    return texts

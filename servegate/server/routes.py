@@ -1,0 +1,199 @@
+"""The HTTP endpoints: /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, async polling,
+/health, /ready and /metrics. Each API request goes decode -> parse -> tenant -> engine -> body."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Endpoint,
+    decode_body,
+    parse_request,
+)
+from servegate.contracts.responses import AsyncStatus, ModelCard, ModelList
+from servegate.server.bodies import BodyBuilder, embeddings_body
+from servegate.server.generation import EngineRun, complete, engine_request
+from servegate.server.state import ServerState, error_response, internal_error, normalize
+from servegate.server.streaming import stream_response
+
+router = APIRouter()
+_TASK_OF: dict[str, str] = {"completions": "generate", "chat": "generate", "embeddings": "embed"}
+_ID_PREFIX: dict[str, str] = {"completions": "cmpl", "chat": "chatcmpl", "embeddings": "embd"}
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.serving  # type: ignore[no-any-return]
+
+
+def tenant_of(state: ServerState, request: Request, user: str | None) -> str | None:
+    """The request's tenant as preprocess.tenant_from declares (required when declared; never logged)."""
+    source = state.served.preprocess.tenant_from
+    if source == "none":
+        return None
+    if source == "header":
+        value, param = request.headers.get("x-tenant"), "X-Tenant"
+    else:
+        value, param = user, "user"
+    if not value:
+        where = "an X-Tenant header" if source == "header" else "the 'user' field"
+        raise ServingError("invalid_request", param=param, detail=f"this deployment needs {where} naming the tenant")
+    if len(value) > 256 or not value.isprintable():
+        raise ServingError("invalid_request", param=param, detail=f"{param}: at most 256 printable characters")
+    return value
+
+
+async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any, str | None]:
+    state = _state(request)
+    state.refuse_unless_ready()
+    parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
+    task = state.served.preprocess.task
+    if _TASK_OF[endpoint] != task:
+        use = "/v1/embeddings" if task == "embed" else "/v1/completions or /v1/chat/completions"
+        raise ServingError(
+            "invalid_request", param="model", detail=f"model '{state.served.name}' serves task {task}: use {use}"
+        )
+    return state, parsed, tenant_of(state, request, parsed.user)
+
+
+def _wants_async(request: Request) -> bool:
+    prefer = request.headers.get("prefer", "")
+    return any(part.strip().lower() == "respond-async" for part in prefer.split(","))
+
+
+def _accepted(state: ServerState, endpoint: Endpoint, job_id: str) -> JSONResponse:
+    body = AsyncStatus(id=job_id, status="queued", endpoint=endpoint).model_dump(mode="json")
+    retry = str(max(1, state.served.failure_policy.retry_after_s))
+    headers = {"Location": f"/v1/requests/{job_id}", "Retry-After": retry, "Preference-Applied": "respond-async"}
+    return JSONResponse(body, status_code=202, headers=headers)
+
+
+async def _generate(request: Request, endpoint: Endpoint) -> Response:
+    state, parsed, tenant = await _parse(request, endpoint)
+    assert isinstance(parsed, CompletionRequest | ChatCompletionRequest)
+    chat = endpoint == "chat"
+    request_id = state.new_request_id(_ID_PREFIX[endpoint])
+    generation = engine_request(state.served.postprocess.max_output_tokens, parsed, request_id, tenant)
+    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint)
+    if _wants_async(request):
+        if parsed.stream:
+            raise ServingError(
+                "invalid_request", param="stream", detail="stream: true cannot be combined with Prefer: respond-async"
+            )
+        state.async_results.submit(
+            request_id, endpoint, tenant, lambda: complete(state, endpoint, chat, generation, builder)
+        )
+        return _accepted(state, endpoint, request_id)
+    if parsed.stream:
+        include_usage = parsed.stream_options is not None and parsed.stream_options.include_usage
+        return await stream_response(EngineRun(state, generation), builder, endpoint, chat, include_usage)
+    status, body, headers = await complete(state, endpoint, chat, generation, builder)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    """Text completion (OpenAI /v1/completions), synchronous, streamed or asynchronous."""
+    return await _generate(request, "completions")
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """Chat completion (OpenAI /v1/chat/completions), synchronous, streamed or asynchronous."""
+    return await _generate(request, "chat")
+
+
+async def _embed(state: ServerState, parsed: EmbeddingRequest, tenant: str | None) -> tuple[int, dict[str, Any]]:
+    texts = parsed.texts()
+    timeout = state.served.failure_policy.request_timeout_s
+    try:
+        vectors = await asyncio.wait_for(state.engine.embed(texts, tenant=tenant), timeout)
+    except TimeoutError:
+        raise ServingError("deadline_exceeded", timeout_s=timeout) from None
+    except ServingError as error:
+        raise normalize(error, state.served) from None
+    except Exception as exc:
+        raise internal_error(exc) from None
+    counter = getattr(state.engine, "count_tokens", None)
+    prompt_tokens = sum(counter(t) for t in texts) if callable(counter) else 0
+    return 200, embeddings_body(state.served.name, vectors, parsed.encoding_format, prompt_tokens)
+
+
+@router.post("/v1/embeddings")
+async def embeddings(request: Request) -> Response:
+    """Embedding vectors (OpenAI /v1/embeddings), for manifests with task: embed."""
+    state, parsed, tenant = await _parse(request, "embeddings")
+    assert isinstance(parsed, EmbeddingRequest)
+    request_id = state.new_request_id("embd")
+    if _wants_async(request):
+
+        async def run() -> tuple[int, dict[str, Any], dict[str, str]]:
+            try:
+                status, body = await _embed(state, parsed, tenant)
+            except ServingError as error:
+                return error.status, error.to_body(), error.headers()
+            return status, body, {}
+
+        state.async_results.submit(request_id, "embeddings", tenant, run)
+        return _accepted(state, "embeddings", request_id)
+    status, body = await _embed(state, parsed, tenant)
+    return JSONResponse(body, status_code=status, headers={"X-Request-Id": request_id})
+
+
+@router.get("/v1/requests/{request_id}")
+async def poll(request: Request, request_id: str) -> Response:
+    """The result of an asynchronous request: 202 while running, then its response; 404 once expired."""
+    state = _state(request)
+    # Polling has no body: the tenant comes in X-Tenant whichever way the request named it (never in the
+    # query string, which access logs record).
+    tenant = request.headers.get("x-tenant") if state.served.preprocess.tenant_from != "none" else None
+    job = state.async_results.get(request_id, tenant)
+    if job is None:
+        ttl = state.async_results.ttl_s
+        detail = f"no request '{request_id[:64]}': unknown, or its result expired ({ttl:g} s after it finished)"
+        return error_response(ServingError("not_found", param="id", detail=detail))
+    if not job.done:
+        body = AsyncStatus(id=job.id, status="in_progress", endpoint=job.endpoint).model_dump(mode="json")  # type: ignore[arg-type]
+        return JSONResponse(body, status_code=202, headers={"Retry-After": "1"})
+    return JSONResponse(job.body, status_code=job.status_code or 500, headers=job.headers)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    """The served model, OpenAI-shaped."""
+    state = _state(request)
+    card = ModelCard(id=state.served.name, created=int(state.started_at))
+    return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "alive"}
+
+
+@router.get("/ready")
+async def ready(request: Request) -> Response:
+    """Readiness: model loaded, warm-up passed, not draining (503 with the reason otherwise)."""
+    state = _state(request)
+    if state.ready and not state.draining:
+        return JSONResponse({"status": "ready", "model": state.served.name, "fingerprint": state.served.fingerprint})
+    reason = "shutting down" if state.draining else state.not_ready_reason
+    retry = str(state.served.failure_policy.retry_after_s)
+    return JSONResponse({"status": "not_ready", "reason": reason}, status_code=503, headers={"Retry-After": retry})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics (aggregates only: no request text, no tenant)."""
+    state = _state(request)
+    state.metrics.ready.set(1 if state.ready and not state.draining else 0)
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
