@@ -1,1 +1,31 @@
-"""servegate.runtime."""
+"""servegate.runtime: `build(served)` turns a manifest into an Engine (reference in process, or an endpoint)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servegate.contracts.manifest import ServedModel
+    from servegate.runtime.api import Engine
+
+
+def build(served: ServedModel, *, fallback: bool = True) -> Engine:
+    """The engine a manifest declares, not yet started (call `await engine.start()` or `start_sync()`).
+
+    runtime.backend `reference` gives servegate's in-process engine; `endpoint` forwards to an
+    OpenAI-compatible server. With fallback=True and a declared failure_policy.fallback, the fallback
+    manifest's engine is built too and serves the requests the declared triggers route to it.
+    """
+    if served.runtime.backend == "endpoint":
+        from servegate.runtime.endpoint import EndpointEngine
+
+        primary: Engine = EndpointEngine(served)
+        return primary
+    from servegate.contracts.loading import load_fallback
+    from servegate.runtime.engine import ReferenceEngine
+
+    backup = load_fallback(served) if fallback else None
+    return ReferenceEngine(served, fallback=build(backup, fallback=False) if backup is not None else None)
+
+
+__all__ = ["build"]

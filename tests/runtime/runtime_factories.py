@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
+import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from servegate.runtime.api import SeqChunk
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.api import GenerationRequest, SamplingParams, SeqChunk
+from servegate.runtime.engine import ReferenceEngine
 from servegate.runtime.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, SchedulerOutput, make_scheduler
 from servegate.runtime.scheduling import Sequence as Seq
@@ -176,3 +182,112 @@ def drive(
 def reference_outputs(seqs: Sequence[Seq], eos: int | None = TOY_EOS) -> dict[int, list[int]]:
     """The toy model's unbatched greedy outputs."""
     return {s.seq_id: toy_generate(s.prompt_token_ids, s.max_tokens, eos) for s in seqs}
+
+
+# --- engine factories ------------------------------------------------------------------------------
+
+
+class ToyPreprocessor:
+    """Token ids as given, or the toy tokenizer's ids of the prompt text (no truncation)."""
+
+    def __init__(self, tokenizer: ToyTokenizer | None = None) -> None:
+        self.tokenizer = tokenizer or ToyTokenizer()
+
+    def encode(self, request: GenerationRequest) -> EncodedPrompt:
+        """The request's prompt ids."""
+        if request.prompt_token_ids is not None:
+            return EncodedPrompt(list(request.prompt_token_ids), 0)
+        text = request.prompt if request.prompt is not None else " ".join(m["content"] for m in request.messages or [])
+        return EncodedPrompt(self.tokenizer.encode(text), 0)
+
+
+@dataclass
+class EncodedPrompt:
+    """What a preprocessor returns."""
+
+    token_ids: list[int]
+    truncated_tokens: int
+
+
+def toy_sampler(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]):
+    """Greedy at temperature 0, else a temperature-scaled draw from the request's generator."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    tokens = []
+    for row, p, g in zip(logprobs, params, generators, strict=True):
+        if p.temperature == 0:
+            tokens.append(int(row.argmax()))
+        else:
+            tokens.append(int(torch.multinomial(torch.softmax(row / p.temperature, -1), 1, generator=g)))
+    chosen = logprobs[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)]
+    return torch.tensor(tokens), chosen
+
+
+class GatedRunner(ToyRunner):
+    """A toy runner that can be held inside execute() (to fill queues) or made to fail."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_next = 0
+        self.delay_s = 0.0
+
+    def execute(self, chunks: Sequence[SeqChunk]) -> torch.Tensor:
+        """Wait for the gate, optionally raise, then behave like the toy runner."""
+        self.entered.set()
+        self.gate.wait(timeout=30)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise RuntimeError("injected model failure")
+        return super().execute(chunks)
+
+
+def toy_manifest(**sections: Any) -> ServedModel:
+    """A small valid manifest; `sections` are merged over its defaults (dicts per section)."""
+    data: dict[str, Any] = {
+        "name": "toy",
+        "weights": {"source": "zoo:tiny-primary"},
+        "preprocess": {"max_input_tokens": 96},
+        "postprocess": {"max_output_tokens": 32},
+        "runtime": {"max_model_len": 128, "kv_cache": {"block_size": 4, "memory_budget": "1MiB"}},
+        "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 128},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return ServedModel.model_validate(data)
+
+
+def toy_engine(
+    served: ServedModel | None = None, *, num_blocks: int = 256, runner: ToyRunner | None = None, fallback=None
+) -> ReferenceEngine:
+    """A started reference engine over the toy runner (block size from the manifest)."""
+    served = served or toy_manifest()
+    kv = served.runtime.kv_cache
+    block_size = kv.block_size if kv is not None else 16
+    engine = ReferenceEngine(
+        served,
+        fallback=fallback,
+        runner=runner or GatedRunner(num_blocks, block_size),
+        tokenizer=ToyTokenizer(),
+        preprocessor=ToyPreprocessor(),
+        sampler=toy_sampler,
+    )
+    engine.start_sync()
+    if fallback is not None:
+        fallback.start_sync()
+    return engine
+
+
+def token_requests(seqs: Sequence[Seq], **params: Any) -> list[GenerationRequest]:
+    """Requests carrying the sequences' prompts as token ids and their max_tokens."""
+    return [
+        GenerationRequest(
+            id=f"r{s.seq_id}",
+            prompt_token_ids=list(s.prompt_token_ids),
+            params=SamplingParams(max_tokens=s.max_tokens, **params),
+        )
+        for s in seqs
+    ]

@@ -1,0 +1,369 @@
+"""The reference engine: schedule -> run model -> postprocess, in a worker thread, behind the Engine API.
+
+Threads: callers (an asyncio server, `generate`, `gate run`) submit from their own threads; a single
+worker thread runs the steps. One lock guards the scheduler and the per-request state; the worker
+releases it while the model runs, so submissions, overload decisions and aborts never wait on a step.
+Events go back through a per-request sink (an asyncio queue for `submit`, a list for `generate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from collections.abc import Sequence as Seq
+from typing import Any
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.api import (
+    EngineStats,
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    Result,
+    TokenEvent,
+)
+from servegate.runtime.engine_setup import EngineParts, build_parts
+from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
+from servegate.runtime.request_state import RequestState, new_request_state
+from servegate.runtime.scheduling import SchedulerOutput
+
+log = logging.getLogger("servegate.runtime")
+
+
+class ReferenceEngine:
+    """servegate's in-process engine (implements `servegate.runtime.api.Engine`)."""
+
+    def __init__(self, served: ServedModel, *, fallback: Any = None, **parts: Any) -> None:
+        """`fallback`: the fallback manifest's engine; `parts` (runner, tokenizer, preprocessor, sampler)
+        replace what start() would otherwise load, for tests and benchmarks."""
+        self.served = served
+        self._given_parts = parts
+        self.parts: EngineParts | None = None
+        self._fallback = FallbackRoute(fallback, served.failure_policy.fallback.on) if fallback is not None else None
+        self._cv = threading.Condition()
+        self._requests: dict[int, RequestState] = {}
+        self._next_seq_id = 0
+        self._accepting = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load weights, allocate the KV pool and start the scheduling loop."""
+        await asyncio.to_thread(self.start_sync)
+        if self._fallback is not None:
+            await self._fallback.start()
+
+    def start_sync(self) -> None:
+        """start() for synchronous callers (generate, `gate run`); a second call does nothing."""
+        with self._start_lock:
+            if self.parts is not None:
+                return
+            self.parts = build_parts(self.served, **self._given_parts)
+            self._accepting = True
+            if self.served.preprocess.task == "generate":
+                self._thread = threading.Thread(target=self._loop, name="servegate-engine", daemon=True)
+                self._thread.start()
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish within grace_s, fail the rest, stop the loop."""
+        await asyncio.to_thread(self.shutdown_sync, grace_s)
+        if self._fallback is not None:
+            await self._fallback.shutdown(grace_s)
+
+    def shutdown_sync(self, grace_s: float = 10.0) -> None:
+        """shutdown() for synchronous callers."""
+        end = time.monotonic() + grace_s
+        with self._cv:
+            self._accepting = False
+            while self._requests and time.monotonic() < end:
+                self._cv.wait(timeout=min(0.05, max(0.0, end - time.monotonic())))
+            for state in list(self._requests.values()):
+                self._fail(state, unavailable("the server is shutting down"), trigger=None)
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    # --- requests -------------------------------------------------------------------------------
+
+    async def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Queue a request; iterate its TokenEvents, ending with one FinishEvent or ErrorEvent."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+
+        def sink(event: Event) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the caller's loop is gone: nobody is listening any more
+                pass
+
+        seq_id = self.enqueue(request, sink)
+        done = False
+        try:
+            while not done:
+                event = await queue.get()
+                done = isinstance(event, (FinishEvent, ErrorEvent))
+                yield event
+        finally:
+            if not done and seq_id is not None:
+                self._abort(seq_id)
+
+    def generate(self, requests: Seq[GenerationRequest]) -> list[Result]:
+        """Run all requests (batched per the manifest); results in input order.
+
+        Requests are fed through a window of feed_window() in flight, so a long list never trips the
+        overload policy by itself and each deadline counts from when its request was fed.
+        """
+        self.start_sync()
+        results: list[Result | None] = [None] * len(requests)
+        slots = threading.Semaphore(feed_window(self.served))
+        finished = threading.Semaphore(0)
+
+        def sink_for(i: int) -> Sink:
+            def sink(event: Event) -> None:
+                if isinstance(event, (FinishEvent, ErrorEvent)):
+                    results[i] = event
+                    slots.release()
+                    finished.release()
+
+            return sink
+
+        for i, request in enumerate(requests):
+            slots.acquire()
+            self.enqueue(request, sink_for(i))
+        for _ in requests:
+            finished.acquire()
+        return [r for r in results if r is not None]
+
+    async def embed(self, texts: Seq[str], tenant: str | None = None) -> list[list[float]]:
+        """Embedding vectors (task: embed only)."""
+        if self.served.preprocess.task != "embed" or self.parts is None or self.parts.embedder is None:
+            raise ServingError("invalid_request", detail="this model generates text; it serves no embeddings")
+        vectors = await asyncio.to_thread(self.parts.embedder.embed, list(texts))
+        return [list(map(float, v)) for v in vectors]
+
+    def stats(self) -> EngineStats:
+        """Current counters."""
+        with self._cv:
+            if self.parts is None or self.parts.scheduler is None:
+                return EngineStats()
+            sched, bm = self.parts.scheduler, self.parts.scheduler.block_manager
+            cache = self.parts.response_cache
+            return EngineStats(
+                queue_depth=sched.num_queued(),
+                running=len(sched.running),
+                kv_blocks_used=bm.num_used_blocks,
+                kv_blocks_free=bm.num_free_blocks,
+                prefix_cache_hits=bm.hits,
+                prefix_cache_misses=bm.misses,
+                response_cache_hits=cache.hits if cache is not None else 0,
+                fallback_uses=self._fallback.uses if self._fallback is not None else 0,
+                preemptions=sched.num_preemptions,
+            )
+
+    def enqueue(self, request: GenerationRequest, sink: Sink) -> int | None:
+        """Accept a request whose events go to `sink`; returns its sequence id (None if it ended at once)."""
+        if self.parts is None or not self._accepting:
+            sink(ErrorEvent(request.id, unavailable("the engine is not running")))
+            return None
+        parts = self.parts
+        if parts.scheduler is None:
+            sink(ErrorEvent(request.id, ServingError("invalid_request", detail="this model serves embeddings only")))
+            return None
+        if parts.response_cache is not None:
+            hit = parts.response_cache.get(request)
+            if hit is not None:
+                sink(TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic()))
+                sink(hit)
+                return None
+        try:
+            with self._cv:
+                seq_id = self._next_seq_id
+                self._next_seq_id += 1
+            state = new_request_state(self.served, parts, request, sink, seq_id)
+        except ServingError as error:
+            sink(ErrorEvent(request.id, error))
+            return None
+        with self._cv:
+            if time.monotonic() >= state.deadline:
+                self._fail(state, deadline_exceeded(state.timeout_s), trigger="timeout", registered=False)
+                return None
+            policy = self.served.failure_policy
+            if parts.scheduler.num_queued() >= policy.max_queue:
+                victim = parts.scheduler.oldest_queued() if policy.overload == "shed-oldest" else None
+                if victim is None:
+                    self._fail(state, overloaded(policy), trigger="overload", registered=False)
+                    return None
+                self._fail(self._requests[victim.seq_id], overloaded(policy), trigger="overload")
+            self._requests[seq_id] = state
+            parts.scheduler.add(state.seq)
+            self._cv.notify_all()
+        return seq_id
+
+    def _abort(self, seq_id: int) -> None:
+        """The caller stopped listening: drop the request at the next step boundary."""
+        with self._cv:
+            state = self._requests.get(seq_id)
+            if state is not None:
+                state.aborted = True
+                self._cv.notify_all()
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._closed:
+            try:
+                if not self.step():
+                    self._wait_for_work()
+            except Exception as exc:  # a broken step must not stop the loop: its requests get the error
+                log.exception("engine step failed")
+                self._fail_step(exc)
+
+    def step(self) -> bool:
+        """One engine step: schedule -> run model -> postprocess. False when there was nothing to run."""
+        plan = self._schedule()
+        if plan is None:
+            return False
+        self._current = plan
+        logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
+        self._postprocess(plan, logits)
+        self._current = None
+        return True
+
+    def _schedule(self) -> SchedulerOutput | None:
+        with self._cv:
+            self._reap(time.monotonic())
+            sched = self.parts.scheduler  # type: ignore[union-attr]
+            if not sched.has_unfinished():
+                return None
+            plan = sched.schedule(time.monotonic())
+            for seq_id in plan.rejected:
+                state = self._requests[seq_id]
+                detail = f"the request needs {state.seq.max_total_tokens} tokens of KV cache, more than the pool holds"
+                self._fail(state, ServingError("model_unavailable", detail=detail), trigger="error", scheduled=False)
+            self._wake_at = plan.wake_at
+            return None if plan.is_empty else plan
+
+    def _postprocess(self, plan: SchedulerOutput, logits: Any) -> None:
+        """Sample the chunks that reached their last token, advance the scheduler, stream, finish."""
+        parts = self.parts
+        assert parts is not None
+        with self._cv:
+            # a request failed mid-step (shutdown) is no longer registered: its row is ignored
+            rows = [i for i, c in enumerate(plan.chunks) if c.samples and c.seq_id in self._requests]
+            states = [self._requests[plan.chunks[i].seq_id] for i in rows]
+            sampled: dict[int, int] = {}
+            logprobs: dict[int, float] = {}
+            if rows:
+                tokens, token_logprobs = parts.sampler(
+                    logits[rows], [s.params for s in states], [s.generator for s in states]
+                )
+                for state, token, logprob in zip(states, _as_list(tokens), _as_list(token_logprobs), strict=True):
+                    sampled[state.seq.seq_id] = int(token)
+                    logprobs[state.seq.seq_id] = float(logprob)
+            now = time.monotonic()
+            for seq in parts.scheduler.update(plan, sampled):  # type: ignore[union-attr]
+                state = self._requests[seq.seq_id]
+                delta = state.output.add(seq.output_token_ids[-1], logprobs.get(seq.seq_id))
+                if state.first_token_at is None:
+                    state.first_token_at = now
+                want_logprobs = state.params.logprobs
+                state.sink(
+                    TokenEvent(
+                        state.request.id,
+                        (seq.output_token_ids[-1],),
+                        delta.text,
+                        (logprobs[seq.seq_id],) if want_logprobs else None,
+                        now,
+                    )
+                )
+                state.streamed = True
+                if delta.finish_reason is not None:
+                    self._complete(state, now)
+
+    def _complete(self, state: RequestState, now: float) -> None:
+        parts = self.parts
+        assert parts is not None
+        result = state.finish_event(now, parts.validator)
+        parts.scheduler.finish(state.seq)  # type: ignore[union-attr]
+        del self._requests[state.seq.seq_id]
+        if isinstance(result, ErrorEvent):
+            state.sink(result)
+        else:
+            if parts.response_cache is not None:
+                parts.response_cache.put(state.request, result)
+            state.sink(result)
+        self._cv.notify_all()
+
+    def _reap(self, now: float) -> None:
+        """Between steps: drop aborted requests and fail those past their deadline."""
+        for state in list(self._requests.values()):
+            if state.aborted:
+                self.parts.scheduler.finish(state.seq)  # type: ignore[union-attr]
+                del self._requests[state.seq.seq_id]
+                self._cv.notify_all()
+            elif now >= state.deadline:
+                self._fail(state, deadline_exceeded(state.timeout_s), trigger="timeout")
+
+    def _fail(
+        self,
+        state: RequestState,
+        error: ServingError,
+        *,
+        trigger: Trigger | None,
+        registered: bool = True,
+        scheduled: bool = True,
+    ) -> None:
+        """End a request with `error`, or hand it to the fallback if the policy says so and nothing streamed."""
+        if registered and self.parts is not None and self.parts.scheduler is not None:
+            self.parts.scheduler.finish(state.seq)
+            self._requests.pop(state.seq.seq_id, None)
+        route = self._fallback
+        if trigger is not None and route is not None and route.covers(trigger) and not state.streamed:
+            route.forward(state.request, state.sink)
+        else:
+            state.sink(ErrorEvent(state.request.id, error))
+        self._cv.notify_all()
+
+    def _fail_step(self, exc: Exception) -> None:
+        plan: SchedulerOutput | None = getattr(self, "_current", None)
+        self._current = None
+        incident = f"{type(exc).__name__}-{int(time.time())}"
+        with self._cv:
+            ids = [c.seq_id for c in plan.chunks] if plan is not None else list(self._requests)
+            for seq_id in ids:
+                state = self._requests.get(seq_id)
+                if state is not None:
+                    self._fail(state, ServingError("internal", incident=incident), trigger="error")
+
+    def _wait_for_work(self) -> None:
+        with self._cv:
+            if self._closed:
+                return
+            now = time.monotonic()
+            wake = [s.deadline for s in self._requests.values()]
+            if getattr(self, "_wake_at", None) is not None:
+                wake.append(self._wake_at)  # type: ignore[arg-type]
+            timeout = min([w - now for w in wake], default=1.0)
+            if timeout > 0:
+                self._cv.wait(timeout=min(timeout, 1.0))
+
+
+def feed_window(served: ServedModel) -> int:
+    """How many requests a file-like caller keeps in flight: enough to fill batches, never past max_queue."""
+    return max(1, min(served.failure_policy.max_queue, max(4, 2 * served.batching.max_batch_size)))
+
+
+def _as_list(values: Any) -> list[Any]:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+EngineFactory = Callable[[ServedModel], ReferenceEngine]

@@ -1,0 +1,123 @@
+"""What the reference engine is made of, built from a manifest: model runner, tokenizer, scheduler, caches.
+
+Parts given explicitly (a toy runner in tests, a preloaded model in benchmarks) are used as they are;
+everything else is loaded from the manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.kv_blocks import KVBlockManager, pool_size
+from servegate.runtime.postprocess import OutputValidator
+from servegate.runtime.response_cache import ResponseCache
+from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
+
+Sampler = Callable[[Any, list[Any], list[Any]], tuple[Any, Any]]
+"""sample_batch(logits [B, vocab], params, generators) -> (token ids [B], logprobs [B])."""
+
+
+@dataclass
+class EngineParts:
+    """Everything a running reference engine uses."""
+
+    runner: Any
+    """The ModelRunner (None for task: embed)."""
+    tokenizer: Any
+    preprocessor: Any
+    """Has encode(request) -> EncodedPrompt(token_ids, truncated_tokens)."""
+    sampler: Sampler
+    scheduler: Scheduler | None
+    """The batching mode's scheduler over the runner's KV pool (None for task: embed)."""
+    validator: OutputValidator | None
+    """output_schema checker, when the manifest declares one."""
+    response_cache: ResponseCache | None
+    embedder: Any = None
+    """EmbeddingModel for task: embed."""
+    device: Any = "cpu"
+    quantization: Any = None
+    """QuantizationReport when the manifest quantizes the model."""
+
+
+def build_parts(
+    served: ServedModel,
+    *,
+    runner: Any = None,
+    tokenizer: Any = None,
+    preprocessor: Any = None,
+    sampler: Sampler | None = None,
+    model: Any = None,
+) -> EngineParts:
+    """Load (or take) the model, size the KV pool, and assemble scheduler, caches and validators."""
+    post = served.postprocess
+    validator = OutputValidator(post.output_schema) if post.output_schema is not None else None
+    cache = ResponseCache(post.response_cache, served.fingerprint) if post.response_cache.enabled else None
+    if served.preprocess.task == "embed":
+        from servegate.runtime.embedding import EmbeddingModel
+
+        return EngineParts(
+            None,
+            tokenizer,
+            preprocessor,
+            sampler or _default_sampler(),
+            None,
+            None,
+            cache,
+            embedder=EmbeddingModel(served),
+        )
+    report = None
+    if runner is None:
+        runner, tokenizer, report = _load_runner(served, model, tokenizer)
+    if preprocessor is None:
+        from servegate.runtime.preprocess import Preprocessor
+
+        preprocessor = Preprocessor(served, tokenizer)
+    kv = served.runtime.kv_cache
+    block_manager = KVBlockManager(
+        runner.num_blocks, runner.block_size, prefix_caching=kv is not None and kv.prefix_caching
+    )
+    scheduler = make_scheduler(served.batching.mode, SchedulerConfig.from_manifest(served), block_manager)
+    return EngineParts(
+        runner=runner,
+        tokenizer=tokenizer,
+        preprocessor=preprocessor,
+        sampler=sampler or _default_sampler(),
+        scheduler=scheduler,
+        validator=validator,
+        response_cache=cache,
+        device=getattr(runner, "device", "cpu"),
+        quantization=report,
+    )
+
+
+def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
+    """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
+    from servegate.capacity.memory import kv_dims_from_config
+    from servegate.runtime.model_runner import PagedModelRunner
+
+    report = None
+    if model is None:
+        from servegate.runtime.weights import load_causal_lm
+
+        loaded = load_causal_lm(served)
+        model, tokenizer = loaded.model, tokenizer or loaded.tokenizer
+        if served.runtime.quantization.method != "none":
+            from servegate.runtime.quantization import quantize_model
+
+            report = quantize_model(model, served.runtime.quantization)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
+    num_blocks, block_size = pool_size(served, kv_dims_from_config(config), compute_dtype)
+    kv = served.runtime.kv_cache
+    kv_dtype = "fp8" if kv is not None and kv.dtype == "fp8" else "auto"
+    runner = PagedModelRunner(model, num_blocks=num_blocks, block_size=block_size, kv_dtype=kv_dtype)
+    return runner, tokenizer, report
+
+
+def _default_sampler() -> Sampler:
+    from servegate.runtime.sampling import sample_batch
+
+    return sample_batch  # type: ignore[no-any-return]

@@ -1,0 +1,99 @@
+"""The failure policy's pieces the engine applies: catalogued errors, deadlines, and the fallback route.
+
+Every request ends in exactly one FinishEvent or ErrorEvent. When a declared trigger fires (overload,
+timeout, error) and the request has streamed nothing yet, it is handed to the fallback engine whole,
+and its result is marked fallback_used; once tokens have been streamed a switch of model would mix two
+outputs, so the primary's catalogued error is returned instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.sections import FailurePolicy
+from servegate.runtime.api import ErrorEvent, Event, FinishEvent, GenerationRequest
+
+Trigger = Literal["overload", "timeout", "error"]
+Sink = Callable[[Event], None]
+
+
+def overloaded(policy: FailurePolicy) -> ServingError:
+    """The `overloaded` error with the policy's status and Retry-After."""
+    return ServingError(
+        "overloaded",
+        status=policy.overload_status,
+        retry_after_s=policy.retry_after_s,
+        retry_after=policy.retry_after_s,
+    )
+
+
+def deadline_exceeded(timeout_s: float) -> ServingError:
+    """The `deadline_exceeded` error (504) naming the deadline."""
+    return ServingError("deadline_exceeded", timeout_s=round(timeout_s, 3))
+
+
+def unavailable(detail: str) -> ServingError:
+    """The `model_unavailable` error (503)."""
+    return ServingError("model_unavailable", detail=detail)
+
+
+class FallbackRoute:
+    """Hands requests to the fallback engine and relays its events, marking the result fallback_used."""
+
+    def __init__(self, engine: Any, triggers: list[Trigger]) -> None:
+        self.engine = engine
+        self.triggers = frozenset(triggers)
+        self.uses = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def covers(self, trigger: Trigger) -> bool:
+        """Whether the manifest routes this failure to the fallback."""
+        return trigger in self.triggers
+
+    def forward(self, request: GenerationRequest, sink: Sink) -> None:
+        """Serve `request` on the fallback engine; its events reach `sink` (its deadline restarts there)."""
+        self.uses += 1
+        request = dataclasses.replace(request, arrival_time=None)
+
+        def relay(event: Event) -> None:
+            sink(dataclasses.replace(event, fallback_used=True) if isinstance(event, FinishEvent) else event)
+
+        enqueue = getattr(self.engine, "enqueue", None)
+        if enqueue is not None:  # a reference engine takes a sink directly
+            enqueue(request, relay)
+            return
+        asyncio.run_coroutine_threadsafe(self._consume(request, relay), self._event_loop())
+
+    async def _consume(self, request: GenerationRequest, relay: Sink) -> None:
+        try:
+            async for event in self.engine.submit(request):
+                relay(event)
+        except ServingError as error:
+            relay(ErrorEvent(request.id, error))
+        except Exception as exc:  # an endpoint that breaks still ends the request with a catalogued error
+            relay(ErrorEvent(request.id, ServingError("internal", incident=f"fallback: {type(exc).__name__}")))
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="servegate-fallback", daemon=True).start()
+            return self._loop
+
+    async def start(self) -> None:
+        """Start the fallback engine."""
+        await self.engine.start()
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Shut the fallback engine down and stop the relay loop."""
+        await self.engine.shutdown(grace_s)
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._loop = None

@@ -1,0 +1,127 @@
+"""Tokens -> text the client sees: incremental detokenization, stop conditions, output-schema checks.
+
+One `OutputStream` per request turns each sampled token into a text delta. Stop strings are trimmed
+even when they span tokens: the last (longest stop - 1) characters are held back from streaming until
+it is certain they do not begin a stop string. EOS is never part of the text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import jsonschema
+
+FinishReason = Literal["stop", "length", "eos"]
+
+# Prompt tokens decoded in front of the output so the first output token gets its leading space right
+# (SentencePiece drops a word's leading space at the start of a decode).
+_CONTEXT_TOKENS = 6
+
+
+class Detokenizer(Protocol):
+    """The part of a Hugging Face tokenizer postprocess needs."""
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str:
+        """Token ids to text."""
+
+
+@dataclass
+class Delta:
+    """What one new token changes for the client."""
+
+    text: str
+    """Text that may be streamed now (stop strings and their possible beginnings held back)."""
+    finish_reason: FinishReason | None = None
+    """Set when this token ends the request."""
+
+
+@dataclass
+class OutputStream:
+    """One request's output: token ids, text, stop conditions."""
+
+    tokenizer: Detokenizer
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    eos_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    prompt_token_ids: Sequence[int] = ()
+    token_ids: list[int] = field(default_factory=list)
+    """Every sampled token, EOS included."""
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    """The output text so far (trimmed at a stop string once one is found)."""
+    finish_reason: FinishReason | None = None
+    _ids: list[int] = field(default_factory=list)
+    _prefix: int = 0
+    _read: int = 0
+    _streamed: int = 0
+
+    def __post_init__(self) -> None:
+        context = list(self.prompt_token_ids[-_CONTEXT_TOKENS:])
+        self._ids = context
+        self._prefix, self._read = 0, len(context)
+        self._holdback = max((len(s) for s in self.stop), default=1) - 1
+
+    def add(self, token_id: int, logprob: float | None = None) -> Delta:
+        """Append one sampled token; returns the streamable text delta and, if it ends the request, why."""
+        if self.finish_reason is not None:
+            raise RuntimeError("a token was added after the output finished")
+        self.token_ids.append(token_id)
+        if logprob is not None:
+            self.logprobs.append(logprob)
+        if token_id in self.eos_token_ids and not self.ignore_eos:
+            self.finish_reason = "eos"
+        else:
+            self._ids.append(token_id)
+            self.text += self._decode_new()
+            if self.stop and self._trim_stop():
+                self.finish_reason = "stop"
+        if self.finish_reason is None and len(self.token_ids) >= self.max_tokens:
+            self.finish_reason = "length"
+        return Delta(self._stream(), self.finish_reason)
+
+    def _decode_new(self) -> str:
+        """Text added by the newest token; empty while it is an incomplete character (U+FFFD)."""
+        before = self.tokenizer.decode(self._ids[self._prefix : self._read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self._ids[self._prefix :], skip_special_tokens=True)
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return after[len(before) :]
+
+    def _trim_stop(self) -> bool:
+        # Only the tail can hold a new match: text before it was searched on earlier tokens.
+        start = max(0, self._streamed - self._holdback - 1)
+        found = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        if not found:
+            return False
+        self.text = self.text[: min(found)]
+        return True
+
+    def _stream(self) -> str:
+        end = len(self.text) if self.finish_reason is not None else max(self._streamed, len(self.text) - self._holdback)
+        delta = self.text[self._streamed : end]
+        self._streamed = end
+        return delta
+
+
+class OutputValidator:
+    """Checks output text against the manifest's output_schema (JSON Schema draft 2020-12)."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self._validator = jsonschema.Draft202012Validator(schema)
+
+    def problem(self, text: str) -> str | None:
+        """None when `text` is JSON satisfying the schema, else what is wrong, in one line."""
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"not JSON ({exc.msg} at character {exc.pos})"
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{error.message} at /{where}" if where else error.message
