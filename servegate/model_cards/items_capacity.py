@@ -1,0 +1,199 @@
+"""Checklist items 4-5: the workload shape and the capacity target, declared, predicted and measured.
+
+Targets come from the manifest (`capacity.targets`), predictions from `gate plan --json`, measurements
+from `gate bench --json`. Each row shows all three side by side; a cell is None where that source is absent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.model_cards.evidence import Evidence, missing
+
+LATENCIES = (("ttft_ms", "TTFT", "ttft_ms"), ("tpot_ms", "TPOT", "tpot_ms"), ("e2e_ms", "E2E latency", "e2el_ms"))
+"""(manifest target field, label, bench/plan key) for each latency the note reports."""
+PERCENTILES = ("p50", "p95", "p99")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return None if math.isnan(value) or math.isinf(value) else float(value)
+
+
+def _section(data: dict[str, Any] | None, *names: str) -> dict[str, Any]:
+    """The first of `names` found at the top of `data` or under its `predicted` / `memory` / `policy` parts."""
+    if not data:
+        return {}
+    for scope in (data, data.get("predicted"), data.get("prediction"), data.get("memory")):
+        if isinstance(scope, dict):
+            for name in names:
+                if isinstance(scope.get(name), dict):
+                    return scope[name]
+    return {}
+
+
+def _value(data: dict[str, Any] | None, *names: str) -> Any:
+    if not data:
+        return None
+    for scope in (data, data.get("memory"), data.get("predicted"), data.get("policy")):
+        if isinstance(scope, dict):
+            for name in names:
+                if name in scope:
+                    return scope[name]
+    return None
+
+
+def workload_shape(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
+    """Item 4: context length, batch size and concurrency, request rate, response mode."""
+    workload = served.capacity.workload
+    source = "capacity.workload"
+    if workload is None and evidence.bench and isinstance(evidence.bench.get("workload"), dict):
+        from servegate.contracts.evaluation import Workload
+
+        workload, source = Workload.model_validate(evidence.bench["workload"]), "the bench's workload"
+    if workload is None:
+        raise missing(
+            "workload shape",
+            "declare capacity.workload in the manifest (input_tokens, output_tokens, arrival, rate_rps or "
+            "concurrency, response_mode), or pass --bench from `gate bench MANIFEST --json bench.json`",
+        )
+    bat = served.batching
+    return {
+        "source": source,
+        "context": {
+            "max_model_len_tokens": served.runtime.max_model_len,
+            "input_tokens": workload.input_tokens.model_dump(mode="json"),
+            "output_tokens": workload.output_tokens.model_dump(mode="json"),
+        },
+        "batching": {
+            "mode": bat.mode,
+            "max_batch_size": bat.max_batch_size,
+            "max_wait_ms": bat.max_wait_ms,
+            "max_num_batched_tokens": bat.max_num_batched_tokens,
+            "chunked_prefill": bat.chunked_prefill,
+            "max_queue": served.failure_policy.max_queue,
+        },
+        "arrival": workload.arrival,
+        "rate_rps": workload.rate_rps,
+        "concurrency": workload.concurrency,
+        "burstiness": workload.burstiness if workload.arrival == "gamma" else None,
+        "response_mode": workload.response_mode,
+    }
+
+
+def _met(target: float | None, observed: float | None, higher_is_better: bool) -> bool | None:
+    if target is None or observed is None:
+        return None
+    return observed >= target if higher_is_better else observed <= target
+
+
+def _row(metric: str, unit: str, target: Any, predicted: Any, measured: Any, higher: bool = False) -> dict[str, Any]:
+    target, predicted, measured = _number(target), _number(predicted), _number(measured)
+    return {
+        "metric": metric,
+        "unit": unit,
+        "target": target,
+        "predicted": predicted,
+        "measured": measured,
+        "met": _met(target, measured if measured is not None else predicted, higher),
+        "higher_is_better": higher,
+    }
+
+
+def capacity_rows(served: ServedModel, evidence: Evidence) -> list[dict[str, Any]]:
+    """Latency percentiles, throughput, memory: target, predicted, measured."""
+    targets = served.capacity.targets
+    rows = []
+    for field, label, key in LATENCIES:
+        declared = getattr(targets, field) if targets else None
+        predicted = _section(evidence.plan, key, field)
+        measured = _section(evidence.bench, key, field)
+        for p in PERCENTILES:
+            target = getattr(declared, p) if declared else None
+            if target is None and predicted.get(p) is None and measured.get(p) is None:
+                continue
+            rows.append(_row(f"{label} {p}", "ms", target, predicted.get(p), measured.get(p)))
+    floor = targets.throughput if targets else None
+    measured_tp = _section(evidence.bench, "throughput")
+    predicted_tp = _section(evidence.plan, "throughput")
+    for unit, key in (("requests/s", "requests_per_s"), ("tokens/s", "output_tokens_per_s")):
+        target = floor.value if floor and floor.unit == unit else None
+        if target is None and measured_tp.get(key) is None and predicted_tp.get(key) is None:
+            continue
+        label = "throughput" if unit == "requests/s" else "output throughput"
+        rows.append(_row(label, unit, target, predicted_tp.get(key), measured_tp.get(key), higher=True))
+    memory_target = targets.memory if targets else None
+    predicted_mem = _value(evidence.plan, "total_bytes", "memory_bytes")
+    measured_mem = _value(evidence.bench, "peak_memory_bytes", "memory_bytes")
+    if memory_target is not None or predicted_mem is not None or measured_mem is not None:
+        rows.append(_row("memory", "bytes", memory_target, predicted_mem, measured_mem))
+    return rows
+
+
+def _cost(served: ServedModel, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Cost per hour as declared, and per 1k requests / 1M output tokens at the measured (else predicted) rate."""
+    per_hour = served.capacity.cost_per_hour
+    if per_hour is None:
+        return None
+    out: dict[str, Any] = {"currency": served.capacity.currency, "per_replica_hour": per_hour}
+    for unit, name, scale in (("requests/s", "per_1k_requests", 1e3), ("tokens/s", "per_1m_output_tokens", 1e6)):
+        row = next((r for r in rows if r["unit"] == unit), None)
+        rate = row and (row["measured"] if row["measured"] is not None else row["predicted"])
+        out[name] = per_hour / (rate * 3600) * scale if rate else None
+    return out
+
+
+def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not plan:
+        return None
+    policy = plan.get("policy") or plan.get("recommended_policy") or plan.get("recommended")
+    return {
+        "weights_bytes": _number(_value(plan, "weights_bytes")),
+        "kv_bytes_per_token": _number(_value(plan, "kv_bytes_per_token")),
+        "max_concurrent_sequences": _number(_value(plan, "max_concurrent_sequences")),
+        "binding_constraint": _value(plan, "binding_constraint"),
+        "bound": _value(plan, "bound", "regime"),
+        "policy": {k: v for k, v in policy.items() if isinstance(v, str | int | float | bool)}
+        if isinstance(policy, dict)
+        else None,
+    }
+
+
+def _bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not bench:
+        return None
+    requests = bench.get("requests") if isinstance(bench.get("requests"), dict) else {}
+    goodput = bench.get("goodput") if isinstance(bench.get("goodput"), dict) else {}
+    runs = bench.get("runs") if isinstance(bench.get("runs"), list) else []
+    return {
+        "requests_sent": _number(requests.get("sent")),
+        "requests_failed": _number(requests.get("failed")),
+        "goodput_requests_per_s": _number(goodput.get("requests_per_s")),
+        "goodput_fraction": _number(goodput.get("fraction")),
+        "runs": len(runs),
+    }
+
+
+def capacity_target(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
+    """Item 5: latency p50/p95/p99, throughput with its unit, memory and cost; predicted and measured side by side."""
+    rows = capacity_rows(served, evidence)
+    if not rows:
+        raise missing(
+            "capacity target",
+            "run `gate bench MANIFEST --json bench.json` and pass --bench bench.json, or declare capacity.targets "
+            "(or pass --plan from `gate plan MANIFEST --json plan.json`)",
+        )
+    return {
+        "rows": rows,
+        "sources": {
+            "target": "capacity.targets" if served.capacity.targets else None,
+            "predicted": evidence.sources.get("plan", "gate plan") if evidence.plan else None,
+            "measured": evidence.sources.get("bench", "gate bench") if evidence.bench else None,
+        },
+        "cost": _cost(served, rows),
+        "plan": _plan_summary(evidence.plan),
+        "bench": _bench_summary(evidence.bench),
+    }

@@ -1,0 +1,196 @@
+"""Checklist items 1-3, read from the manifest and the contract: model identity, input and output contracts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servegate.contracts.errors import CATALOGUE, ServingError
+from servegate.contracts.manifest import ServedModel
+from servegate.model_cards.evidence import missing
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_TRUNCATION = {
+    "reject": "over-long prompts are refused with input_too_long (400); nothing is cut",
+    "left": "over-long prompts lose their oldest tokens (the start) until they fit",
+    "right": "over-long prompts lose their newest tokens (the end) until they fit",
+    "middle": "over-long prompts lose tokens from the middle; start and end are kept",
+}
+_WHEN = {
+    "invalid_request": "a field has the wrong type or range, breaks a manifest limit or the extra input schema",
+    "unknown_parameter": "the body has a field the API does not know (preprocess.unknown_fields: reject)",
+    "input_too_long": "the prompt is longer than preprocess.max_input_tokens (truncation: reject)",
+    "payload_too_large": "the body is larger than preprocess.max_payload_bytes",
+    "unsupported_media": "the Content-Type is not application/json",
+    "not_found": "the model name or the path is not served here",
+    "invalid_output": "the output breaks postprocess.output_schema (on_invalid_output: error)",
+    "overloaded": "the queue is full (failure_policy.max_queue)",
+    "deadline_exceeded": "the request ran past failure_policy.request_timeout_s",
+    "model_unavailable": "the model is loading, failed warm-up or is draining",
+    "internal": "a bug; the body carries an incident id, never request text",
+}
+
+
+def endpoints(served: ServedModel) -> dict[str, str]:
+    """Request kind -> HTTP path served for this manifest's task."""
+    if served.preprocess.task == "embed":
+        return {"embeddings": "/v1/embeddings"}
+    return {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+def _public_source(source: str) -> str:
+    """The weights' source as the note may publish it: zoo and hub ids as written, local paths not at all."""
+    if source.startswith(("zoo:", "hf:")):
+        return source
+    return "local checkpoint (path not published)"
+
+
+def weight_checksums(served: ServedModel) -> tuple[dict[str, str], str]:
+    """(file -> sha256, where they come from): declared in the manifest, the zoo's catalogue, or hashed here."""
+    w = served.weights
+    if w.sha256:
+        return dict(sorted(w.sha256.items())), "declared in weights.sha256 and verified before load"
+    if w.source.startswith("zoo:"):
+        from servegate.zoo.catalog import read_index
+
+        name = w.source.removeprefix("zoo:")
+        try:
+            files = read_index()[name]["files"]
+        except (OSError, KeyError, ValueError):
+            files = {}
+        weights = {f: d for f, d in files.items() if f.endswith(_WEIGHT_SUFFIXES)}
+        if weights:
+            return dict(sorted(weights.items())), "recorded in servegate's zoo catalogue"
+        raise missing(
+            "model identity (weight checksums)",
+            f"zoo model {name!r} has no recorded checksums: run `gate zoo build {name}`, or declare weights.sha256",
+        )
+    if w.source.startswith("hf:"):
+        raise missing(
+            "model identity (weight checksums)",
+            "declare weights.sha256 (file -> sha256) for hub weights; they are verified before load",
+        )
+    from servegate.zoo.catalog import sha256_file
+
+    root = served.resolve_path(w.source)
+    files = (
+        sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)) if root.is_dir() else []
+    )
+    if not files:
+        raise missing(
+            "model identity (weight checksums)",
+            f"no weight files found under weights.source ({root}); fix the source or declare weights.sha256",
+        )
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in files}, "computed from the weight files"
+
+
+def model_identity(served: ServedModel) -> dict[str, Any]:
+    """Item 1: public name or model class, version, fingerprint, weight checksums."""
+    card = served.card
+    if not (card.public_name or card.model_class):
+        raise missing(
+            "model identity",
+            "set card.public_name (the published name) or card.model_class (a generic class) in the manifest",
+        )
+    checksums, origin = weight_checksums(served)
+    return {
+        "public_name": card.public_name,
+        "model_class": card.model_class,
+        "api_model_id": served.name,
+        "version": served.version,
+        "fingerprint": served.fingerprint,
+        "weights_source": _public_source(served.weights.source),
+        "weights_format": served.weights.format,
+        "weights_dtype": served.weights.dtype,
+        "weight_checksums": checksums,
+        "weight_checksums_origin": origin,
+        "intended_use": card.intended_use,
+        "license": card.license,
+    }
+
+
+def _error_rows(served: ServedModel, client: bool) -> list[dict[str, Any]]:
+    rows = []
+    for spec in CATALOGUE.values():
+        if spec.client_error != client:
+            continue
+        status = served.failure_policy.overload_status if spec.code == "overloaded" else spec.status
+        applies = True
+        if spec.code == "input_too_long":
+            applies = served.preprocess.truncation == "reject"
+        if spec.code == "unknown_parameter":
+            applies = served.preprocess.unknown_fields == "reject"
+        if spec.code == "invalid_output":
+            applies = (
+                served.postprocess.output_schema is not None and served.failure_policy.on_invalid_output == "error"
+            )
+        rows.append(
+            {
+                "code": spec.code,
+                "status": status,
+                "type": spec.type,
+                "retryable": spec.retryable,
+                "when": _WHEN.get(spec.code, spec.template),
+                "applies": applies,
+            }
+        )
+    return rows
+
+
+def input_contract(served: ServedModel) -> dict[str, Any]:
+    """Item 2: request schema, limits in tokens and bytes, truncation policy, every invalid-input error."""
+    from servegate.contracts.requests import request_json_schema
+
+    pre, rt, post = served.preprocess, served.runtime, served.postprocess
+    return {
+        "task": pre.task,
+        "endpoints": endpoints(served),
+        "request_schemas": {kind: request_json_schema(served, kind) for kind in endpoints(served)},  # type: ignore[arg-type]
+        "limits": {
+            "max_input_tokens": pre.max_input_tokens,
+            "max_payload_bytes": pre.max_payload_bytes,
+            "max_model_len_tokens": rt.max_model_len,
+            "max_output_tokens": post.max_output_tokens,
+        },
+        "truncation": {"policy": pre.truncation, "meaning": _TRUNCATION[pre.truncation]},
+        "unknown_fields": pre.unknown_fields,
+        "extra_input_schema": pre.input_schema is not None,
+        "tenant_from": pre.tenant_from,
+        "chat_template": pre.chat_template if pre.chat_template in ("tokenizer", "none") else "custom template",
+        "errors": _error_rows(served, client=True),
+    }
+
+
+def output_contract(served: ServedModel) -> dict[str, Any]:
+    """Item 3: output schema, logprobs if offered, the error format, and the server-side errors."""
+    from servegate.contracts.responses import response_json_schema
+
+    post, fail = served.postprocess, served.failure_policy
+    kinds = ["embeddings"] if served.preprocess.task == "embed" else ["completions", "chat", "chat_chunk"]
+    example = ServingError(
+        "input_too_long",
+        param="prompt",
+        tokens=served.preprocess.max_input_tokens + 1,
+        limit=served.preprocess.max_input_tokens,
+    )
+    cache = post.response_cache
+    return {
+        "response_schemas": {kind: response_json_schema(kind) for kind in kinds},
+        "output_schema": post.output_schema,
+        "on_invalid_output": fail.on_invalid_output,
+        "max_output_tokens": post.max_output_tokens,
+        "stop": list(post.stop),
+        "logprobs_offered": post.logprobs,
+        "streaming": served.preprocess.task != "embed",
+        "response_cache": {"enabled": cache.enabled, "scope": cache.scope, "ttl_s": cache.ttl_s}
+        if cache.enabled
+        else None,
+        "fallback": {"on": list(fail.fallback.on)} if fail.fallback else None,
+        "deadline_s": fail.request_timeout_s,
+        "overload": {"policy": fail.overload, "status": fail.overload_status, "retry_after_s": fail.retry_after_s},
+        "error_format": {
+            "schema": response_json_schema("error"),
+            "example": example.to_body(),
+            "status": example.status,
+        },
+        "errors": _error_rows(served, client=False),
+    }

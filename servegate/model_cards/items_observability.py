@@ -1,0 +1,54 @@
+"""Checklist item 7: what is observed in production (aggregate metrics only) and that raw input is not logged."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.model_cards.evidence import missing
+
+# "never logged", "is not logged", "not stored or logged": the statement the checklist requires.
+_NOT_LOGGED = re.compile(r"\b(not|never)\b[^.;]*\blogged\b|\bno\b[^.;]*\b(is|are)\s+logged\b", re.IGNORECASE)
+_SERIES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+
+
+def exported_metrics() -> list[dict[str, str]]:
+    """The server's Prometheus metrics (name, series as exported, type, help), read from its own registry."""
+    from servegate.runtime.api import EngineStats
+    from servegate.server.metrics import ServerMetrics
+
+    registry = ServerMetrics(lambda: EngineStats()).registry
+    return [
+        {
+            "name": family.name,
+            "series": [family.name + suffix for suffix in _SERIES.get(family.type, ("",))],
+            "type": family.type,
+            "help": family.documentation,
+        }
+        for family in registry.collect()
+    ]
+
+
+def observability(served: ServedModel) -> dict[str, Any]:
+    """Item 7: the aggregate metrics exported, and the statement that raw input is not logged."""
+    statement = served.card.observability.strip()
+    if not statement:
+        raise missing("observability", "set card.observability: what is observed, and that raw input is not logged")
+    if not _NOT_LOGGED.search(statement):
+        raise missing(
+            "observability (raw input statement)",
+            "card.observability must say that raw request text is not logged "
+            '(e.g. "raw request and response text is never logged")',
+        )
+    try:
+        metrics = exported_metrics()
+    except ImportError:  # a build without the server: the statement stands, the list cannot be read
+        metrics = []
+    return {
+        "statement": statement,
+        "raw_input_logged": False,
+        "metrics_endpoint": "GET /metrics (Prometheus text format)",
+        "label_values": "closed sets only (endpoint, HTTP status): no request text or tenant id becomes a label",
+        "metrics": metrics,
+    }

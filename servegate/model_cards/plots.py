@@ -1,0 +1,154 @@
+"""The note's plots: the latency CDF and throughput against load, from the bench.
+
+The bench may have written the PNGs itself (listed under `plots` in its JSON); they are copied next
+to the note. Otherwise they are drawn here with matplotlib's Agg canvas (no display, no pyplot state)
+from the bench JSON: the CDF through the raw latencies when the JSON carries them, else through the
+reported percentiles; throughput and p99 latency against the offered load of each run.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PlotFile = tuple[dict[str, str], bytes]
+"""({title, path relative to the note}, PNG bytes)."""
+
+LATENCY_CDF = ("latency-cdf", "Latency CDF")
+THROUGHPUT_VS_LOAD = ("throughput-vs-load", "Throughput and p99 latency against load")
+_KINDS = {LATENCY_CDF: ("cdf",), THROUGHPUT_VS_LOAD: ("throughput", "load", "rate", "sweep")}
+_LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2E latency"))
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _png(draw: Callable[[Any], None]) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    draw(fig)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _samples(bench: dict[str, Any], key: str) -> list[float]:
+    """Raw per-request latencies in ms when the bench JSON carries them (`samples: {e2el_ms: [...]}`)."""
+    raw = (bench.get("samples") or {}).get(key) if isinstance(bench.get("samples"), dict) else None
+    return sorted(v for v in (raw or []) if _finite(v) is not None)
+
+
+def draw_latency_cdf(bench: dict[str, Any]) -> bytes:
+    """Latency CDF: fraction of requests at or below each latency, for TTFT, TPOT and E2E."""
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        from_percentiles = False
+        for key, label in _LATENCIES:
+            samples = _samples(bench, key)
+            if samples:
+                n = len(samples)
+                ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=label)
+                continue
+            stats = bench.get(key) if isinstance(bench.get(key), dict) else {}
+            points = [(v, q) for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)) if (v := _finite(stats.get(p)))]
+            if points:
+                from_percentiles = True
+                ax.plot([v for v, _ in points], [q for _, q in points], marker="o", label=f"{label} (p50/p95/p99)")
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+        ax.set_title("Latency CDF" + (" (through the reported percentiles)" if from_percentiles else ""))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")
+
+    return _png(draw)
+
+
+def _load_points(bench: dict[str, Any]) -> tuple[str, list[tuple[float, float | None, float | None]]]:
+    """(x label, [(offered load, requests/s achieved, p99 E2E ms)]) from the bench's runs."""
+    runs = [r for r in bench.get("runs") or [] if isinstance(r, dict)] or [bench]
+    closed = all(_finite(r.get("rate_rps")) is None for r in runs)
+    workload = bench.get("workload") if isinstance(bench.get("workload"), dict) else {}
+    points = []
+    for run in runs:
+        load = _finite(run.get("concurrency" if closed else "rate_rps"))
+        load = load if load is not None else _finite(workload.get("concurrency" if closed else "rate_rps"))
+        throughput = run.get("throughput") if isinstance(run.get("throughput"), dict) else {}
+        e2e = run.get("e2el_ms") if isinstance(run.get("e2el_ms"), dict) else {}
+        if load is not None:
+            points.append((load, _finite(throughput.get("requests_per_s")), _finite(e2e.get("p99"))))
+    return ("concurrency (requests in flight)" if closed else "offered load (requests/s)"), sorted(points)
+
+
+def draw_throughput_vs_load(bench: dict[str, Any]) -> bytes:
+    """Achieved throughput (requests/s) and p99 E2E latency (ms) against the offered load of each run."""
+    xlabel, points = _load_points(bench)
+
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot()
+        xs = [p[0] for p in points]
+        ax.plot(xs, [p[1] for p in points], marker="o", color="tab:blue", label="throughput")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("throughput (requests/s)", color="tab:blue")
+        ax.grid(True, alpha=0.3)
+        right = ax.twinx()
+        right.plot(xs, [p[2] for p in points], marker="s", color="tab:red", label="p99 E2E")
+        right.set_ylabel("p99 E2E latency (ms)", color="tab:red")
+        ax.set_xlim(left=0, right=max(xs, default=1) * 1.15 or 1)
+        ax.set_ylim(bottom=0)
+        right.set_ylim(bottom=0)
+        handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, loc="upper left")
+        ax.set_title("Throughput and p99 latency against load")
+
+    return _png(draw)
+
+
+def _bench_pngs(bench: dict[str, Any], base_dir: Path | None) -> dict[tuple[str, str], Path]:
+    """The bench's own PNGs by kind, from its `plots` (a name -> path map or a list of paths)."""
+    listed = bench.get("plots")
+    entries = listed.items() if isinstance(listed, dict) else ((str(p), p) for p in listed or [])
+    found: dict[tuple[str, str], Path] = {}
+    for name, value in entries:
+        if not isinstance(value, str) or not value.lower().endswith(".png"):
+            continue
+        path = Path(value) if Path(value).is_absolute() or base_dir is None else base_dir / value
+        if not path.is_file():
+            continue
+        for kind, words in _KINDS.items():
+            if kind not in found and any(w in f"{name} {path.name}".lower() for w in words):
+                found[kind] = path
+                break
+    return found
+
+
+def prepare_plots(bench: dict[str, Any], base_dir: Path | None, note_path: Path) -> list[PlotFile]:
+    """Both plots for the note at `note_path`: the bench's PNGs when it wrote them, else drawn here."""
+    own = _bench_pngs(bench, base_dir)
+    out: list[PlotFile] = []
+    for kind, draw in ((LATENCY_CDF, draw_latency_cdf), (THROUGHPUT_VS_LOAD, draw_throughput_vs_load)):
+        slug, title = kind
+        data = own[kind].read_bytes() if kind in own else draw(bench)
+        out.append(({"title": title, "path": f"{note_path.stem}.{slug}.png"}, data))
+    return out
+
+
+def write_plots(plots: list[PlotFile], note_path: Path) -> None:
+    """Write prepared plots next to the note (each atomically)."""
+    for meta, data in plots:
+        target = note_path.parent / meta["path"]
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(target)

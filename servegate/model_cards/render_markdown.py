@@ -1,0 +1,469 @@
+"""The serving note as Markdown: one numbered section per checklist item, tables for every set of figures.
+
+The note's metadata (fingerprint, digests, times) rides in an HTML comment on the first line, so
+`gate note --check` can judge a committed SERVING.md without its JSON twin. The same renderer writes
+the model card's "Serving" section (`compact`: no JSON Schemas, headings one level deeper).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from servegate.contracts.units import format_bytes
+from servegate.model_cards.evidence import NoteError
+from servegate.model_cards.note import ITEMS, ServingNote
+
+META_PREFIX = "<!-- servegate-note "
+_META = re.compile(r"<!-- servegate-note (\{.*?\}) -->", re.DOTALL)
+
+
+def read_metadata(markdown: str) -> dict[str, Any]:
+    """The metadata a note carries in its first-line comment; a NoteError when there is none."""
+    match = _META.search(markdown)
+    if match is None:
+        raise NoteError("not a servegate serving note: the `<!-- servegate-note {...} -->` line is missing")
+    try:
+        data: dict[str, Any] = json.loads(match.group(1))
+    except json.JSONDecodeError as exc:
+        raise NoteError(f"the serving note's metadata line does not parse: {exc}") from None
+    return data
+
+
+# --- cells ---------------------------------------------------------------------------------------
+
+
+def cell(value: Any) -> str:
+    """A value as one table cell: pipes escaped, line breaks as <br>, None as an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return re.sub(r"\r?\n", "<br>", text)
+
+
+def code(value: Any) -> str:
+    """Inline code that survives backticks and pipes in the value (pipes escaped for table cells)."""
+    text = re.sub(r"\s*\n\s*", " ", str(value))
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}".replace("|", "\\|")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A GitHub-flavoured Markdown table (cells already formatted are kept as they are)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(v if isinstance(v, _Raw) else cell(v) for v in row) + " |")
+    return lines + [""]
+
+
+class _Raw(str):
+    """Cell text that is already Markdown."""
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f} ms"
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "bytes":
+        return f"{format_bytes(value)} ({int(value):,} bytes)"
+    if unit == "ms":
+        return _ms(value)
+    return f"{value:,.3g} {unit}"
+
+
+def _fence(language: str, text: str) -> list[str]:
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`{3,}", text)), default=0) + 1)
+    return [f"{fence}{language}", text, fence, ""]
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "</details>", ""]
+
+
+# --- items ---------------------------------------------------------------------------------------
+
+
+def _identity(item: dict[str, Any], h: str) -> list[str]:
+    rows = [
+        ("Public name", item.get("public_name")),
+        ("Model class", item.get("model_class")),
+        ("API model id", _Raw(code(item["api_model_id"]))),
+        ("Version", item["version"]),
+        ("Fingerprint", _Raw(code(item["fingerprint"]))),
+        ("Weights", f"{item['weights_source']} ({item['weights_format']}, dtype {item['weights_dtype']})"),
+        ("Intended use", item.get("intended_use")),
+        ("License", item.get("license")),
+    ]
+    out = table(("Field", "Value"), rows)
+    out += [f"{h}# Weight checksums", "", f"sha256 of each weight file, {item['weight_checksums_origin']}.", ""]
+    out += table(("File", "sha256"), ((_Raw(code(f)), _Raw(code(d))) for f, d in item["weight_checksums"].items()))
+    return out
+
+
+def _error_table(rows: list[dict[str, Any]]) -> list[str]:
+    return table(
+        ("Code", "HTTP status", "Type", "Retryable", "When", "Applies here"),
+        ((_Raw(code(r["code"])), r["status"], r["type"], r["retryable"], r["when"], r["applies"]) for r in rows),
+    )
+
+
+def _type_of(spec: dict[str, Any]) -> str:
+    if "$ref" in spec:
+        return spec["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in spec:
+        return " or ".join(_type_of(s) for s in spec["anyOf"] if s.get("type") != "null")
+    if spec.get("type") == "array":
+        return f"list of {_type_of(spec.get('items', {}))}"
+    return str(spec.get("type", "any"))
+
+
+def _limits_of(spec: dict[str, Any]) -> str:
+    parts = []
+    for branch in [spec, *spec.get("anyOf", [])]:
+        for key, label in (("const", "="), ("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤")):
+            if key in branch:
+                parts.append(f"{label} {branch[key]}")
+        for key, label in (("minLength", "chars ≥"), ("maxLength", "chars ≤"), ("maxItems", "items ≤")):
+            if key in branch:
+                parts.append(f"{label} {branch[key]}")
+        if "enum" in branch:
+            parts.append("one of " + ", ".join(json.dumps(v) for v in branch["enum"]))
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _field_rows(schema: dict[str, Any]) -> list[tuple[Any, ...]]:
+    required = set(schema.get("required", []))
+    rows = []
+    for name, spec in schema.get("properties", {}).items():
+        label = f"{code(name)} (required)" if name in required else code(name)
+        meaning = str(spec.get("description", "")).split("\n")[0]
+        rows.append((_Raw(label), _type_of(spec), _limits_of(spec) or None, meaning or None))
+    return rows
+
+
+def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
+    limits = item["limits"]
+    out = ["Endpoints: " + ", ".join(code(p) for p in item["endpoints"].values()) + ".", ""]
+    out += [f"{h}# Limits", ""]
+    out += table(
+        ("Limit", "Value"),
+        [
+            ("Prompt length", f"{limits['max_input_tokens']:,} tokens"),
+            ("Request body", f"{limits['max_payload_bytes']:,} bytes ({format_bytes(limits['max_payload_bytes'])})"),
+            ("Context (prompt + output)", f"{limits['max_model_len_tokens']:,} tokens"),
+            ("Output length", f"{limits['max_output_tokens']:,} tokens"),
+            ("Truncation", _Raw(f"**{item['truncation']['policy']}**: {cell(item['truncation']['meaning'])}")),
+            ("Unknown request fields", item["unknown_fields"]),
+            ("Extra input schema", item["extra_input_schema"]),
+            ("Tenant taken from", item["tenant_from"]),
+            ("Chat template", item["chat_template"]),
+        ],
+    )
+    out += [f"{h}# Errors for invalid input", "", "Every invalid input is answered with one of these (body below).", ""]
+    out += _error_table(item["errors"])
+    out += [f"{h}# Request fields", ""]
+    for kind, schema in item["request_schemas"].items():
+        out += [f"{kind.capitalize()} ({code(item['endpoints'][kind])}):", ""]
+        out += table(("Field", "Type", "Limits", "Meaning"), _field_rows(schema))
+    if not compact:
+        out += [f"{h}# Request schema", ""]
+        for kind, schema in item["request_schemas"].items():
+            out += _details(f"{kind} request (JSON Schema)", _fence("json", json.dumps(schema, indent=2)))
+    return out
+
+
+def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
+    cache = item.get("response_cache")
+    overload = item["overload"]
+    rows = [
+        ("Output schema", "JSON Schema (below)" if item.get("output_schema") else "free text"),
+        ("Output that breaks the schema", item["on_invalid_output"] if item.get("output_schema") else None),
+        ("Output length", f"{item['max_output_tokens']:,} tokens at most"),
+        ("Stop strings", ", ".join(item["stop"]) or None),
+        ("Confidence (logprobs)", "offered on request" if item["logprobs_offered"] else "not offered"),
+        ("Streaming", "server-sent events ending in `data: [DONE]`" if item["streaming"] else "no"),
+        ("Response cache", f"on, {cache['scope']} scope, {cache['ttl_s']:g} s" if cache else "off"),
+        ("Fallback model", "on " + ", ".join(item["fallback"]["on"]) if item.get("fallback") else "none"),
+        ("Deadline", f"{item['deadline_s']:g} s per request"),
+        ("Overload", f"{overload['policy']} with HTTP {overload['status']}, Retry-After {overload['retry_after_s']} s"),
+    ]
+    out = table(("Property", "Value"), rows)
+    if item.get("output_schema"):
+        out += _details("output JSON Schema", _fence("json", json.dumps(item["output_schema"], indent=2)))
+    err = item["error_format"]
+    out += [
+        f"{h}# Error format",
+        "",
+        "Every error has this OpenAI-shaped body, e.g. for a prompt that is too long:",
+        "",
+    ]
+    out += _fence("json", json.dumps(err["example"], indent=2))
+    out += [f"{h}# Server-side errors", ""]
+    out += _error_table(item["errors"])
+    if not compact:
+        for kind, schema in item["response_schemas"].items():
+            out += _details(f"{kind} response (JSON Schema)", _fence("json", json.dumps(schema, indent=2)))
+    return out
+
+
+def _dist(d: dict[str, Any]) -> str:
+    if d["distribution"] == "fixed":
+        return f"fixed {d['mean']:,} tokens"
+    return f"{d['distribution']}, mean {d['mean']:,} (min {d['min']:,}, max {d['max']:,}) tokens"
+
+
+def _workload(item: dict[str, Any]) -> list[str]:
+    ctx, bat = item["context"], item["batching"]
+    rate = f"{item['rate_rps']:g} requests/s ({item['arrival']})" if item.get("rate_rps") else None
+    if item.get("burstiness"):
+        rate = f"{rate}, burstiness {item['burstiness']:g}"
+    rows = [
+        ("Context length", f"{ctx['max_model_len_tokens']:,} tokens (prompt + output)"),
+        ("Prompt length", _dist(ctx["input_tokens"])),
+        ("Output length", _dist(ctx["output_tokens"])),
+        ("Batching", f"{bat['mode']}, up to {bat['max_batch_size']} sequences"),
+        (
+            "Tokens per step",
+            f"{bat['max_num_batched_tokens']:,}" + (" (chunked prefill)" if bat["chunked_prefill"] else ""),
+        ),
+        ("Batch wait", f"{bat['max_wait_ms']:g} ms"),
+        ("Queue", f"{bat['max_queue']:,} requests"),
+        (
+            "Concurrency",
+            f"{item['concurrency']:,} requests in flight (closed loop)" if item.get("concurrency") else None,
+        ),
+        ("Request rate", rate),
+        ("Response mode", item["response_mode"]),
+    ]
+    return [f"From {item['source']}.", "", *table(("Aspect", "Value"), rows)]
+
+
+def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_prefix: str) -> list[str]:
+    src = item["sources"]
+    out = [
+        "Targets from "
+        + (src["target"] or "—")
+        + "; predicted by "
+        + (code(src["predicted"]) if src["predicted"] else "—")
+        + "; measured by "
+        + (code(src["measured"]) if src["measured"] else "—")
+        + ".",
+        "",
+    ]
+    out += table(
+        ("Metric", "Target", "Predicted", "Measured", "Met"),
+        (
+            (
+                r["metric"],
+                ("≥ " if r["higher_is_better"] else "≤ ") + _fmt(r["target"], r["unit"])
+                if r["target"] is not None
+                else None,
+                _fmt(r["predicted"], r["unit"]),
+                _fmt(r["measured"], r["unit"]),
+                r["met"],
+            )
+            for r in item["rows"]
+        ),
+    )
+    if item.get("cost"):
+        c = item["cost"]
+        cur = c["currency"]
+        out += [f"{h}# Cost", ""]
+        out += table(
+            ("Unit", "Cost"),
+            [
+                ("one replica-hour", f"{c['per_replica_hour']:,.4g} {cur}"),
+                ("1,000 requests", f"{c['per_1k_requests']:,.4g} {cur}" if c.get("per_1k_requests") else None),
+                (
+                    "1M output tokens",
+                    f"{c['per_1m_output_tokens']:,.4g} {cur}" if c.get("per_1m_output_tokens") else None,
+                ),
+            ],
+        )
+    plan = item.get("plan")
+    if plan:
+        out += [f"{h}# Capacity plan", ""]
+        rows: list[tuple[str, Any]] = [
+            ("Weights", _fmt(plan.get("weights_bytes"), "bytes")),
+            (
+                "KV cache per token",
+                f"{plan['kv_bytes_per_token']:,.0f} bytes" if plan.get("kv_bytes_per_token") else None,
+            ),
+            ("Concurrent sequences that fit", plan.get("max_concurrent_sequences")),
+            ("Binding constraint", plan.get("binding_constraint")),
+            ("Bound by", plan.get("bound")),
+        ]
+        rows += [(f"policy: {k}", v) for k, v in (plan.get("policy") or {}).items()]
+        out += table(("Figure", "Value"), rows)
+    bench = item.get("bench")
+    if bench:
+        out += [f"{h}# Bench run", ""]
+        out += table(
+            ("Figure", "Value"),
+            [
+                ("Requests sent", bench.get("requests_sent")),
+                ("Requests failed", bench.get("requests_failed")),
+                (
+                    "Goodput",
+                    f"{bench['goodput_requests_per_s']:.3g} requests/s"
+                    if bench.get("goodput_requests_per_s") is not None
+                    else None,
+                ),
+                (
+                    "Share meeting the SLOs",
+                    f"{100 * bench['goodput_fraction']:.1f} %" if bench.get("goodput_fraction") is not None else None,
+                ),
+                ("Runs", bench.get("runs")),
+            ],
+        )
+    if plots:
+        out += [f"{h}# Plots", ""]
+        out += [f"![{p['title']}]({link_prefix}{p['path']})" for p in plots] + [""]
+    return out
+
+
+def _ci(r: dict[str, Any]) -> str | None:
+    if r["ci_low"] is None and r["ci_high"] is None:
+        return None
+    level = f" ({100 * r['confidence']:g} %)" if r.get("confidence") else ""
+    return f"[{cell(r['ci_low'])}, {cell(r['ci_high'])}]{level}"
+
+
+def _quality(item: dict[str, Any], h: str) -> list[str]:
+    out = [
+        f"Overall verdict: **{item['verdict']}** (non-inferiority at {100 * item['confidence']:g} % confidence; "
+        "a metric passes when the lower bound of candidate − baseline stays above −margin).",
+        "",
+    ]
+    out += table(
+        ("Gate", "Verdict", "Reason", "Failure examples", "of them public", "Simulated"),
+        (
+            (
+                _Raw(code(g["name"])),
+                _Raw(f"**{g['verdict']}**"),
+                g["reason"],
+                g["failure_examples"],
+                g["public_failure_examples"],
+                g["simulated"],
+            )
+            for g in item["gates"]
+        ),
+    )
+    if item["scores"]:
+        out += [f"{h}# Metrics", ""]
+        out += table(
+            ("Gate", "Suite", "Metric", "n", "Baseline", "Candidate", "Difference", "Interval", "Margin", "Verdict"),
+            (
+                (
+                    r["gate"],
+                    r["suite"],
+                    r["metric"],
+                    None if r["n"] is None else int(r["n"]),
+                    r["baseline"],
+                    r["candidate"],
+                    r["difference"],
+                    _ci(r),
+                    r["margin"],
+                    r["verdict"],
+                )
+                for r in item["scores"]
+            ),
+        )
+    if item["agreement"]:
+        out += [f"{h}# Token agreement", ""]
+        out += table(
+            ("Gate", "Suite", "Top-1 token agreement", "Mean KL (nats)"),
+            ((r["gate"], r["suite"], r["token_agreement"], r["mean_kl"]) for r in item["agreement"]),
+        )
+    out += [f"{h}# Optimizations in effect", "", "Where the served model differs from its reference form.", ""]
+    out += table(
+        ("Field", "Reference form", "Served", "Gates", "Simulated"),
+        (
+            (
+                _Raw(code(o["field"])),
+                _Raw(code(json.dumps(o["reference"]))),
+                _Raw(code(json.dumps(o["served"]))),
+                ", ".join(f"{g} ({o['verdicts'][g]})" if g in o["verdicts"] else g for g in o["gates"]) or None,
+                "not reported" if o["simulated"] is None else o["simulated"],
+            )
+            for o in item["optimizations"]
+        ),
+    )
+    if item["examples"]:
+        out += [f"{h}# Failure examples (public suites only)", ""]
+        for e in item["examples"]:
+            out += [f"- {code(e['gate'])} on suite {code(e['suite'])}, item {code(e.get('id'))}:", ""]
+            for key in ("prompt", "reference", "baseline", "candidate"):
+                if key in e:
+                    out += [f"  - {key}: {code(e[key])}"]
+            out += [""]
+    return out
+
+
+def _observability(item: dict[str, Any]) -> list[str]:
+    out = [
+        f"> {item['statement']}",
+        "",
+        f"Raw request text is logged: **{'yes' if item['raw_input_logged'] else 'no'}**.",
+        "",
+    ]
+    out += [f"Metrics are exported at {item['metrics_endpoint']}; label values are {item['label_values']}.", ""]
+    if item["metrics"]:
+        out += table(
+            ("Metric", "Type", "What it counts"),
+            (
+                (_Raw(", ".join(code(x) for x in m.get("series") or [m["name"]])), m["type"], m["help"])
+                for m in item["metrics"]
+            ),
+        )
+    return out
+
+
+def render_items(note: ServingNote, level: int = 2, compact: bool = False, link_prefix: str = "") -> list[str]:
+    """The seven numbered sections, headings at `level` (their subsections one deeper)."""
+    h = "#" * level
+    out: list[str] = []
+    for number, (key, title) in enumerate(ITEMS, start=1):
+        item = note.items[key]
+        out += [f"{h} {number}. {title}", ""]
+        if key == "model_identity":
+            out += _identity(item, h)
+        elif key == "input_contract":
+            out += _input(item, h, compact)
+        elif key == "output_contract":
+            out += _output(item, h, compact)
+        elif key == "workload_shape":
+            out += _workload(item)
+        elif key == "capacity_target":
+            out += _capacity(item, h, note.plots, link_prefix)
+        elif key == "quality_gate":
+            out += _quality(item, h)
+        else:
+            out += _observability(item)
+    return out
+
+
+def render_markdown(note: ServingNote) -> str:
+    """The whole note: metadata line, title, provenance, the seven items."""
+    meta = json.dumps(note.metadata(), sort_keys=True, separators=(",", ":"))
+    lines = [
+        f"{META_PREFIX}{meta} -->",
+        f"# Serving note: {note.title} {note.version}",
+        "",
+        f"Written by servegate {note.servegate_version} from evidence on {note.written_at}; "
+        f"gate results from {note.gate_results_at[:19].replace('T', ' ')} UTC. Fingerprint {code(note.fingerprint)}, "
+        f"gate verdict **{note.verdict}**. Regenerate with `gate note`; `gate note --check` tells when it is stale.",
+        "",
+    ]
+    lines += render_items(note, level=2)
+    return "\n".join(lines).rstrip("\n") + "\n"
