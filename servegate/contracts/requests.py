@@ -13,7 +13,16 @@ import re
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+)
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
@@ -58,11 +67,26 @@ def _stop_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+_TEXT_SCHEMA = {"type": "string", "minLength": 1, "pattern": _CONTROL_FREE_PATTERN}
 PromptField = Annotated[
     NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)],
     BeforeValidator(_one_prompt),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                _TEXT_SCHEMA,
+                {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1, "maxItems": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+            ]
+        }
+    ),
 ]
-StopField = Annotated[list[NonEmptyText], BeforeValidator(_stop_list), Field(max_length=4)]
+StopField = Annotated[
+    list[NonEmptyText],
+    BeforeValidator(_stop_list),
+    Field(max_length=4),
+    WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "maxItems": 4}]}),
+]
 
 
 class StreamOptions(BaseModel):

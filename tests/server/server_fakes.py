@@ -41,6 +41,10 @@ class FakeBehaviour:
     """Seconds start() takes (model loading)."""
     crash_on: str = "CRASH-THE-ENGINE"
     """A prompt containing this makes submit() raise a plain exception (a server bug must become 500)."""
+    hang_on: str = "HANG-THE-ENGINE"
+    """A prompt containing this never gets an event (the server's own deadline must answer 504)."""
+    slow_on: str = "SLOW-THE-ENGINE"
+    """A prompt containing this takes 0.5 s per token (a stream that runs past its deadline)."""
     wrong_outputs: bool = False
     """Every greedy output is reversed (a broken deploy: warm-up must catch it)."""
     dim: int = 8
@@ -128,6 +132,8 @@ class FakeEngine:
         prompt = prompt_text(request)
         if self.behaviour.crash_on in prompt:
             raise RuntimeError(f"engine crashed on {prompt!r}")
+        if self.behaviour.hang_on in prompt:
+            await asyncio.Event().wait()
         limit, truncated = self.served.preprocess.max_input_tokens, 0
         if len(prompt) > limit:
             if self.served.preprocess.truncation == "reject":
@@ -190,9 +196,10 @@ class FakeEngine:
         reason = "stop" if cut >= 0 else "length"
         text = text[:cut] if cut >= 0 else text
         ttft = None
+        delay = 0.5 if self.behaviour.slow_on in prompt else self.behaviour.token_delay_s
         for position, char in enumerate(text):
-            if self.behaviour.token_delay_s:
-                await asyncio.sleep(self.behaviour.token_delay_s)
+            if delay:
+                await asyncio.sleep(delay)
             if time.monotonic() > deadline:
                 yield ErrorEvent(request.id, ServingError("deadline_exceeded", timeout_s=deadline - arrival))
                 return

@@ -1,0 +1,137 @@
+"""Start and stop real server processes on 127.0.0.1 and a free port: `gate serve`, or the fake engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+HERE = Path(__file__).parent
+GATE = Path(sys.executable).with_name("gate")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_manifest(folder: Path, data: dict[str, Any], name: str = "manifest.json") -> Path:
+    """Write a manifest dict as JSON (manifests may be YAML or JSON) and return its path."""
+    path = folder / name
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def fake_manifest(**sections: Any) -> dict[str, Any]:
+    """A manifest for the fake engine (the weights are never loaded); sections override the defaults."""
+    data: dict[str, Any] = {
+        "apiVersion": "servegate/v1",
+        "kind": "ServedModel",
+        "name": "fake-model",
+        "weights": {"source": "zoo:tiny-primary"},
+        "preprocess": {"max_input_tokens": 64, "max_payload_bytes": 4096},
+        "runtime": {"max_model_len": 128},
+        "postprocess": {"max_output_tokens": 32, "logprobs": True},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
+class ServerProcess:
+    """One server subprocess; its stdout and stderr go to a log file the tests can read."""
+
+    def __init__(self, command: list[str], log_path: Path, port: int) -> None:
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVEGATE_DEBUG": ""}
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_until(self, path: str, status: int, timeout_s: float = 120.0) -> None:
+        """Poll GET path until it answers `status` (the process dying or the time passing fails the test)."""
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                last = httpx.get(self.base_url + path, timeout=2.0).status_code
+                if last == status:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"GET {path} never answered {status} (last {last}):\n{self.log()[-4000:]}")
+
+    def url(self, path: str) -> str:
+        """Absolute URL of a path on this server."""
+        return self.base_url + path
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, wait for the exit, return the exit code (killed after timeout_s)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+def start_fake_server(folder: Path, manifest: dict[str, Any], behaviour: dict[str, Any] | None = None) -> ServerProcess:
+    """The fake-engine server on a free port (same app and runner as `gate serve`)."""
+    path = write_manifest(folder, manifest)
+    port = free_port()
+    command = [sys.executable, str(HERE / "serve_fake.py"), str(path), str(port), json.dumps(behaviour or {})]
+    return ServerProcess(command, folder / "server.log", port)
+
+
+def start_gate_serve(folder: Path, manifest: dict[str, Any], *extra: str) -> ServerProcess:
+    """`gate serve MANIFEST --port N` on a free port."""
+    path = write_manifest(folder, manifest)
+    port = free_port()
+    command = [str(GATE), "serve", str(path), "--host", "127.0.0.1", "--port", str(port), *extra]
+    return ServerProcess(command, folder / "server.log", port)
+
+
+@pytest.fixture(scope="module")
+def module_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """A temporary folder per test module (manifests and server logs)."""
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Any]:
+    """Start servers inside one test; all are stopped at its end."""
+    started: list[ServerProcess] = []
+
+    def start(manifest: dict[str, Any], behaviour: dict[str, Any] | None = None) -> ServerProcess:
+        folder = tmp_path / f"server{len(started)}"
+        folder.mkdir()
+        server = start_fake_server(folder, manifest, behaviour)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
