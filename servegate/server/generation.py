@@ -92,7 +92,10 @@ class EngineRun:
         except Exception as exc:
             raise internal_error(exc) from None
         if isinstance(event, ErrorEvent):
-            raise normalize(event.error, self.state.served)
+            error = normalize(event.error, self.state.served)
+            if error.code == "input_too_long" and error.param is None:
+                error.param = "messages" if self.request.messages is not None else "prompt"
+            raise error
         if isinstance(event, TokenEvent):
             if self.first_token_at is None:
                 self.first_token_at = time.monotonic()

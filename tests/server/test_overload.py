@@ -44,10 +44,11 @@ def server(module_dir: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def short_deadline_server(module_dir: Path) -> Iterator[ServerProcess]:
-    """A server whose requests have 2 s to finish."""
+    """A server whose requests have 2 s to finish, and which truncates long prompts from the left."""
     folder = module_dir / "short-deadline"
     folder.mkdir()
-    process = start_fake_server(folder, fake_manifest(failure_policy={"request_timeout_s": 2}))
+    manifest = fake_manifest(failure_policy={"request_timeout_s": 2}, preprocess={"truncation": "left"})
+    process = start_fake_server(folder, manifest)
     process.wait_until("/ready", 200)
     yield process
     assert process.stop() == 0
@@ -119,6 +120,14 @@ def test_a_stream_past_its_deadline_ends_with_an_error_event(short_deadline_serv
     assert lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2][6:])["error"]["code"] == "deadline_exceeded"
     assert 1 <= len(lines) - 2 <= 5  # a few tokens made it before the deadline
+
+
+def test_a_truncated_prompt_reports_the_dropped_tokens_in_usage(short_deadline_server: ServerProcess) -> None:
+    body = {"model": MODEL, "prompt": "t" * 100, "max_tokens": 2}
+    response = httpx.post(short_deadline_server.url("/v1/completions"), json=body)
+    assert response.status_code == 200
+    usage = response.json()["usage"]
+    assert usage["truncated_tokens"] == 100 - 64 and usage["prompt_tokens"] == 64
 
 
 def test_an_engine_crash_is_a_500_that_reveals_nothing(server: ServerProcess) -> None:
