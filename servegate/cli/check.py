@@ -1,0 +1,89 @@
+"""`gate check`: the release gates, from a manifest's reference form or from a baseline -> candidate change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from servegate.cli.common import JsonOption, SetOption, console_for, load
+from servegate.contracts.errors import ServegateError
+from servegate.gates.evaluation import OutputCache, cache_dir
+
+
+def _list_gates(json_out: str | None) -> None:
+    from servegate.cli.common import write_json
+    from servegate.gates.check import GATES
+
+    rows = [{"name": e.name, "watches": list(e.metadata["watches"]), "purpose": e.metadata["purpose"]} for e in GATES]
+    table = Table(title="gates", title_justify="left")
+    for column in ("gate", "watches", "purpose"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], ", ".join(row["watches"]), row["purpose"])
+    console_for(json_out).print(table)
+    write_json(json_out, {"gates": rows})
+
+
+def check(
+    manifest: Annotated[Path | None, typer.Argument(help="Manifest to check against its own reference form.")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="Baseline manifest of a change.")] = None,
+    candidate: Annotated[Path | None, typer.Option("--candidate", help="Candidate manifest of a change.")] = None,
+    gate: Annotated[list[str] | None, typer.Option("--gate", help="Run only this gate (repeatable).")] = None,
+    list_gates: Annotated[bool, typer.Option("--list", help="List the gates, what they watch, and exit.")] = False,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one testcase per gate).")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail the check too.")] = False,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Regenerate baseline outputs instead of reusing them.")
+    ] = False,
+) -> None:
+    """Gate a served model: exit 0 when no gate failed, 1 when one did (or warned, with --strict), 2 on usage errors.
+
+    A single manifest is checked against its reference form (same weights and suites, every optimization
+    off); --baseline/--candidate checks a change, and the diff decides which gates run. Baseline outputs are
+    cached in $SERVEGATE_CACHE (default .servegate-cache/). --set applies to the manifest or the candidate.
+
+    Examples:
+      gate check examples/quickstart/manifest.yaml
+      gate check --baseline old.yaml --candidate new.yaml --junit gates.xml --json report.json
+      gate check examples/quickstart/manifest.yaml --gate quantization
+    """
+    if list_gates:
+        _list_gates(json_out)
+        return
+    if manifest is not None and (baseline is not None or candidate is not None):
+        raise ServegateError("give either MANIFEST or --baseline A --candidate B, not both")
+    if manifest is None and (baseline is None or candidate is None):
+        raise ServegateError("give a MANIFEST, or both --baseline A and --candidate B (see gate check --help)")
+
+    from servegate.gates.check import check_manifest, plan_gates, run_check
+    from servegate.gates.reports import RichProgress, print_table, write_reports
+
+    console = console_for(json_out)
+    cache = OutputCache(cache_dir(), enabled=not no_cache)
+    forced = list(gate or [])
+    if manifest is not None:
+        served = load(manifest, set_)
+        plan_gates(served.reference_form(), served, mode="reference", forced=forced)  # usage errors before work
+        with RichProgress(console) as progress:
+            report = check_manifest(served, forced=forced, cache=cache, progress=progress)
+    else:
+        assert baseline is not None and candidate is not None
+        base, cand = load(baseline, None), load(candidate, set_)
+        plan_gates(base, cand, forced=forced)
+        with RichProgress(console) as progress:
+            report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
+    print_table(report, console)
+    write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
+    if report.verdict == "fail" or (strict and report.warned):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gate check` to the root app."""
+    app.command("check")(check)

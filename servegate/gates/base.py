@@ -1,0 +1,224 @@
+"""What a gate is, and the context it runs in: the two manifests, engines, suites and progress.
+
+A gate compares a candidate with a baseline. To blame the right change, quality gates build an
+*isolated* candidate: the baseline with only the fields the gate is about taken from the candidate
+(`GateContext.isolated`), so an unsafe truncation limit never fails the quantization gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import ValidationError
+
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.evaluation import (
+    ItemOutput,
+    OutputCache,
+    SuiteData,
+    SuiteItem,
+    SuiteRun,
+    cache_key,
+    load_suite_data,
+    run_items,
+    score_run,
+)
+from servegate.gates.result import GateResult, Verdict
+from servegate.runtime.api import Engine
+
+EngineFactory = Callable[[ServedModel], Engine]
+
+
+class GateSetupError(ServegateError):
+    """A gate could not set up what it compares (e.g. an isolated candidate that does not validate)."""
+
+
+def default_engine_factory(served: ServedModel) -> Engine:
+    """`servegate.runtime.build`, imported on first use (it loads torch and transformers)."""
+    try:
+        from servegate.runtime import build  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise GateSetupError(f"the reference runtime is not available: {exc}") from exc
+    return build(served)  # type: ignore[no-any-return]
+
+
+def _start(engine: Engine) -> None:
+    start = getattr(engine, "start", None)
+    if start is not None and inspect.iscoroutinefunction(start) and not getattr(engine, "started", False):
+        asyncio.run(start())
+
+
+class EnginePool:
+    """Builds one engine per manifest fingerprint (and tag) and shuts them all down at the end."""
+
+    def __init__(self, factory: EngineFactory | None = None) -> None:
+        self.factory = factory or default_engine_factory
+        self._engines: dict[tuple[str, str], Engine] = {}
+        self.built = 0
+
+    def get(self, served: ServedModel, tag: str = "") -> Engine:
+        """The shared engine for `served`; a distinct `tag` gets a fresh one (e.g. a cold cache)."""
+        key = (served.fingerprint, tag)
+        if key not in self._engines:
+            self._engines[key] = self.fresh(served)
+        return self._engines[key]
+
+    def fresh(self, served: ServedModel) -> Engine:
+        """A new engine that no one else uses (closed with the pool)."""
+        engine = self.factory(served)
+        _start(engine)
+        self.built += 1
+        self._engines[(served.fingerprint, f"fresh-{self.built}")] = engine
+        return engine
+
+    def close(self) -> None:
+        """Shut every engine down (errors while closing are ignored: the results are already in)."""
+        for engine in self._engines.values():
+            shutdown = getattr(engine, "shutdown", None)
+            if shutdown is None:
+                continue
+            try:
+                outcome = shutdown()
+                if inspect.isawaitable(outcome):
+                    asyncio.run(outcome)  # type: ignore[arg-type]
+            except Exception:  # noqa: S110 - shutdown failures must not hide the verdicts
+                pass
+        self._engines.clear()
+
+
+class ProgressHook:
+    """Receives progress from gates; the CLI forwards it to a rich progress bar."""
+
+    def start(self, description: str, total: int) -> None:
+        """A new piece of work with `total` steps."""
+
+    def advance(self, steps: int = 1) -> None:
+        """`steps` more done."""
+
+
+@dataclass
+class GateContext:
+    """Everything a gate needs: what is compared, how to build engines, suites and the cache."""
+
+    baseline: ServedModel
+    candidate: ServedModel
+    mode: Literal["reference", "change"] = "reference"
+    changed_paths: list[str] = field(default_factory=list)
+    """The changed fields that made the current gate run (empty when it was forced with --gate)."""
+    forced: bool = False
+    """Whether the current gate runs because --gate named it."""
+    engines: EnginePool = field(default_factory=EnginePool)
+    cache: OutputCache = field(default_factory=OutputCache)
+    progress: ProgressHook = field(default_factory=ProgressHook)
+    suite_loader: Callable[[ServedModel, Any], SuiteData] = load_suite_data
+    _suites: dict[tuple[str, str], SuiteData] = field(default_factory=dict)
+    _runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
+
+    # --- manifests ------------------------------------------------------------------------------
+
+    def isolated(self, paths: Iterable[str], source: ServedModel | None = None) -> ServedModel:
+        """The baseline with the values at `paths` (dotted) taken from the candidate (or `source`)."""
+        donor = (source or self.candidate).model_dump(mode="python")
+        data = self.baseline.model_dump(mode="python")
+        for path in paths:
+            parts = path.split(".")
+            src: Any = donor
+            dst: Any = data
+            for part in parts[:-1]:
+                src = src.get(part) if isinstance(src, dict) else None
+                if not isinstance(dst.get(part), dict):
+                    dst[part] = {}
+                dst = dst[part]
+            dst[parts[-1]] = src.get(parts[-1]) if isinstance(src, dict) else None
+        try:
+            built = ServedModel.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            raise GateSetupError(f"cannot isolate {', '.join(paths)} on the baseline: {first['msg']}") from None
+        built._source = (source or self.candidate)._source
+        return built
+
+    # --- suites ---------------------------------------------------------------------------------
+
+    def suites(self, served: ServedModel | None = None) -> list[SuiteData]:
+        """The candidate's declared suites, loaded once per check."""
+        served = served or self.candidate
+        out = []
+        for suite in served.quality.suites:
+            key = (suite.name, suite.model_dump_json())
+            if key not in self._suites:
+                self._suites[key] = self.suite_loader(served, suite)
+            out.append(self._suites[key])
+        return out
+
+    def run_suite(
+        self,
+        served: ServedModel,
+        data: SuiteData,
+        *,
+        role: Literal["baseline", "candidate"],
+        items: Sequence[SuiteItem] | None = None,
+        engine: Engine | None = None,
+    ) -> SuiteRun:
+        """Outputs and scores of `served` on a suite; baseline-role full-suite runs use the disk cache."""
+        whole = items is None
+        key = (served.fingerprint, data.digest)
+        if whole and key in self._runs:
+            return self._runs[key]
+        outputs: list[ItemOutput] | None = None
+        chosen = list(data.items if items is None else items)
+        cacheable = whole and role == "baseline"
+        ckey = cache_key(served) if cacheable else ""
+        if cacheable:
+            outputs = self.cache.load(ckey, data)
+        from_cache = outputs is not None
+        if outputs is None:
+            self.progress.start(f"{data.name}: {role} ({served.name})", len(chosen))
+            outputs = run_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
+            if cacheable:
+                self.cache.store(ckey, data, outputs)
+        run = SuiteRun(data, outputs, score_run(data, outputs, chosen), from_cache=from_cache)
+        if whole:
+            self._runs[key] = run
+        return run
+
+
+class Gate:
+    """A release gate. Subclasses are registered with `@register_gate(name, watches=..., purpose=...)`."""
+
+    name: ClassVar[str] = ""
+    watches: ClassVar[tuple[str, ...]] = ()
+    """Manifest field prefixes whose change makes this gate relevant."""
+    purpose: ClassVar[str] = ""
+    """One line: what the gate protects users from."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Compare and return a verdict with measurements and public-safe evidence."""
+        raise NotImplementedError
+
+    def result(
+        self,
+        verdict: Verdict,
+        reason: str,
+        measurements: dict[str, Any] | None = None,
+        evidence: list[dict[str, Any]] | None = None,
+    ) -> GateResult:
+        """A result carrying this gate's name."""
+        return GateResult(self.name, verdict, reason, measurements or {}, evidence or [])
+
+
+def timed(gate: Gate, ctx: GateContext) -> GateResult:
+    """Run a gate, timing it; setup errors become a failing result that names the problem."""
+    began = time.perf_counter()
+    try:
+        result = gate.run(ctx)
+    except GateSetupError as exc:
+        result = gate.result("fail", f"could not run: {exc}")
+    result.duration_s = round(time.perf_counter() - began, 3)
+    return result

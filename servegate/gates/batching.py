@@ -1,0 +1,160 @@
+"""The `batching` gate: a request's greedy output must not depend on what else is in its batch.
+
+Each probe runs alone, then inside batches of different size, composition and order; every output must
+equal the alone output token for token, and the alone outputs must equal the unbatched reference. A
+request whose deadline has already passed must end in `deadline_exceeded`, and no request may finish
+after its deadline.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import Gate, GateContext, GateSetupError
+from servegate.gates.caching import probe_items
+from servegate.gates.evaluation import ItemOutput, generate, requests_for
+from servegate.gates.registry import register_gate
+from servegate.gates.result import GateResult, example
+from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
+
+PROBES_PER_SUITE = 12
+DEADLINE_SLACK_S = 0.25
+"""Tolerance on e2e_s <= deadline for scheduling jitter, in seconds."""
+
+
+def without_caches(served: ServedModel) -> ServedModel:
+    """The same manifest with prefix and response caches and the fallback off (so only batching differs)."""
+    rt = served.runtime.model_dump(mode="python")
+    if rt.get("kv_cache") is not None:
+        rt["kv_cache"] = {**rt["kv_cache"], "prefix_caching": False}
+    post = served.postprocess.model_dump(mode="python")
+    post["response_cache"] = {**post["response_cache"], "enabled": False}
+    fail = {**served.failure_policy.model_dump(mode="python"), "fallback": None}
+    return served.with_changes(runtime=rt, postprocess=post, failure_policy=fail)
+
+
+def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[list[int]]]]:
+    """Ways to run n probes: all in order, reversed, and shuffled into batches of varied sizes."""
+    rng = random.Random(seed)
+    order = list(range(n))
+    out = [("one batch, in order", [order]), ("one batch, reversed", [order[::-1]])]
+    shuffled = order[:]
+    rng.shuffle(shuffled)
+    sizes = [s for s in (2, 3, 5, 7, 11, 13) if s <= max(2, max_batch)]
+    batches, start = [], 0
+    while start < n:
+        size = sizes[len(batches) % len(sizes)]
+        batches.append(shuffled[start : start + size])
+        start += size
+    out.append((f"shuffled, batches of {', '.join(map(str, sorted({len(b) for b in batches})))}", batches))
+    return out
+
+
+@register_gate(
+    "batching",
+    watches=("batching", "runtime.kv_cache", "failure_policy.request_timeout_s"),
+    purpose="Greedy outputs are identical alone and in any batch, and deadlines are honoured.",
+)
+class BatchingGate(Gate):
+    """Batch invariance (mismatch rate and examples) and deadlines, on the candidate's batching mode."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Compare every probe alone, in batches, and against the unbatched reference."""
+        try:
+            served = without_caches(ctx.isolated(("batching", "runtime.kv_cache", "failure_policy.request_timeout_s")))
+            isolated = True
+        except GateSetupError:
+            served, isolated = without_caches(ctx.candidate), False
+        probes = probe_items(ctx.suites(), PROBES_PER_SUITE)
+        if not probes:
+            return self.result("warn", "no eval suites declared: no probes to send")
+        requests = [requests_for(data, [item])[0] for data, item in probes]
+        layouts = arrangements(len(requests), served.batching.max_batch_size)
+        ctx.progress.start(f"batching: {served.batching.mode}", len(requests) * (1 + len(layouts)) + 1)
+        engine = ctx.engines.get(served, tag="batching")
+
+        alone = []
+        for request in requests:
+            alone.append(ItemOutput.from_result(request.id, generate(engine, [request])[0]))
+            ctx.progress.advance()
+        mismatches: list[tuple[str, int, ItemOutput]] = []
+        late: list[str] = []
+        compared = 0
+        for label, batches in layouts:
+            for batch in batches:
+                for i, result in zip(batch, generate(engine, [requests[i] for i in batch]), strict=True):
+                    got = ItemOutput.from_result(requests[i].id, result)
+                    compared += 1
+                    if got.token_ids != alone[i].token_ids or got.error != alone[i].error:
+                        mismatches.append((label, i, got))
+                    if isinstance(result, FinishEvent) and result.e2e_s is not None:
+                        if result.e2e_s > served.failure_policy.request_timeout_s + DEADLINE_SLACK_S:
+                            late.append(f"{requests[i].id} finished after {result.e2e_s:.2f} s")
+                ctx.progress.advance(len(batch))
+
+        reference_mismatch = 0
+        if isolated:  # alone outputs must be the unbatched reference's outputs
+            for i, ((data, item), out) in enumerate(zip(probes, alone, strict=True)):
+                base = ctx.run_suite(ctx.baseline, data, role="baseline")
+                ref = base.outputs[data.items.index(item)]
+                if ref.token_ids != out.token_ids or ref.error != out.error:
+                    reference_mismatch += 1
+                    mismatches.append(("alone vs unbatched reference", i, ref))
+
+        expired = self._expired_request(engine)
+        ctx.progress.advance()
+        rate = len(mismatches) / (compared + (len(probes) if isolated else 0)) if compared else 0.0
+        measurements: dict[str, Any] = {
+            "mode": served.batching.mode,
+            "max_batch_size": served.batching.max_batch_size,
+            "probes": len(probes),
+            "arrangements": [label for label, _ in layouts],
+            "outputs_compared": compared,
+            "mismatches": len(mismatches),
+            "mismatch_rate": round(rate, 6),
+            "reference_mismatches": reference_mismatch if isolated else None,
+            "expired_request": expired,
+            "finished_after_deadline": len(late),
+        }
+        evidence = []
+        for label, i, got in mismatches[: ctx.candidate.quality.max_failure_examples]:
+            data, item = probes[i]
+            evidence.append(
+                example(item.id, data.suite.public, suite=data.name, prompt=item.prompt,
+                        baseline=alone[i].text, candidate=got.text, arrangement=label)
+            )  # fmt: skip
+        if mismatches:
+            label, i, _ = mismatches[0]
+            return self.result(
+                "fail",
+                f"outputs depend on the batch: {len(mismatches)} of {compared} outputs differ "
+                f"(first: {probes[i][0].name}/{probes[i][1].id}, {label})",
+                measurements,
+                evidence,
+            )
+        if expired != "deadline_exceeded":
+            return self.result(
+                "fail", f"a request past its deadline ended as {expired}, not deadline_exceeded", measurements
+            )
+        if late:
+            return self.result("fail", f"deadline not honoured: {late[0]}", measurements)
+        return self.result(
+            "pass",
+            f"batch invariant: {compared} batched outputs equal the alone outputs "
+            f"({len(layouts)} arrangements, mode {served.batching.mode}); expired request -> deadline_exceeded",
+            measurements,
+        )
+
+    @staticmethod
+    def _expired_request(engine: Any) -> str:
+        """Submit a request whose deadline passed before it arrived; return how it ended."""
+        request = GenerationRequest(
+            id="servegate-expired", prompt="1+1=", arrival_time=time.monotonic() - 10.0, timeout_s=1.0
+        )
+        (result,) = generate(engine, [request])
+        if isinstance(result, ErrorEvent):
+            return result.error.code
+        return "an answer"

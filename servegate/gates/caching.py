@@ -1,0 +1,183 @@
+"""The `caching` gate: caches must never change an answer, serve a stale entry, or cross tenants.
+
+On one fresh engine: a control tenant sends the probes twice (cold, then warm; the warm pass asks for
+one more token so the response cache misses and the prefix cache is exercised), then tenant A sends
+them, then tenant B. With per-tenant scope B gets exactly the hits the control tenant got from its own
+probes on a cold cache; anything more came from A. A second engine with a fingerprinted field changed
+must get no hits from the first's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import Gate, GateContext
+from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
+from servegate.gates.registry import register_gate
+from servegate.gates.result import GateResult, example
+from servegate.runtime.api import Engine, GenerationRequest
+
+PROBES_PER_SUITE = 8
+CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"
+
+
+def shared_across_tenants(served: ServedModel) -> list[str]:
+    """The caches a manifest shares across tenants (global scope), by field."""
+    shared = []
+    kv = served.runtime.kv_cache
+    if kv is not None and kv.prefix_caching and kv.cache_scope == "global":
+        shared.append("runtime.kv_cache.cache_scope: global")
+    rc = served.postprocess.response_cache
+    if rc.enabled and rc.scope == "global":
+        shared.append("postprocess.response_cache.scope: global")
+    return shared
+
+
+def caches_enabled(served: ServedModel) -> list[str]:
+    """Which caches a manifest turns on."""
+    kv = served.runtime.kv_cache
+    out = ["prefix cache"] if kv is not None and kv.prefix_caching else []
+    return out + (["response cache"] if served.postprocess.response_cache.enabled else [])
+
+
+def probe_items(suites: Sequence[SuiteData], per_suite: int = PROBES_PER_SUITE) -> list[tuple[SuiteData, SuiteItem]]:
+    """The first few items of every suite."""
+    return [(data, item) for data in suites for item in data.items[:per_suite]]
+
+
+def _requests(probes: list[tuple[SuiteData, SuiteItem]], tenant: str, extra_tokens: int = 0) -> list[GenerationRequest]:
+    out = []
+    for data, item in probes:
+        (request,) = requests_for(data, [item], tenant=tenant)
+        if extra_tokens:
+            request.params = replace(request.params, max_tokens=request.params.max_tokens + extra_tokens)
+        request.id = f"{tenant}/{request.id}"
+        out.append(request)
+    return out
+
+
+def _pass(engine: Engine, requests: list[GenerationRequest]) -> tuple[list[ItemOutput], int, int]:
+    """Outputs, prefix-cache hits and response-cache hits of one pass over the probes."""
+    before = engine.stats()
+    results = generate(engine, requests)
+    after = engine.stats()
+    outputs = [ItemOutput.from_result(r.id, res) for r, res in zip(requests, results, strict=True)]
+    prefix_hits = after.prefix_cache_hits - before.prefix_cache_hits
+    response_hits = max(after.response_cache_hits - before.response_cache_hits, sum(o.cached for o in outputs))
+    return outputs, prefix_hits, response_hits
+
+
+def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
+    """Warm output equals cold; when the cold one stopped at its length cap, the warm one may run longer."""
+    if cold.error or warm.error:
+        return cold.error == warm.error
+    if cold.finish_reason == "length":
+        return warm.token_ids[: len(cold.token_ids)] == cold.token_ids
+    return warm.token_ids == cold.token_ids
+
+
+@register_gate(
+    "caching",
+    watches=(
+        "runtime.kv_cache.prefix_caching",
+        "runtime.kv_cache.cache_scope",
+        "postprocess.response_cache",
+        "preprocess.tenant_from",
+    ),
+    purpose="Prefix and response caches change no answer, serve nothing stale, and leak nothing across tenants.",
+)
+class CachingGate(Gate):
+    """Warm vs cold outputs, stale hits after a fingerprint change, cross-tenant probes, declared scope."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Probe a fresh engine of the candidate (without its fallback) as described in the module doc."""
+        served = ctx.candidate.with_changes(
+            failure_policy={**ctx.candidate.failure_policy.model_dump(mode="python"), "fallback": None}
+        )
+        enabled = caches_enabled(served)
+        tenants = served.preprocess.tenant_from != "none"
+        shared = shared_across_tenants(served)
+        measurements: dict[str, Any] = {
+            "caches": enabled,
+            "tenants_identified": tenants,
+            "shared_across_tenants": shared,
+        }
+        if not enabled:
+            return self.result("pass", "no prefix or response cache is enabled", measurements)
+        probes = probe_items(ctx.suites())
+        if not probes:
+            return self.result("warn", "no eval suites declared: no probes to send", measurements)
+        ctx.progress.start("caching: probes", 5)
+        engine = ctx.engines.fresh(served)
+        cold, self_hits, cold_response = _pass(engine, _requests(probes, CONTROL))
+        ctx.progress.advance()
+        warm, warm_hits, _ = _pass(engine, _requests(probes, CONTROL, extra_tokens=1))
+        ctx.progress.advance()
+        repeat, _, repeat_response = _pass(engine, _requests(probes, CONTROL))
+        ctx.progress.advance()
+        _pass(engine, _requests(probes, TENANT_A))
+        probe_b, b_hits, b_response = _pass(engine, _requests(probes, TENANT_B))
+        ctx.progress.advance()
+        changed = served.with_changes(
+            runtime={**served.runtime.model_dump(mode="python"), "seed": served.runtime.seed + 1}
+        )
+        other, stale_hits, stale_response = _pass(ctx.engines.fresh(changed), _requests(probes, CONTROL))
+        ctx.progress.advance()
+
+        problems: list[str] = []
+        evidence: list[dict[str, Any]] = []
+        k = ctx.candidate.quality.max_failure_examples
+        for (data, item), c, w, r, o in zip(probes, cold, warm, repeat, other, strict=True):
+            for label, got in (("warm prefix cache", w), ("response cache", r), ("fingerprint-changed engine", o)):
+                if not _same_greedy(c, got):
+                    problems.append(f"{label} changed the output of {data.name}/{item.id}")
+                    if len(evidence) < k:
+                        evidence.append(
+                            example(item.id, data.suite.public, suite=data.name, prompt=item.prompt,
+                                    baseline=c.text, candidate=got.text, cache=label)
+                        )  # fmt: skip
+        leaked = (b_hits - self_hits) + b_response
+        stale = (stale_hits - self_hits) + stale_response
+        measurements.update(
+            probes=len(probes),
+            cold_prefix_hits=self_hits,
+            warm_prefix_hits=warm_hits,
+            repeat_response_hits=repeat_response,
+            tenant_b_extra_hits=leaked,
+            stale_hits_after_fingerprint_change=stale,
+            output_mismatches=len(problems),
+        )
+        if problems:
+            return self.result(
+                "fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", measurements, evidence
+            )
+        if shared and tenants:
+            return self.result(
+                "fail",
+                f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
+                f"{' and '.join(shared)}: tenants would see each other's entries and timing "
+                f"(tenant B got {leaked} hit(s) from tenant A's probes)",
+                measurements,
+            )
+        if leaked > 0 and not shared:
+            return self.result(
+                "fail",
+                f"tenant B got {leaked} cache hit(s) from tenant A's entries although the cache scope is per tenant",
+                measurements,
+            )
+        if stale > 0:
+            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", measurements)
+        if warm_hits == 0 and repeat_response == 0:
+            return self.result(
+                "warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", measurements
+            )
+        note = f"; shared across requests of the single tenant ({', '.join(shared)})" if shared else ""
+        return self.result(
+            "pass",
+            f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
+            f"no cross-tenant or stale hits{note}",
+            measurements,
+        )

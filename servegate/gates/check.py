@@ -1,0 +1,149 @@
+"""`gate check` orchestration: which gates run (and why), running them, and the report.
+
+A single manifest is checked against its own reference form (every optimization off); two manifests
+are checked as a change. Either way the field diff, through `contracts.diff.GATE_TRIGGERS`, decides
+which gates run; the report says for every gate why it ran or why it was skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from servegate.contracts.diff import diff_manifests, gates_for_changes
+from servegate.contracts.manifest import ServedModel
+from servegate.gates import batching, caching, contract, fallback, quality, quantization, truncation  # noqa: F401
+from servegate.gates.base import EngineFactory, EnginePool, GateContext, GateSetupError, ProgressHook, timed
+from servegate.gates.evaluation import OutputCache
+from servegate.gates.registry import GATES
+from servegate.gates.result import GateReport, GateResult
+
+ALWAYS_IN_REFERENCE_MODE = ("contract",)
+"""Gates that check a manifest's own promises, so they run on every single-manifest check."""
+
+NOT_GATES_HERE = {"capacity": "capacity is checked by `gate plan` and `gate bench`, not by `gate check`"}
+
+
+@dataclass(frozen=True)
+class PlannedGate:
+    """A gate `gate check` will run or skip, and why."""
+
+    name: str
+    run: bool
+    why: str
+    changed_paths: tuple[str, ...] = ()
+    forced: bool = False
+
+
+def _summary(paths: Sequence[str], limit: int = 4) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" (+{len(paths) - limit} more)" if len(paths) > limit else "")
+
+
+def plan_gates(
+    baseline: ServedModel,
+    candidate: ServedModel,
+    *,
+    mode: Literal["reference", "change"] = "change",
+    forced: Sequence[str] = (),
+) -> list[PlannedGate]:
+    """Every registered gate with run/skip and the reason; unknown `forced` names raise with a suggestion."""
+    for name in forced:
+        GATES.entry(name)  # raises "unknown gate ...; did you mean ...? Available: ..."
+    triggered = gates_for_changes(diff_manifests(baseline, candidate))
+    planned = []
+    for entry in GATES:
+        name, paths = entry.name, tuple(triggered.get(entry.name, ()))
+        if forced:
+            if name in forced:
+                planned.append(PlannedGate(name, True, "forced by --gate", paths, forced=True))
+            else:
+                planned.append(PlannedGate(name, False, "not selected (--gate names other gates)", paths))
+        elif paths:
+            planned.append(PlannedGate(name, True, f"changed: {_summary(paths)}", paths))
+        elif mode == "reference" and name in ALWAYS_IN_REFERENCE_MODE:
+            planned.append(PlannedGate(name, True, "checked for every manifest (its own contract)"))
+        else:
+            watched = ", ".join(entry.metadata.get("watches", ())) or "nothing"
+            planned.append(PlannedGate(name, False, f"no watched field changed (watches {watched})"))
+    if not forced:
+        for name, paths in triggered.items():
+            if name not in GATES:
+                why = NOT_GATES_HERE.get(name, f"no gate named {name!r} is installed")
+                planned.append(PlannedGate(name, False, f"{why} (changed: {_summary(paths)})", tuple(paths)))
+    return planned
+
+
+def run_check(
+    baseline: ServedModel,
+    candidate: ServedModel,
+    *,
+    mode: Literal["reference", "change"] = "change",
+    forced: Sequence[str] = (),
+    engine_factory: EngineFactory | None = None,
+    cache: OutputCache | None = None,
+    progress: ProgressHook | None = None,
+) -> GateReport:
+    """Plan, run every selected gate on shared engines and suites, and collect the report."""
+    began = time.perf_counter()
+    planned = plan_gates(baseline, candidate, mode=mode, forced=forced)
+    pool = EnginePool(engine_factory)
+    ctx = GateContext(
+        baseline, candidate, mode, engines=pool, cache=cache or OutputCache(), progress=progress or ProgressHook()
+    )
+    results: list[GateResult] = []
+    try:
+        for plan in planned:
+            if not plan.run:
+                results.append(GateResult(plan.name, "skipped", plan.why, triggered_by=list(plan.changed_paths)))
+                continue
+            gate = GATES.get(plan.name)()
+            gate_ctx = replace(ctx, changed_paths=list(plan.changed_paths), forced=plan.forced)
+            try:
+                result = timed(gate, gate_ctx)
+            except GateSetupError as exc:  # pragma: no cover - timed() already converts these
+                result = GateResult(plan.name, "fail", f"could not run: {exc}")
+            except Exception as exc:
+                if os.environ.get("SERVEGATE_DEBUG") == "1" or not _is_runtime_failure(exc):
+                    raise
+                result = GateResult(plan.name, "fail", f"crashed: {type(exc).__name__}: {exc}")
+            result.triggered_by = [plan.why]
+            results.append(result)
+    finally:
+        pool.close()
+    notes = []
+    if ctx.cache.enabled:
+        notes.append(f"baseline cache {ctx.cache.directory}: {ctx.cache.hits} hit(s), {ctx.cache.misses} miss(es)")
+    return GateReport(
+        baseline=_identity(baseline, "reference form" if mode == "reference" else "manifest"),
+        candidate=_identity(candidate, "manifest"),
+        gates=results,
+        mode=mode,
+        duration_s=time.perf_counter() - began,
+        notes=notes,
+    )
+
+
+def _is_runtime_failure(exc: Exception) -> bool:
+    """Errors raised by the engine or model while a gate runs: reported as that gate's failure."""
+    from servegate.contracts.errors import ServegateError
+
+    return not isinstance(exc, (ServegateError, AssertionError, TypeError, NameError, AttributeError))
+
+
+def _identity(served: ServedModel, form: str) -> dict[str, str]:
+    return {
+        "name": served.name,
+        "version": served.version,
+        "fingerprint": served.fingerprint,
+        "form": form,
+        "source": str(served.source) if served.source else "",
+    }
+
+
+def check_manifest(served: ServedModel, **kwargs: object) -> GateReport:
+    """`gate check MANIFEST`: the manifest against its own reference form."""
+    return run_check(served.reference_form(), served, mode="reference", **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""Paired quality comparison of two manifests on the same suite items, shared by the quality gates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import GateContext
+from servegate.gates.evaluation import SuiteData, SuiteItem, SuiteRun
+from servegate.gates.result import Verdict, example, worst
+from servegate.gates.statistics import PairedComparison, paired_noninferiority
+
+
+@dataclass
+class QualityComparison:
+    """Per suite and metric non-inferiority results, with failure examples."""
+
+    tests: list[tuple[str, PairedComparison]] = field(default_factory=list)
+    """(suite name, comparison) for every declared metric of every suite."""
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    suites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Suite name -> suite-level numbers of both sides."""
+
+    @property
+    def verdict(self) -> Verdict:
+        """The worst verdict over all tests (skipped when nothing was compared)."""
+        return worst(c.verdict for _, c in self.tests)
+
+    def reason(self) -> str:
+        """The first failing (else warning, else passing) test's reason, prefixed with its suite and metric."""
+        if not self.tests:
+            return "no eval suites declared (quality.suites is empty)"
+        for wanted in ("fail", "warn", "pass"):
+            for suite, test in self.tests:
+                if test.verdict == wanted:
+                    return f"{suite}/{test.metric}: {test.reason}"
+        return ""
+
+    def measurements(self) -> dict[str, Any]:
+        """JSON-ready per-suite statistics."""
+        return {
+            "suites": {
+                suite: {**self.suites.get(suite, {}), **{c.metric: c.to_dict() for s, c in self.tests if s == suite}}
+                for suite in dict.fromkeys(s for s, _ in self.tests)
+            }
+        }
+
+
+def margin_for(served: ServedModel, metric: str) -> float:
+    """The declared non-inferiority margin of a metric."""
+    return served.quality.margins.get(metric, served.quality.default_margin)
+
+
+def compare_runs(
+    served: ServedModel,
+    data: SuiteData,
+    base: SuiteRun,
+    cand: SuiteRun,
+    out: QualityComparison,
+    items: Sequence[SuiteItem] | None = None,
+) -> None:
+    """Add the paired tests of every metric of one suite, and up to k failure examples, to `out`."""
+    chosen = list(data.items if items is None else items)
+    quality = served.quality
+    for metric in data.suite.metrics:
+        test = paired_noninferiority(
+            base.scores[metric],
+            cand.scores[metric],
+            margin=margin_for(served, metric),
+            confidence=quality.confidence,
+            metric=metric,
+        )
+        out.tests.append((data.name, test))
+    first = data.suite.metrics[0]
+    room = quality.max_failure_examples - sum(e["suite"] == data.name for e in out.evidence)
+    for item, b_out, c_out, b_score, c_score in zip(
+        chosen, base.outputs, cand.outputs, base.scores[first], cand.scores[first], strict=True
+    ):
+        if room <= 0:
+            break
+        if c_score < b_score:
+            out.evidence.append(
+                example(
+                    item.id,
+                    data.suite.public,
+                    suite=data.name,
+                    prompt=item.prompt,
+                    reference=item.reference,
+                    baseline=b_out.text if b_out.error is None else f"<error {b_out.error}>",
+                    candidate=c_out.text if c_out.error is None else f"<error {c_out.error}>",
+                )
+            )
+            room -= 1
+
+
+def compare_on_suites(ctx: GateContext, baseline: ServedModel, candidate: ServedModel) -> QualityComparison:
+    """Run every suite on both manifests (baseline outputs from the cache when warm) and test each metric."""
+    out = QualityComparison()
+    for data in ctx.suites():
+        base = ctx.run_suite(baseline, data, role="baseline")
+        cand = ctx.run_suite(candidate, data, role="candidate")
+        out.suites[data.name] = {
+            "items": len(data.items),
+            "baseline_from_cache": base.from_cache,
+            "candidate_errors": sum(o.error is not None for o in cand.outputs),
+        }
+        compare_runs(ctx.candidate, data, base, cand, out)
+    return out

@@ -1,0 +1,159 @@
+"""HTTP probes that provoke every error of the catalogue, with the answer a manifest's contract declares.
+
+Each probe names the server variant it needs: `main` (the manifest as declared), `overload` (a queue of
+one), `deadline` (a 1 ms deadline) or `unready` (a warm-up that can never match, so the model never
+becomes ready). Codes a client cannot provoke are listed in NOT_PROVOKABLE with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from servegate.contracts.manifest import ServedModel
+
+Variant = Literal["main", "overload", "deadline", "unready"]
+COMPLETIONS = "/v1/completions"
+UNKNOWN_FIELD = "servegate_probe_unknown_field"
+
+NOT_PROVOKABLE: dict[str, str] = {
+    "internal": "a server fault; no client request may produce it (every probe also checks that none gives a 500)",
+    "invalid_output": "depends on what the model writes; checked on the suite outputs when output_schema is declared",
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One request (or a burst of identical ones) and the answer the contract requires."""
+
+    code: str
+    """The catalogue code this probe provokes."""
+    description: str
+    status: int
+    """Expected HTTP status (200 when the manifest's policy answers instead of refusing)."""
+    expect_code: str | None
+    """Expected error.code (None for a 200)."""
+    body: bytes
+    variant: Variant = "main"
+    method: str = "POST"
+    path: str = COMPLETIONS
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    expect_param: str | None = None
+    burst: int = 1
+    """Requests sent at once; the expected answer must appear at least once and nothing else but 200."""
+    expect_header: str | None = None
+    """A header the error response must carry (e.g. Retry-After)."""
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return json.dumps(data).encode("utf-8")
+
+
+def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
+    """The probes for a manifest, with each expected answer derived from its declared policies."""
+    pre, fail = served.preprocess, served.failure_policy
+    fallback_on = set(fail.fallback.on) if fail.fallback is not None else set()
+    ok = {"prompt": prompt, "max_tokens": 4}
+    long_prompt = " ".join(["1"] * (pre.max_input_tokens * 2 + 8))
+    probes = [
+        Probe("invalid_request", "malformed JSON body", 400, "invalid_request", b'{"prompt": "1+1=", '),
+        Probe(
+            "invalid_request",
+            "max_tokens of the wrong type",
+            400,
+            "invalid_request",
+            _json({"prompt": prompt, "max_tokens": "many"}),
+            expect_param="max_tokens",
+        ),
+        Probe(
+            "invalid_request",
+            "max_tokens out of range",
+            400,
+            "invalid_request",
+            _json({"prompt": prompt, "max_tokens": -1}),
+            expect_param="max_tokens",
+        ),
+        Probe("invalid_request", "prompt missing", 400, "invalid_request", _json({"max_tokens": 4})),
+        Probe(
+            "unknown_parameter",
+            f"unknown field ({pre.unknown_fields})",
+            400 if pre.unknown_fields == "reject" else 200,
+            "unknown_parameter" if pre.unknown_fields == "reject" else None,
+            _json({**ok, UNKNOWN_FIELD: 1}),
+            expect_param=UNKNOWN_FIELD if pre.unknown_fields == "reject" else None,
+        ),
+        Probe(
+            "input_too_long",
+            f"prompt over max_input_tokens (truncation {pre.truncation})",
+            400 if pre.truncation == "reject" else 200,
+            "input_too_long" if pre.truncation == "reject" else None,
+            _json({"prompt": long_prompt, "max_tokens": 2}),
+        ),
+        Probe(
+            "payload_too_large",
+            "body larger than max_payload_bytes",
+            413,
+            "payload_too_large",
+            _json({"prompt": "x" * (pre.max_payload_bytes + 16), "max_tokens": 1}),
+        ),
+        Probe(
+            "unsupported_media",
+            "text/plain body",
+            415,
+            "unsupported_media",
+            b"1+1=",
+            headers={"content-type": "text/plain"},
+        ),
+        Probe(
+            "not_found",
+            "unknown asynchronous request id",
+            404,
+            "not_found",
+            b"",
+            method="GET",
+            path="/v1/requests/servegate-no-such-request",
+            headers={},
+        ),
+        Probe(
+            "overloaded",
+            f"burst into a queue of 1 (overload {fail.overload}, status {fail.overload_status})",
+            200 if "overload" in fallback_on else fail.overload_status,
+            None if "overload" in fallback_on else "overloaded",
+            _json({"prompt": prompt, "max_tokens": 16}),
+            variant="overload",
+            burst=24,
+            expect_header=None if "overload" in fallback_on else "retry-after",
+        ),
+        Probe(
+            "deadline_exceeded",
+            "a 1 ms deadline",
+            200 if "timeout" in fallback_on else 504,
+            None if "timeout" in fallback_on else "deadline_exceeded",
+            _json({"prompt": prompt, "max_tokens": 16}),
+            variant="deadline",
+        ),
+        Probe(
+            "model_unavailable",
+            "a warm-up that never matches keeps the model unready",
+            503,
+            "model_unavailable",
+            _json(ok),
+            variant="unready",
+        ),
+    ]
+    return probes
+
+
+def variant_manifest(served: ServedModel, variant: Variant) -> ServedModel:
+    """The manifest behind a probe's server variant."""
+    fail = served.failure_policy.model_dump(mode="python")
+    if variant == "overload":
+        return served.with_changes(failure_policy={**fail, "max_queue": 1})
+    if variant == "deadline":
+        return served.with_changes(failure_policy={**fail, "request_timeout_s": 0.001})
+    if variant == "unready":
+        runtime = served.runtime.model_dump(mode="python")
+        runtime["warmup"] = [{"prompt": "1+1=", "expect": "\u0000servegate-never", "max_tokens": 1}]
+        return served.with_changes(runtime=runtime)
+    return served

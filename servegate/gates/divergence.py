@@ -1,0 +1,103 @@
+"""Next-token distributions of two manifests' models on the same positions (token agreement, mean KL).
+
+The positions are the baseline's greedy continuation of each suite prompt, teacher-forced through both
+models, so both distributions are conditioned on exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.evaluation import ItemOutput, SuiteItem, weights_dir
+from servegate.gates.statistics import NextTokenDivergence, next_token_divergence
+
+
+class DivergenceUnavailable(Exception):
+    """The model behind a manifest cannot be loaded directly (e.g. an endpoint backend)."""
+
+
+def load_lm(served: ServedModel) -> tuple[Any, Any]:
+    """The manifest's causal LM (quantized as it declares) and its tokenizer, loaded in process."""
+    if served.runtime.backend != "reference":
+        raise DivergenceUnavailable("the endpoint backend exposes no full next-token distributions")
+    try:
+        from servegate.runtime.weights import load_causal_lm
+    except ImportError:  # the runtime's loader is optional here: plain transformers does the same
+        load_causal_lm = None
+    if load_causal_lm is not None:
+        loaded = load_causal_lm(served)
+        model, tokenizer = (loaded.model, loaded.tokenizer) if hasattr(loaded, "model") else loaded
+    else:
+        directory = weights_dir(served)
+        if directory is None:
+            raise DivergenceUnavailable(f"no local weights for {served.weights.source}")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    if served.runtime.quantization.method != "none":
+        try:
+            from servegate.runtime.quantization import quantize_model  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise DivergenceUnavailable(f"servegate.runtime.quantization is not available: {exc}") from None
+        quantize_model(model, served.runtime.quantization)  # in place; returns a report
+    model.eval()
+    return model, tokenizer
+
+
+def teacher_forced_logits(
+    model: Any, tokenizer: Any, items: Sequence[SuiteItem], continuations: Sequence[Sequence[int]], batch: int = 64
+) -> Any:
+    """Logits predicting each continuation token: [sum of continuation lengths, vocab] (float32)."""
+    import torch
+
+    rows = []
+    for item, cont in zip(items, continuations, strict=True):
+        prompt = list(tokenizer(item.prompt)["input_ids"])
+        rows.append((prompt + list(cont), len(prompt), len(cont)))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch):
+            chunk = rows[start : start + batch]
+            width = max(len(ids) for ids, _, _ in chunk)
+            # Right padding: with a causal model, padding after a row never changes that row's logits.
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, (row, _, _) in enumerate(chunk):
+                ids[r, : len(row)] = torch.tensor(row)
+                mask[r, : len(row)] = 1
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, V]
+            for r, (_, prompt_len, cont_len) in enumerate(chunk):
+                # position t predicts token t+1: the continuation starts at prompt_len
+                out.append(logits[r, prompt_len - 1 : prompt_len - 1 + cont_len])
+    if not out:
+        return torch.zeros((0, 1))
+    return torch.cat(out, dim=0)
+
+
+class DivergenceProbe:
+    """Loads both manifests' models once and measures their divergence on any number of suites."""
+
+    def __init__(self, baseline: ServedModel, candidate: ServedModel) -> None:
+        self.baseline = baseline
+        self.candidate = candidate
+        self._models: dict[str, tuple[Any, Any]] = {}
+
+    def _lm(self, side: str) -> tuple[Any, Any]:
+        if side not in self._models:
+            self._models[side] = load_lm(self.baseline if side == "baseline" else self.candidate)
+        return self._models[side]
+
+    def measure(self, items: Sequence[SuiteItem], baseline_outputs: Sequence[ItemOutput]) -> NextTokenDivergence:
+        """Token agreement and mean KL along the baseline's greedy outputs of these items."""
+        keep = [(i, o) for i, o in zip(items, baseline_outputs, strict=True) if o.error is None and o.token_ids]
+        chosen = [i for i, _ in keep]
+        continuations = [o.token_ids for _, o in keep]
+        base_model, base_tok = self._lm("baseline")
+        cand_model, cand_tok = self._lm("candidate")
+        base_logits = teacher_forced_logits(base_model, base_tok, chosen, continuations)
+        cand_logits = teacher_forced_logits(cand_model, cand_tok, chosen, continuations)
+        return next_token_divergence(base_logits, cand_logits)

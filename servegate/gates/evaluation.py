@@ -1,0 +1,398 @@
+"""Run a manifest's eval suites on an engine, score every item, and cache baseline outputs on disk.
+
+Baseline outputs are cached under `$SERVEGATE_CACHE` (default `.servegate-cache/`) keyed by the
+baseline's fingerprint and the suite's hash (its declaration plus the items' content), so rerunning
+`gate check` after changing only the candidate does not regenerate the baseline.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.evaluation import Suite
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+
+CACHE_ENV = "SERVEGATE_CACHE"
+DEFAULT_CACHE_DIR = ".servegate-cache"
+CACHE_FORMAT = 1
+"""Bumped when the cached record layout changes (older entries are then ignored)."""
+
+Progress = Callable[[int], None]
+"""Called with the number of items just finished."""
+
+
+@dataclass(frozen=True)
+class SuiteItem:
+    """One eval item: its id, prompt and expected output."""
+
+    id: str
+    prompt: str
+    reference: str
+
+
+@dataclass(frozen=True)
+class SuiteData:
+    """A declared suite with its loaded items and content hash."""
+
+    suite: Suite
+    items: tuple[SuiteItem, ...]
+    digest: str
+    """sha256 over the suite declaration and every item (the cache key's suite part)."""
+    schema: dict[str, Any] | None = None
+    """JSON Schema used by schema-validity metrics (the manifest's output_schema, or the suite's own)."""
+
+    @property
+    def name(self) -> str:
+        """The suite's name in reports."""
+        return self.suite.name
+
+
+@dataclass(frozen=True)
+class ItemOutput:
+    """What the engine returned for one item: the text, or the catalogued error code."""
+
+    id: str
+    text: str | None
+    token_ids: tuple[int, ...] = ()
+    error: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    truncated_tokens: int = 0
+    fallback_used: bool = False
+    cached: bool = False
+    output_valid: bool | None = None
+
+    @classmethod
+    def from_result(cls, item_id: str, result: FinishEvent | ErrorEvent) -> ItemOutput:
+        """Convert an engine result into a plain record."""
+        if isinstance(result, ErrorEvent):
+            return cls(item_id, None, error=result.error.code)
+        return cls(
+            item_id,
+            result.text,
+            tuple(int(t) for t in result.token_ids),
+            None,
+            result.finish_reason,
+            result.usage.prompt_tokens,
+            result.usage.truncated_tokens,
+            result.fallback_used,
+            result.cached,
+            result.output_valid,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ItemOutput:
+        """Rebuild from the cached JSON form."""
+        return cls(**{**data, "token_ids": tuple(data.get("token_ids", ()))})
+
+
+@dataclass
+class SuiteRun:
+    """One suite evaluated on one manifest: outputs and per-item scores, in item order."""
+
+    data: SuiteData
+    outputs: list[ItemOutput]
+    scores: dict[str, list[float]] = field(default_factory=dict)
+    """metric -> one score per item (errors score 0)."""
+    from_cache: bool = False
+
+    def score(self, metric: str) -> float:
+        """The suite-level score of `metric` (mean over items)."""
+        values = self.scores[metric]
+        return sum(values) / len(values) if values else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """Suite-level numbers for reports."""
+        return {
+            "items": len(self.outputs),
+            "errors": sum(o.error is not None for o in self.outputs),
+            **{metric: round(self.score(metric), 6) for metric in self.scores},
+        }
+
+
+# --- loading suites -------------------------------------------------------------------------------
+
+
+def _suite_source(served: ServedModel, suite: Suite) -> str:
+    if suite.dataset.startswith(("zoo:", "hf:")):
+        return suite.dataset
+    return str(served.resolve_path(suite.dataset))
+
+
+def _schema_for(served: ServedModel, suite: Suite, source: str) -> dict[str, Any] | None:
+    """The schema a validity metric checks: the manifest's output_schema, else one shipped with the suite."""
+    if served.postprocess.output_schema is not None:
+        return dict(served.postprocess.output_schema)
+    if source == "zoo:json":
+        from servegate.zoo.eval_suites import json_output_schema
+
+        return json_output_schema()
+    beside = Path(source).with_suffix(".schema.json")
+    if not source.startswith(("zoo:", "hf:")) and beside.is_file():
+        loaded: dict[str, Any] = json.loads(beside.read_text(encoding="utf-8"))
+        return loaded
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(source: str, split: str, limit: int | None, stamp: int) -> tuple[dict[str, Any], ...]:
+    """Suite rows, loaded once per process (`stamp` is a local file's mtime, so an edit reloads it)."""
+    from servegate.zoo.eval_suites import load_suite
+
+    return tuple(load_suite(source, split, limit))
+
+
+def load_suite_data(served: ServedModel, suite: Suite) -> SuiteData:
+    """Load a declared suite's items (its `limit` applied) and hash them."""
+
+    source = _suite_source(served, suite)
+    try:
+        stamp = Path(source).stat().st_mtime_ns if Path(source).is_file() else 0
+        rows = _rows(source, suite.split, suite.limit, stamp)
+    except Exception as exc:  # zoo errors, missing files, unreadable data: one line for the user
+        raise ServegateError(f"quality.suites[{suite.name}]: cannot load {suite.dataset!r}: {exc}") from exc
+    items = []
+    for row in rows:
+        if suite.prompt_field not in row or suite.reference_field not in row:
+            raise ServegateError(
+                f"quality.suites[{suite.name}]: items need the fields {suite.prompt_field!r} and "
+                f"{suite.reference_field!r} (found {', '.join(map(str, row))})"
+            )
+        items.append(
+            SuiteItem(str(row.get("id", len(items))), str(row[suite.prompt_field]), str(row[suite.reference_field]))
+        )
+    return make_suite_data(suite, items, _schema_for(served, suite, source))
+
+
+def make_suite_data(suite: Suite, items: Sequence[SuiteItem], schema: dict[str, Any] | None = None) -> SuiteData:
+    """Wrap already-loaded items (tests, plugins) with their content hash."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(suite.model_dump(mode="json"), sort_keys=True).encode())
+    digest.update(json.dumps(schema, sort_keys=True).encode())
+    for item in items:
+        digest.update(json.dumps([item.id, item.prompt, item.reference]).encode())
+    return SuiteData(suite, tuple(items), digest.hexdigest(), schema)
+
+
+# --- running and scoring --------------------------------------------------------------------------
+
+
+def requests_for(data: SuiteData, items: Sequence[SuiteItem] | None = None, **request: Any) -> list[GenerationRequest]:
+    """Greedy generation requests for a suite's items (ids are `suite/item`)."""
+    chosen = data.items if items is None else items
+    params = SamplingParams(max_tokens=data.suite.max_tokens, temperature=0.0)
+    return [
+        GenerationRequest(id=f"{data.name}/{item.id}", prompt=item.prompt, params=params, **request) for item in chosen
+    ]
+
+
+def generate(
+    engine: Engine, requests: Sequence[GenerationRequest], progress: Progress | None = None, chunk: int = 64
+) -> list[FinishEvent | ErrorEvent]:
+    """Run requests through `engine.generate` in chunks (so progress can move); results in input order."""
+    results: list[FinishEvent | ErrorEvent] = []
+    for start in range(0, len(requests), chunk):
+        part = list(requests[start : start + chunk])
+        out = engine.generate(part)
+        if len(out) != len(part):
+            raise ServegateError(f"the engine returned {len(out)} results for {len(part)} requests: requests were lost")
+        results.extend(out)
+        if progress is not None:
+            progress(len(part))
+    return results
+
+
+def burst(
+    engine: Engine, requests: Sequence[GenerationRequest], timeout_s: float = 120.0
+) -> list[FinishEvent | ErrorEvent]:
+    """Submit every request at once (no feed window), so a bounded queue can overflow; results in order."""
+    enqueue = getattr(engine, "enqueue", None)
+    if enqueue is not None:  # the reference engine takes a sink directly: all requests land in one go
+        import threading
+
+        results: list[FinishEvent | ErrorEvent | None] = [None] * len(requests)
+        done = threading.Semaphore(0)
+
+        def sink_for(i: int) -> Callable[[Any], None]:
+            def sink(event: Any) -> None:
+                if isinstance(event, (FinishEvent, ErrorEvent)):
+                    results[i] = event
+                    done.release()
+
+            return sink
+
+        for i, request in enumerate(requests):
+            enqueue(request, sink_for(i))
+        for _ in requests:
+            if not done.acquire(timeout=timeout_s):
+                break
+        return [r for r in results if r is not None]
+
+    import asyncio
+
+    async def one(request: GenerationRequest) -> FinishEvent | ErrorEvent | None:
+        last = None
+        async for event in engine.submit(request):
+            last = event
+        return last if isinstance(last, (FinishEvent, ErrorEvent)) else None
+
+    async def everything() -> list[FinishEvent | ErrorEvent | None]:
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    return [r for r in asyncio.run(everything()) if r is not None]
+
+
+def run_items(
+    engine: Engine, data: SuiteData, items: Sequence[SuiteItem] | None = None, progress: Progress | None = None
+) -> list[ItemOutput]:
+    """Generate greedy outputs for (some of) a suite's items."""
+    chosen = list(data.items if items is None else items)
+    results = generate(engine, requests_for(data, chosen), progress)
+    return [ItemOutput.from_result(item.id, result) for item, result in zip(chosen, results, strict=True)]
+
+
+_METRICS: dict[str, Any] = {}
+
+
+def _metric(name: str) -> Any:
+    if name not in _METRICS:
+        from servegate.zoo.eval_metrics import load_metric
+
+        try:
+            _METRICS[name] = load_metric(name)
+        except Exception as exc:
+            raise ServegateError(f"metric {name!r} cannot be loaded: {exc}") from exc
+    return _METRICS[name]
+
+
+def score_items(metric: str, data: SuiteData, items: Sequence[SuiteItem], outputs: Sequence[ItemOutput]) -> list[float]:
+    """Per-item scores of a zoo metric (an error or missing text scores 0)."""
+    module = _metric(metric)
+    kwargs: dict[str, Any] = {}
+    if metric == "json_schema_valid":
+        if data.schema is None:
+            raise ServegateError(
+                f"suite {data.name}: json_schema_valid needs a schema: declare postprocess.output_schema "
+                "or ship <suite>.schema.json beside the suite file"
+            )
+        kwargs["schema"] = data.schema
+    scores = []
+    for item, output in zip(items, outputs, strict=True):
+        if output.text is None:
+            scores.append(0.0)
+            continue
+        # The module's own scoring on a one-item list: evaluate's compute() spends ~20 ms per call
+        # writing an Arrow cache, which would dominate a 600-item gate run.
+        refs = {} if metric == "json_schema_valid" else {"references": [item.reference]}
+        value = module._compute(predictions=[output.text], **refs, **kwargs)[metric]
+        scores.append(float(value))
+    return scores
+
+
+def score_run(
+    data: SuiteData, outputs: Sequence[ItemOutput], items: Sequence[SuiteItem] | None = None
+) -> dict[str, list[float]]:
+    """Per-item scores of every metric the suite declares."""
+    chosen = data.items if items is None else items
+    return {metric: score_items(metric, data, chosen, outputs) for metric in data.suite.metrics}
+
+
+# --- the on-disk cache of baseline outputs --------------------------------------------------------
+
+
+def weights_dir(served: ServedModel) -> Path | None:
+    """The local directory holding the manifest's weights (None for hub sources or endpoints)."""
+    source = served.weights.source
+    if source.startswith("zoo:"):
+        try:
+            from servegate.zoo.catalog import zoo_model_path
+
+            return zoo_model_path(source.removeprefix("zoo:"))
+        except Exception:  # a zoo model that is not there: the runtime reports it when it loads
+            return None
+    if source.startswith("hf:"):
+        return None
+    path = served.resolve_path(source)
+    return path if path.is_dir() else None
+
+
+def weights_stamp(served: ServedModel) -> str:
+    """Cheap identity of the weight files (names, sizes, mtimes) so a retrained checkpoint misses the cache.
+
+    The fingerprint covers weights only through declared sha256 checksums; this covers the rest.
+    """
+    directory = weights_dir(served)
+    if directory is None:
+        return served.weights.source
+    digest = hashlib.sha256(served.weights.source.encode())
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{path.relative_to(directory)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def cache_key(served: ServedModel) -> str:
+    """The cache key of a manifest's outputs: its fingerprint plus the identity of its weight files."""
+    return hashlib.sha256(f"{served.fingerprint}:{weights_stamp(served)}".encode()).hexdigest()
+
+
+def cache_dir() -> Path:
+    """`$SERVEGATE_CACHE`, or `.servegate-cache/` in the working directory."""
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR)
+
+
+class OutputCache:
+    """Outputs of one (fingerprint, suite) pair as JSON files, written atomically."""
+
+    def __init__(self, directory: Path | None = None, enabled: bool = True) -> None:
+        self.directory = directory if directory is not None else cache_dir()
+        self.enabled = enabled
+        self.hits = 0
+        self.misses = 0
+
+    def path(self, fingerprint: str, data: SuiteData) -> Path:
+        """Where the outputs of `data` under the manifest with `fingerprint` are kept."""
+        return self.directory / "outputs" / f"{fingerprint[:32]}-{data.name}-{data.digest[:16]}.json"
+
+    def load(self, fingerprint: str, data: SuiteData) -> list[ItemOutput] | None:
+        """Cached outputs, or None when absent, stale or unreadable."""
+        if not self.enabled:
+            return None
+        path = self.path(fingerprint, data)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        if record.get("format") != CACHE_FORMAT or record.get("digest") != data.digest:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return [ItemOutput.from_dict(o) for o in record["outputs"]]
+
+    def store(self, fingerprint: str, data: SuiteData, outputs: Sequence[ItemOutput]) -> None:
+        """Write outputs atomically (tmp + replace): a crash never leaves half an entry."""
+        if not self.enabled:
+            return
+        path = self.path(fingerprint, data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "format": CACHE_FORMAT,
+            "fingerprint": fingerprint,
+            "suite": data.name,
+            "digest": data.digest,
+            "outputs": [asdict(o) for o in outputs],
+        }
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        tmp.replace(path)

@@ -1,0 +1,89 @@
+"""The `quantization` gate: quantized weights, lower precision or an fp8 KV cache must stay non-inferior."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import Gate, GateContext
+from servegate.gates.comparison import compare_on_suites
+from servegate.gates.divergence import DivergenceProbe, DivergenceUnavailable
+from servegate.gates.registry import register_gate
+from servegate.gates.result import GateResult
+
+PRECISION_FIELDS = ("runtime.quantization", "runtime.dtype", "weights.dtype", "runtime.kv_cache.dtype")
+SIMULATED = frozenset({"int2-weight", "int3-weight"})
+"""Schemes the runtime simulates by round-tripping weights (labelled as such in every report)."""
+
+
+def calibration_identity(served: ServedModel) -> dict[str, Any] | None:
+    """The calibration suite a quantized manifest declares, with a hash of its items (None when undeclared)."""
+    name = served.runtime.quantization.calibration
+    if name is None:
+        return None
+    identity: dict[str, Any] = {"suite": name, "split": "calibration"}
+    try:
+        from servegate.zoo.eval_suites import load_suite
+
+        source = name if name.startswith(("zoo:", "hf:")) else str(served.resolve_path(name))
+        rows = load_suite(source, "calibration")
+        identity["items"] = len(rows)
+        identity["sha256"] = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+    except Exception as exc:  # recorded, not fatal: the calibration suite is evidence, not a check
+        identity["error"] = f"cannot be loaded: {exc}"
+    return identity
+
+
+@register_gate(
+    "quantization",
+    watches=PRECISION_FIELDS + ("runtime.device",),
+    purpose="Quantized or lower-precision weights keep every suite metric within its non-inferiority margin.",
+)
+class QuantizationGate(Gate):
+    """Paired non-inferiority per suite, token agreement and mean KL, calibration identity, failure examples."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Compare the baseline with only its precision fields taken from the candidate."""
+        candidate = ctx.isolated(PRECISION_FIELDS)
+        quant = candidate.runtime.quantization
+        measurements: dict[str, Any] = {
+            "method": quant.method,
+            "simulated": quant.method in SIMULATED,
+            "group_size": quant.group_size if quant.method not in ("none", "int8-weight", "int8-dynamic") else None,
+            "dtype": candidate.runtime.dtype,
+            "kv_cache_dtype": candidate.runtime.kv_cache.dtype if candidate.runtime.kv_cache else None,
+            "calibration": calibration_identity(candidate),
+        }
+        if not ctx.candidate.quality.suites:
+            return self.result(
+                "warn", "no eval suites declared (quality.suites): quantization cannot be judged", measurements
+            )
+        comparison = compare_on_suites(ctx, ctx.baseline, candidate)
+        measurements.update(comparison.measurements())
+        measurements["next_token"] = self._divergence(ctx, candidate)
+        reason = comparison.reason()
+        if measurements["simulated"]:
+            reason = f"{reason} ({quant.method} simulated)"
+        return self.result(comparison.verdict, reason, measurements, comparison.evidence)
+
+    def _divergence(self, ctx: GateContext, candidate: ServedModel) -> dict[str, Any]:
+        """Token agreement and KL per suite; a reason instead when the models cannot be loaded directly."""
+        out: dict[str, Any] = {}
+        probe = DivergenceProbe(ctx.baseline, candidate)
+        for data in ctx.suites():
+            base_run = ctx.run_suite(ctx.baseline, data, role="baseline")
+            try:
+                result = probe.measure(list(data.items), base_run.outputs)
+            except DivergenceUnavailable as exc:
+                return {"unavailable": str(exc)}
+            except Exception as exc:  # a measurement, not the verdict: record why it is missing
+                return {"unavailable": f"{type(exc).__name__}: {exc}"}
+            out[data.name] = {
+                "positions": result.positions,
+                "token_agreement": round(result.token_agreement, 6),
+                "mean_kl_nats": round(result.mean_kl, 8),
+                "max_kl_nats": round(result.max_kl, 8),
+            }
+        return out

@@ -1,0 +1,173 @@
+"""Reports of a gate check: the terminal table and progress bar, JSON, JUnit XML and Markdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servegate.gates.base import ProgressHook
+from servegate.gates.result import GateReport
+
+STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow", "skipped": "dim"}
+
+
+class RichProgress(ProgressHook):
+    """A rich progress bar: one line per piece of work a gate starts."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task: Any = None
+
+    def __enter__(self) -> RichProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def start(self, description: str, total: int) -> None:
+        """Finish the previous bar and start a new one."""
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        self.task = self.progress.add_task(description, total=max(total, 1))
+
+    def advance(self, steps: int = 1) -> None:
+        """Move the current bar."""
+        if self.task is not None:
+            self.progress.advance(self.task, steps)
+
+
+def print_table(report: GateReport, console: Console) -> None:
+    """The verdict table, one row per gate, with why it ran or was skipped."""
+    base, cand = report.baseline, report.candidate
+    title = (
+        f"gate check: {cand['name']} {cand['version']} against its reference form"
+        if report.mode == "reference"
+        else f"gate check: {base['name']} {base['version']} -> {cand['name']} {cand['version']}"
+    )
+    table = Table(title=title, show_lines=False, title_justify="left")
+    for column in ("gate", "verdict", "reason", "why", "time"):
+        table.add_column(column, overflow="fold")
+    for gate in report.gates:
+        table.add_row(
+            gate.name,
+            f"[{STYLE[gate.verdict]}]{gate.verdict}[/]",
+            gate.reason,
+            "; ".join(gate.triggered_by) if gate.verdict != "skipped" else "",
+            f"{gate.duration_s:.1f} s" if gate.verdict != "skipped" else "",
+        )
+    console.print(table)
+    counts = report.counts()
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    console.print(
+        f"verdict: [{STYLE[report.verdict]}]{report.verdict.upper()}[/] ({summary}) in {report.duration_s:.1f} s; "
+        f"candidate fingerprint {cand['fingerprint'][:12]}"
+    )
+    for note in report.notes:
+        console.print(f"[dim]{note}[/]")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def json_text(report: GateReport) -> str:
+    """The JSON report."""
+    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+
+
+def junit_xml(report: GateReport, strict: bool = False) -> str:
+    """JUnit XML: one testcase per gate; a failing gate's reason is the failure message.
+
+    Warnings are reported in system-out, and as failures under --strict; skipped gates as <skipped>.
+    """
+    failed = [g for g in report.gates if g.verdict == "fail" or (strict and g.verdict == "warn")]
+    skipped = [g for g in report.gates if g.verdict == "skipped"]
+    suites = ET.Element("testsuites", name="servegate gate check")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"gate check {report.candidate['name']}",
+        tests=str(len(report.gates)),
+        failures=str(len(failed)),
+        errors="0",
+        skipped=str(len(skipped)),
+        time=f"{report.duration_s:.3f}",
+    )
+    for gate in report.gates:
+        case = ET.SubElement(
+            suite, "testcase", classname="servegate.gates", name=gate.name, time=f"{gate.duration_s:.3f}"
+        )
+        if gate in failed:
+            failure = ET.SubElement(case, "failure", message=gate.reason, type=gate.verdict)
+            failure.text = json.dumps(
+                {"measurements": gate.measurements, "evidence": gate.evidence}, indent=2, default=str
+            )
+        elif gate.verdict == "skipped":
+            ET.SubElement(case, "skipped", message=gate.reason)
+        out = ET.SubElement(case, "system-out")
+        out.text = f"{gate.verdict}: {gate.reason}\nwhy: {'; '.join(gate.triggered_by)}"
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: GateReport) -> str:
+    """A Markdown summary for pull requests and release notes."""
+    cand = report.candidate
+    lines = [
+        f"## gate check: {cand['name']} {cand['version']} — **{report.verdict.upper()}**",
+        "",
+        f"Candidate fingerprint `{cand['fingerprint']}`, compared against the "
+        f"{report.baseline['form']} (`{report.baseline['fingerprint'][:12]}`), in {report.duration_s:.1f} s.",
+        "",
+        "| gate | verdict | reason | why |",
+        "|---|---|---|---|",
+    ]
+    for gate in report.gates:
+        why = "; ".join(gate.triggered_by) if gate.verdict != "skipped" else ""
+        lines.append(f"| {gate.name} | {gate.verdict} | {_cell(gate.reason)} | {_cell(why)} |")
+    examples = [(g.name, e) for g in report.gates for e in g.evidence if g.verdict in ("fail", "warn")]
+    if examples:
+        lines += ["", "### Failure examples", ""]
+        for name, ex in examples:
+            shown = {k: v for k, v in ex.items() if v is not None}
+            lines.append(f"- **{name}**: `{_cell(json.dumps(shown, default=str))}`")
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(
+    report: GateReport, *, json_path: str | None, junit_path: Path | None, markdown_path: Path | None, strict: bool
+) -> None:
+    """Write the requested report files (JSON to stdout for '-')."""
+    if json_path == "-":
+        import sys
+
+        sys.stdout.write(json_text(report))
+        sys.stdout.flush()
+    elif json_path is not None:
+        _atomic_write(Path(json_path), json_text(report))
+    if junit_path is not None:
+        _atomic_write(junit_path, junit_xml(report, strict))
+    if markdown_path is not None:
+        _atomic_write(markdown_path, markdown(report))

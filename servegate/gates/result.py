@@ -1,0 +1,110 @@
+"""What a gate returns and what `gate check` reports: verdicts, measurements and public-safe evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["pass", "fail", "warn", "skipped"]
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "skipped")
+
+_SEVERITY = {"skipped": 0, "pass": 1, "warn": 2, "fail": 3}
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """The most severe verdict (fail > warn > pass > skipped); `skipped` for none."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default="skipped")
+
+
+@dataclass
+class GateResult:
+    """One gate's verdict with the reason, what it measured and public-safe failure examples."""
+
+    name: str
+    verdict: Verdict
+    reason: str
+    """One line a release engineer can act on; the JUnit failure message."""
+    measurements: dict[str, Any] = field(default_factory=dict)
+    """Numbers with their units in the key (e.g. `mismatch_rate`, `tokens_lost_mean`)."""
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    """Failure examples: full text only from public suites, otherwise ids and lengths."""
+    triggered_by: list[str] = field(default_factory=list)
+    """Why the gate ran (changed fields, or `--gate`), or why it was skipped."""
+    duration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS} (got {self.verdict!r})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used in reports."""
+        return asdict(self)
+
+
+@dataclass
+class GateReport:
+    """The outcome of one `gate check`: every planned gate, run or skipped, and the overall verdict."""
+
+    baseline: dict[str, Any]
+    """name, version, fingerprint and form ('reference' or 'manifest') of what was compared against."""
+    candidate: dict[str, Any]
+    """name, version and fingerprint of what is being released."""
+    gates: list[GateResult]
+    mode: Literal["reference", "change"] = "reference"
+    """`reference`: a manifest against its own reference form; `change`: baseline vs candidate manifests."""
+    duration_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Literal["pass", "fail"]:
+        """`fail` when any gate failed, otherwise `pass` (warnings are reported, and fail only with --strict)."""
+        return "fail" if any(g.verdict == "fail" for g in self.gates) else "pass"
+
+    @property
+    def warned(self) -> bool:
+        """Whether any gate warned."""
+        return any(g.verdict == "warn" for g in self.gates)
+
+    def counts(self) -> dict[str, int]:
+        """How many gates ended in each verdict."""
+        return {v: sum(g.verdict == v for g in self.gates) for v in VERDICTS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The machine-readable report written by `--json`."""
+        return {
+            "verdict": self.verdict,
+            "fingerprint": self.candidate.get("fingerprint"),
+            "mode": self.mode,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "counts": self.counts(),
+            "duration_s": round(self.duration_s, 3),
+            "notes": list(self.notes),
+            "gates": [g.to_dict() for g in self.gates],
+        }
+
+
+def example(
+    item_id: str,
+    public: bool,
+    *,
+    suite: str,
+    prompt: str,
+    baseline: str | None,
+    candidate: str | None,
+    reference: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One failure example: the texts when the suite is public, otherwise only the id and the lengths."""
+    out: dict[str, Any] = {"suite": suite, "id": item_id}
+    if public:
+        out.update(prompt=prompt, reference=reference, baseline=baseline, candidate=candidate)
+    else:
+        out.update(
+            prompt_chars=len(prompt),
+            baseline_chars=None if baseline is None else len(baseline),
+            candidate_chars=None if candidate is None else len(candidate),
+        )
+    out.update(extra)
+    return out
