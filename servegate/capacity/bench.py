@@ -1,0 +1,182 @@
+"""The load generator: open-loop (Poisson or gamma) or closed-loop arrivals, rate sweeps, repeated runs.
+
+Open loop: every request has a scheduled send time drawn from the arrival process before the run starts,
+and its latencies count from that time, so when the server (or the client) falls behind, the queueing
+shows in the figures instead of silently slowing the arrivals (no coordinated omission). Closed loop:
+`concurrency` workers each send the next request as soon as their previous one finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from servegate.capacity.bench_targets import BenchTarget, PromptFactory
+from servegate.capacity.metrics import DEFINITIONS, SLO, RequestRecord, summarize
+from servegate.capacity.workload import RequestSpec, make_requests, with_rate
+from servegate.contracts.evaluation import Workload
+
+Progress = Callable[[int], None]
+"""Called with the number of requests just completed (1), to drive a progress bar."""
+
+_SPIN_S = 0.0015  # the last stretch before a scheduled send is spun, not slept: epoll wakes late by up to 1 ms
+
+
+@dataclass
+class BenchRun:
+    """The records of one run and its summary."""
+
+    records: list[RequestRecord]
+    summary: dict[str, Any]
+    rate_rps: float | None
+    """Offered rate (open loop), requests/s."""
+    concurrency: int | None
+    """Workers (closed loop)."""
+
+
+@dataclass
+class BenchResult:
+    """All runs of a bench: repeats at one load, or one run per rate of a sweep."""
+
+    workload: Workload
+    runs: list[BenchRun] = field(default_factory=list)
+    slo: SLO = field(default_factory=SLO)
+    target: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON report: pooled figures at the top, per-run figures, the interval across repeats."""
+        pooled = summarize([r for run in self.runs for r in run.records], self.slo) if self.runs else {}
+        if len({run.rate_rps for run in self.runs}) > 1:  # a sweep: pooling different loads means nothing
+            pooled = self.runs[-1].summary
+        out: dict[str, Any] = {
+            "target": self.target,
+            "definitions": DEFINITIONS,
+            "workload": self.workload.model_dump(mode="json"),
+            **{k: pooled.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "throughput", "goodput")},
+            "requests": pooled.get("requests"),
+            "runs": [{"rate_rps": run.rate_rps, "concurrency": run.concurrency, **run.summary} for run in self.runs],
+        }
+        if len(self.runs) > 1 and out["runs"] and len({run.rate_rps for run in self.runs}) == 1:
+            out["across_runs"] = across_runs([run.summary for run in self.runs])
+        return out
+
+
+def across_runs(summaries: Sequence[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
+    """Mean and Student-t interval across repeated runs for each latency percentile and throughput."""
+    from scipy import stats
+
+    def interval(values: list[float]) -> dict[str, float]:
+        n = len(values)
+        mean = sum(values) / n
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
+        return {"mean": mean, "low": mean - half, "high": mean + half, "runs": n}
+
+    out: dict[str, Any] = {"confidence": confidence}
+    for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        out[metric] = {p: interval([s[metric][p] for s in summaries]) for p in ("mean", "p50", "p95", "p99")}
+    out["throughput"] = {
+        k: interval([s["throughput"][k] for s in summaries]) for k in ("requests_per_s", "output_tokens_per_s")
+    }
+    return out
+
+
+async def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > _SPIN_S:
+        await asyncio.sleep(delay - _SPIN_S)
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0)
+
+
+async def run_open_loop(
+    target: BenchTarget, specs: Sequence[RequestSpec], prompts: PromptFactory, progress: Progress | None = None
+) -> list[RequestRecord]:
+    """Send each request at its scheduled offset, whatever state earlier requests are in."""
+    records: list[RequestRecord] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def one(spec: RequestSpec, prompt: str, record: RequestRecord) -> None:
+        await target.send(spec, prompt, record)
+        if progress:
+            progress(1)
+
+    texts = [prompts.text(spec.prompt_tokens) for spec in specs]  # built before the clock starts
+    start = time.perf_counter() + 0.005
+    for spec, prompt in zip(specs, texts, strict=True):
+        assert spec.arrival_s is not None, "open-loop requests need scheduled arrivals"
+        record = RequestRecord(scheduled=start + spec.arrival_s, prompt_tokens=spec.prompt_tokens)
+        records.append(record)
+        await _sleep_until(record.scheduled)
+        tasks.append(asyncio.create_task(one(spec, prompt, record)))
+    await asyncio.gather(*tasks)
+    return records
+
+
+async def run_closed_loop(
+    target: BenchTarget,
+    specs: Sequence[RequestSpec],
+    prompts: PromptFactory,
+    concurrency: int,
+    progress: Progress | None = None,
+) -> list[RequestRecord]:
+    """`concurrency` workers, each sending its next request as soon as the previous one finished."""
+    queue = [(spec, prompts.text(spec.prompt_tokens)) for spec in reversed(specs)]
+    records: list[RequestRecord] = []
+
+    async def worker() -> None:
+        while queue:
+            spec, prompt = queue.pop()
+            record = RequestRecord(scheduled=time.perf_counter(), prompt_tokens=spec.prompt_tokens)
+            records.append(record)
+            await target.send(spec, prompt, record)
+            if progress:
+                progress(1)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return records
+
+
+async def run_once(
+    target: BenchTarget,
+    workload: Workload,
+    prompts: PromptFactory,
+    seed: int = 0,
+    slo: SLO | None = None,
+    prompt_lengths: Sequence[int] | None = None,
+    progress: Progress | None = None,
+) -> BenchRun:
+    """One run of `workload.num_requests` requests."""
+    specs = make_requests(workload, seed, prompt_lengths=prompt_lengths)
+    if workload.arrival == "closed":
+        assert workload.concurrency is not None
+        records = await run_closed_loop(target, specs, prompts, workload.concurrency, progress)
+    else:
+        records = await run_open_loop(target, specs, prompts, progress)
+    return BenchRun(records, summarize(records, slo), workload.rate_rps, workload.concurrency)
+
+
+async def run_bench(
+    target: BenchTarget,
+    workload: Workload,
+    prompts: PromptFactory,
+    *,
+    repeats: int = 1,
+    rates: Sequence[float] | None = None,
+    slo: SLO | None = None,
+    seed: int = 0,
+    prompt_lengths: Sequence[int] | None = None,
+    progress: Progress | None = None,
+    target_name: str = "",
+) -> BenchResult:
+    """Repeated runs at the workload's load, or one run per rate of a sweep (then repeats per rate)."""
+    result = BenchResult(workload, slo=slo or SLO(), target=target_name)
+    loads = [with_rate(workload, r) for r in rates] if rates else [workload]
+    for load in loads:
+        for i in range(repeats):
+            result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
+    return result

@@ -1,0 +1,193 @@
+"""The latency model: how long one engine step takes on this machine, fitted from profiling.
+
+A step computes a ragged batch of chunks (seq i gets n_i new tokens on top of s_i cached ones). Its
+time is modelled as a non-negative combination of what the step does:
+
+    t_step = c_step
+           + c_prefill_token  x sum of n_i over prefill chunks (n_i > 1)
+           + c_prefill_chunk  x number of prefill chunks
+           + c_prefill_attn   x sum of n_i x (s_i + n_i) over prefill chunks   (query x key pairs)
+           + c_decode_seq     x number of decode chunks (n_i = 1)
+           + c_decode_attn    x sum of (s_i + 1) over decode chunks            (keys read)
+
+plus, per request, `request_overhead_s` before its first token (HTTP, tokenization, queue hand-off)
+and `finish_overhead_s` after its last one. So a request costs
+t_queue + t_prefill(T_in) + T_out x t_decode + t_post, with t_prefill and t_decode read off the steps
+the scheduler actually forms. Models are saved as JSON keyed by the served model and the hardware.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = (
+    "c_step",
+    "c_prefill_token",
+    "c_prefill_chunk",
+    "c_prefill_attn",
+    "c_decode_seq",
+    "c_decode_attn",
+)
+"""Coefficient names, in the order of `step_features`."""
+
+Chunk = tuple[int, int]
+"""(new tokens, tokens already cached) of one sequence in a step."""
+
+
+def step_features(chunks: Iterable[Chunk]) -> list[float]:
+    """The feature vector of one step (see the module notes); same order as FEATURES."""
+    f = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    for n, start in chunks:
+        if n > 1:
+            f[1] += n
+            f[2] += 1
+            f[3] += n * (start + n)
+        else:
+            f[4] += 1
+            f[5] += start + 1
+    return f
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One measured step: its chunks and its duration in seconds."""
+
+    chunks: tuple[Chunk, ...]
+    seconds: float
+
+
+@dataclass
+class LatencyModel:
+    """Fitted step-time coefficients (seconds per unit) and per-request overheads, for one model on one machine."""
+
+    coefficients: dict[str, float]
+    """FEATURES -> seconds per unit."""
+    request_overhead_s: float = 0.0
+    """Seconds added before a request's first token (client, HTTP, tokenization, hand-off)."""
+    finish_overhead_s: float = 0.0
+    """Seconds from a request's last token to the end of its response."""
+    runtime_overhead_bytes: int | None = None
+    """Memory the largest profiled step needed beyond weights and KV pool (process RSS growth), bytes."""
+    step_jitter: float = 0.0
+    """Relative spread (coefficient of variation) of measured step times around the fit."""
+    key: str = ""
+    """Profile key: fingerprint of the manifest with its batching section at defaults."""
+    fingerprint: str = ""
+    """Full fingerprint of the manifest that was profiled."""
+    hardware: dict[str, Any] = field(default_factory=dict)
+    """Where it was measured (see hardware_id)."""
+    fit: dict[str, Any] = field(default_factory=dict)
+    """Quality of the fit: samples, median and p90 relative error of step times."""
+
+    def step_time(self, chunks: Iterable[Chunk]) -> float:
+        """Predicted seconds of one step."""
+        c = self.coefficients
+        return float(sum(c.get(name, 0.0) * x for name, x in zip(FEATURES, step_features(chunks), strict=True)))
+
+    def prefill_time(self, prompt_tokens: int) -> float:
+        """Predicted seconds of a step that prefills one prompt alone."""
+        return self.step_time([(prompt_tokens, 0)])
+
+    def decode_time(self, batch: int, context: int) -> float:
+        """Predicted seconds of a decode step of `batch` sequences of `context` tokens each."""
+        return self.step_time([(1, context - 1)] * batch)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatencyModel:
+        """Inverse of as_dict (unknown keys are ignored, missing coefficients are 0)."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        model = cls(**known)
+        model.coefficients = {name: float(model.coefficients.get(name, 0.0)) for name in FEATURES}
+        return model
+
+    def save(self, path: Path) -> Path:
+        """Write as JSON atomically."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> LatencyModel:
+        """Read a saved model."""
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def fit_steps(samples: Sequence[StepSample]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Non-negative least squares on relative error: coefficients and the fit's quality."""
+    from scipy.optimize import nnls
+
+    if len(samples) < len(FEATURES):
+        raise ValueError(f"need at least {len(FEATURES)} measured steps to fit (got {len(samples)})")
+    x = np.array([step_features(s.chunks) for s in samples], dtype=float)
+    y = np.array([s.seconds for s in samples], dtype=float)
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    w = 1.0 / np.maximum(y, 1e-6)  # relative error: short steps count as much as long ones
+    coef, _ = nnls((x / scale) * w[:, None], y * w)
+    coef = coef / scale
+    rel = np.abs(x @ coef - y) / y
+    quality = {
+        "samples": len(samples),
+        "median_rel_error": float(np.median(rel)),
+        "p90_rel_error": float(np.percentile(rel, 90)),
+    }
+    return dict(zip(FEATURES, (float(c) for c in coef), strict=True)), quality
+
+
+def residual_spread(model: LatencyModel, samples: Sequence[StepSample]) -> float:
+    """Coefficient of variation of measured / predicted step time (the noise the simulator replays)."""
+    ratios = np.array([s.seconds / max(model.step_time(s.chunks), 1e-9) for s in samples])
+    return float(np.std(ratios) / max(np.mean(ratios), 1e-9))
+
+
+def hardware_id() -> dict[str, Any]:
+    """What the latency was measured on: CPU model, cores, torch threads, accelerator."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        match = re.search(r"model name\s*:\s*(.+)", text)
+        cpu = match.group(1).strip() if match else cpu
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count() or 1, "machine": platform.machine()}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["accelerator"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def hardware_key(hardware: dict[str, Any]) -> str:
+    """A short file-name-safe id of a machine kind."""
+    text = f"{hardware.get('accelerator') or hardware.get('cpu')}-{hardware.get('cores')}c"
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80]
+
+
+def profiles_dir() -> Path:
+    """Where profiles are kept: $SERVEGATE_HOME/profiles (default ~/.cache/servegate/profiles)."""
+    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
+    return Path(home) / "profiles"
+
+
+def profile_path(key: str, hardware: dict[str, Any], directory: Path | None = None) -> Path:
+    """File of the profile for a profile key on a machine kind."""
+    return (directory or profiles_dir()) / f"{key[:16]}-{hardware_key(hardware)}.json"

@@ -1,0 +1,126 @@
+"""The manifest's own server, started for `gate bench MANIFEST` and `gate profile` on a free local port.
+
+It runs `servegate.server.create_app(served)` on uvicorn in a child process: the bench's client and
+the server under test then do not share one interpreter lock, so the client's bookkeeping cannot
+slow the server down or the other way round (measured: with both in one process, the client's
+scheduled sends slipped by milliseconds whenever the model ran).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.manifest import ServedModel
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalServer:
+    """`with LocalServer(served) as server: server.url` — the manifest served on 127.0.0.1 until the block ends."""
+
+    def __init__(self, served: ServedModel, startup_timeout_s: float = 600.0, log_path: Path | None = None) -> None:
+        self.served = served
+        self.port = free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the OpenAI API (…/v1)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> LocalServer:
+        """Spawn the server and wait until /ready answers 200 (the model loaded and warmed up)."""
+        self._tmp = tempfile.TemporaryDirectory(prefix="servegate-bench-")
+        spec = Path(self._tmp.name) / "served.json"
+        spec.write_text(
+            json.dumps({"manifest": self.served.model_dump(mode="json"), "base_dir": str(self.served.base_dir)}),
+            encoding="utf-8",
+        )
+        log = open(self.log_path or Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - kept for the child
+        self._log_file = log
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "servegate.capacity.local_server", str(spec), str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        ready = f"http://127.0.0.1:{self.port}/ready"
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ServegateError(f"the local server exited with {self._proc.returncode}: {self._tail()}")
+            try:
+                if httpx.get(ready, timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
+
+    def _tail(self) -> str:
+        if self._tmp is None:
+            return ""
+        path = self.log_path or Path(self._tmp.name) / "server.log"
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(lines[-3:])
+
+    def stop(self) -> None:
+        """Drain and stop the server (SIGTERM, then SIGKILL after 30 s)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if getattr(self, "_log_file", None) is not None:
+            self._log_file.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _serve(spec_path: str, port: int) -> None:
+    """Child process: rebuild the manifest and serve it with the server's graceful shutdown."""
+    import uvicorn
+
+    from servegate.server import create_app
+
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    served = ServedModel.model_validate(spec["manifest"])
+    served._source = Path(spec["base_dir"]) / "manifest.yaml"  # relative paths resolve as in the original
+    uvicorn.run(create_app(served), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,123 @@
+"""What `gate plan` prints and writes: the plan as JSON, as a table, and back into the manifest.
+
+`write_batching` edits only the manifest's `batching` section through ruamel.yaml's round trip, so every
+comment, key order and quoting elsewhere in the file stays as the author wrote it.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.planner import Plan
+from servegate.contracts.errors import ManifestError
+
+PERCENTILE_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+
+
+def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """The plan as JSON: memory, regime, recommended policy, predicted figures, targets, binding constraint."""
+    best = plan.recommended
+    s = best.prediction.summary
+    mem = plan.memory.as_dict()
+    return {
+        "fingerprint": fingerprint,
+        "kv_bytes_per_token": plan.memory.kv_bytes_per_token,
+        "weights_bytes": plan.memory.weights_bytes,
+        "max_concurrent_sequences": plan.memory.max_concurrent_sequences,
+        "memory": mem,
+        "workload": workload,
+        "regime": plan.regime,
+        "regime_reason": plan.regime_reason,
+        "single_request_ms": plan.single_request_ms,
+        "feasible": plan.feasible,
+        "recommended": {"batching": best.served.batching.model_dump(mode="json"), "kv_blocks": best.num_blocks},
+        "predicted": {
+            **{k: s[k] for k in PERCENTILE_KEYS},
+            "throughput": s["throughput"],
+            "capacity_requests_per_s": best.capacity_rps,
+            "queue_length": s["queue_length"],
+            "kv_blocks_used": s["kv_blocks_used"],
+            "running": s["running"],
+            "preemptions": s["preemptions"],
+        },
+        "targets": [c.as_dict() for c in best.checks],
+        "binding_constraint": plan.binding,
+        "why": plan.why,
+        "notes": plan.notes,
+        "latency_model": {
+            "coefficients_s": model.coefficients,
+            "request_overhead_s": model.request_overhead_s,
+            "finish_overhead_s": model.finish_overhead_s,
+            "step_jitter": model.step_jitter,
+            "hardware": model.hardware,
+            "fit": model.fit,
+        },
+        "candidates": [
+            {
+                "batching": c.batching,
+                "feasible": c.feasible,
+                "worst_target_ratio": c.worst_ratio,
+                "e2el_ms_p99": c.prediction.summary["e2el_ms"]["p99"],
+                "capacity_requests_per_s": c.capacity_rps,
+            }
+            for c in plan.candidates[:12]
+        ],
+    }
+
+
+def plan_lines(data: dict[str, Any]) -> list[str]:
+    """The plan for a terminal, one fact per line, every number with its unit."""
+    b = data["recommended"]["batching"]
+    policy = ", ".join(f"{k}={v}" for k, v in b.items())
+    p = data["predicted"]
+    lines = [
+        f"regime: {data['regime']} ({data['regime_reason']})",
+        f"recommended batching: {policy}",
+        f"feasible: {'yes' if data['feasible'] else 'NO'}",
+        f"binding constraint: {data['binding_constraint']['name']} - {data['binding_constraint']['detail']}",
+    ]
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2EL")):
+        v = p[key]
+        lines.append(f"predicted {label}: p50 {v['p50']:.1f} ms, p95 {v['p95']:.1f} ms, p99 {v['p99']:.1f} ms")
+    lines.append(
+        f"predicted throughput: {p['throughput']['requests_per_s']:.2f} requests/s, "
+        f"{p['throughput']['output_tokens_per_s']:.1f} output tokens/s; sustains up to "
+        f"{(p['capacity_requests_per_s'] or 0):.2f} requests/s"
+    )
+    for t in data["targets"]:
+        lines.append(
+            f"target {t['name']}: predicted {t['predicted']:.4g} vs {t['target']:.4g} {t['unit']} - "
+            + ("met" if t["met"] else f"MISSED by {t['missed_by']:.4g} {t['unit']} ({t['missed_by_pct']:.1f}%)")
+        )
+    lines += [f"why: {w}" for w in data["why"]]
+    lines += [f"note: {n}" for n in data["notes"]]
+    return lines
+
+
+def write_batching(path: Path, batching: dict[str, Any]) -> None:
+    """Set the manifest file's `batching` keys to `batching`, keeping comments and everything else (atomic)."""
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    text = path.read_text(encoding="utf-8")
+    data = yaml.load(io.StringIO(text))
+    if not isinstance(data, CommentedMap):
+        raise ManifestError([f"{path}: the manifest must be a mapping of sections"])
+    section = data.get("batching")
+    if not isinstance(section, CommentedMap):
+        section = CommentedMap()
+        data["batching"] = section
+    for key in [k for k in section if k not in batching]:
+        del section[key]  # a key the new policy does not set would otherwise keep its old value
+    for key, value in batching.items():
+        section[key] = value
+    out = io.StringIO()
+    yaml.dump(data, out)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(out.getvalue(), encoding="utf-8")
+    tmp.replace(path)

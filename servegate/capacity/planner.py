@@ -1,0 +1,325 @@
+"""`gate plan`: from request shape, load, latency targets and memory budget to a batching policy.
+
+The search. Candidate policies are the batching modes with a grid of their numbers (max_batch_size,
+max_wait_ms, max_num_batched_tokens, chunked prefill); each is checked against the manifest's own
+rules, given the KV pool the runtime would allocate, and simulated under the workload with the
+latency model fitted on this machine. A candidate is feasible when every declared target holds.
+
+The regime. If one request at a time could carry the load (offered load x single-request service
+time well below 1), single-request latency decides: the deployment is latency-bound and the plan
+picks the feasible policy with the lowest predicted latency. Otherwise batch efficiency decides: it
+is throughput-bound and the plan picks the feasible policy that sustains the most requests/s.
+
+When nothing is feasible, the plan keeps the candidate closest to feasible and says, per missed target,
+the prediction, the target and by how much it is missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.memory_plan import MemoryPlan
+from servegate.capacity.prediction import Prediction, predict, saturation_throughput, sim_setup
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.evaluation import Targets, Workload
+from servegate.contracts.manifest import ServedModel
+
+THROUGHPUT_BOUND_LOAD = 0.7
+"""Offered load (x single-request service time) above which one-at-a-time serving queues too much."""
+
+_LATENCY_KEYS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2el_ms"}
+
+
+@dataclass
+class TargetCheck:
+    """One declared target against its prediction."""
+
+    name: str
+    """e.g. `e2e_ms.p99`, `throughput.requests/s`, `memory`."""
+    target: float
+    predicted: float
+    unit: str
+    upper: bool = True
+    """True when the target is a ceiling (latency, memory), False for a floor (throughput)."""
+
+    @property
+    def ratio(self) -> float:
+        """predicted / target for ceilings, target / predicted for floors: > 1 means missed."""
+        if self.upper:
+            return self.predicted / self.target
+        return self.target / self.predicted if self.predicted > 0 else float("inf")
+
+    @property
+    def met(self) -> bool:
+        """Whether the target holds."""
+        return self.ratio <= 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form with the miss spelled out."""
+        miss = self.predicted - self.target if self.upper else self.target - self.predicted
+        return {
+            "name": self.name,
+            "target": self.target,
+            "predicted": self.predicted,
+            "unit": self.unit,
+            "met": self.met,
+            "missed_by": max(0.0, miss),
+            "missed_by_pct": max(0.0, 100.0 * (self.ratio - 1.0)),
+        }
+
+    def sentence(self) -> str:
+        """One line a human reads."""
+        kind = "at most" if self.upper else "at least"
+        verdict = "met" if self.met else f"MISSED by {abs(self.predicted - self.target):.4g} {self.unit}"
+        return (
+            f"{self.name}: predicted {self.predicted:.4g} {self.unit}, target {kind} {self.target:.4g} {self.unit}"
+            f" ({verdict})"
+        )
+
+
+@dataclass
+class Candidate:
+    """One batching policy with its prediction."""
+
+    batching: dict[str, Any]
+    served: ServedModel
+    prediction: Prediction
+    checks: list[TargetCheck]
+    num_blocks: int
+    """KV blocks in the pool the runtime would allocate for this policy."""
+    capacity_rps: float | None = None
+    """Requests/s this policy sustains with requests always waiting."""
+
+    @property
+    def feasible(self) -> bool:
+        """Every target met."""
+        return all(c.met for c in self.checks)
+
+    @property
+    def worst_ratio(self) -> float:
+        """The largest predicted/target ratio (how far from feasible)."""
+        return max((c.ratio for c in self.checks), default=0.0)
+
+
+@dataclass
+class Plan:
+    """The planner's answer."""
+
+    regime: str
+    regime_reason: str
+    recommended: Candidate
+    feasible: bool
+    binding: dict[str, Any]
+    memory: MemoryPlan
+    single_request_ms: float
+    candidates: list[Candidate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    """When infeasible: per missed target, the miss and what would change it."""
+
+
+def candidate_policies(served: ServedModel) -> list[dict[str, Any]]:
+    """The batching sections to try (before the manifest's rules prune them)."""
+    max_in = served.preprocess.max_input_tokens
+    batches = [b for b in (2, 4, 8, 16, 32, 64) if b <= max(2, served.batching.max_batch_size * 4)]
+    out: list[dict[str, Any]] = [{"mode": "none", "max_batch_size": 1}]
+    for b in batches:
+        for wait in (2.0, 10.0):
+            out.append({"mode": "dynamic", "max_batch_size": b, "max_wait_ms": wait})
+        out.append({"mode": "static", "max_batch_size": b, "max_wait_ms": 10.0})
+    if served.runtime.kv_cache is not None:
+        token_budgets = sorted({max_in, 2 * max_in, 4 * max_in, served.batching.max_num_batched_tokens})
+        for b in batches:
+            for tokens in token_budgets:
+                out.append({"mode": "continuous", "max_batch_size": b, "max_num_batched_tokens": tokens})
+            out.append(
+                {"mode": "continuous", "max_batch_size": b, "max_num_batched_tokens": max_in, "chunked_prefill": True}
+            )
+    return out
+
+
+def check_targets(targets: Targets | None, summary: dict[str, Any], memory: MemoryPlan) -> list[TargetCheck]:
+    """Each declared target against a predicted (or measured) summary."""
+    checks: list[TargetCheck] = []
+    if targets is None:
+        return checks
+    for field_name, key in _LATENCY_KEYS.items():
+        pct = getattr(targets, field_name)
+        if pct is None:
+            continue
+        for p in ("p50", "p95", "p99"):
+            value = getattr(pct, p)
+            if value is not None:
+                checks.append(TargetCheck(f"{field_name}.{p}", value, float(summary[key][p]), "ms"))
+    if targets.throughput is not None:
+        unit = targets.throughput.unit
+        got = summary["throughput"]["requests_per_s" if unit == "requests/s" else "output_tokens_per_s"]
+        checks.append(TargetCheck(f"throughput.{unit}", targets.throughput.value, float(got), unit, upper=False))
+    if targets.memory is not None:
+        checks.append(TargetCheck("memory", float(targets.memory), float(memory.total_bytes), "bytes"))
+    return checks
+
+
+def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tuple[str, str, float]:
+    """Latency- or throughput-bound, why, and the single-request service time in seconds."""
+    p, o = workload.input_tokens.mean, workload.output_tokens.mean
+    service = model.request_overhead_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
+    service += model.finish_overhead_s
+    targets = served.capacity.targets
+    floor = targets.throughput if targets else None
+    floor_rps = None
+    if floor is not None:
+        floor_rps = floor.value if floor.unit == "requests/s" else floor.value / max(o, 1)
+    if workload.arrival == "closed":
+        load, what = float(workload.concurrency or 1), f"{workload.concurrency} requests kept in flight"
+    else:
+        load, what = (workload.rate_rps or 0.0) * service, f"{workload.rate_rps:g} requests/s offered"
+    if floor_rps is not None and floor_rps * service > load:
+        load, what = floor_rps * service, f"a throughput floor of {floor.value:g} {floor.unit}"  # type: ignore[union-attr]
+    ms = 1000 * service
+    if load >= THROUGHPUT_BOUND_LOAD:
+        return (
+            "throughput-bound",
+            f"{what} x {ms:.1f} ms per request served alone = load {load:.2f} >= {THROUGHPUT_BOUND_LOAD}: "
+            "one request at a time cannot keep up, batch efficiency decides",
+            service,
+        )
+    return (
+        "latency-bound",
+        f"{what} x {ms:.1f} ms per request served alone = load {load:.2f} < {THROUGHPUT_BOUND_LOAD}: "
+        "requests rarely overlap, single-request latency decides",
+        service,
+    )
+
+
+def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:
+    """The constraint closest to limiting the recommended policy."""
+    s = best.prediction.summary
+    run_max = s["running"]["max"]
+    if s["preemptions"] > 0 or (s["kv_blocks_used"]["max"] >= 0.95 * best.num_blocks):
+        return {"name": "kv_memory", "detail": f"the KV pool ran full ({s['preemptions']} preemptions predicted)"}
+    if best.checks:
+        tight = max(best.checks, key=lambda c: c.ratio)
+        return {"name": tight.name, "detail": tight.sentence(), "ratio": tight.ratio}
+    if run_max >= best.batching.get("max_batch_size", 1) and s["queue_length"]["max"] > 0:
+        return {"name": "max_batch_size", "detail": "batches ran full while requests queued"}
+    return {"name": "none", "detail": "no target declared and nothing saturated"}
+
+
+def plan(
+    served: ServedModel,
+    workload: Workload,
+    model: LatencyModel,
+    memory: MemoryPlan,
+    *,
+    num_requests: int = 300,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Plan:
+    """Search the batching policies and recommend one (see the module notes)."""
+    targets = served.capacity.targets
+    regime, reason, service = _regime(served, workload, model)
+    policies = candidate_policies(served)
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    if served.runtime.kv_cache is None:
+        notes.append("continuous batching not searched: the manifest declares no runtime.kv_cache")
+    n = min(num_requests, workload.num_requests)
+    for i, batching in enumerate(policies):
+        if progress:
+            progress(i, len(policies))
+        try:
+            candidate_served = served.with_changes(batching=batching)
+            setup = sim_setup(candidate_served)
+        except (ValidationError, ServegateError, ValueError):
+            continue  # the manifest's own rules (or its KV pool) rule this policy out
+        prediction = predict(setup, model, workload, n, seed)
+        checks = check_targets(targets, prediction.summary, memory)
+        cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
+        if regime == "throughput-bound" or (targets and targets.throughput):
+            cand.capacity_rps = saturation_throughput(setup, model, workload, seed=seed)
+        candidates.append(cand)
+    if progress:
+        progress(len(policies), len(policies))
+    if not candidates:
+        raise ServegateError("no batching policy fits this manifest's rules and KV pool: check runtime.kv_cache")
+
+    def latency_score(c: Candidate) -> float:
+        keyed = [ch.ratio for ch in c.checks if ch.unit == "ms"]
+        return max(keyed) if keyed else float(c.prediction.summary["e2el_ms"]["p99"])
+
+    feasible = [c for c in candidates if c.feasible]
+    if feasible:
+        if regime == "throughput-bound":
+            best = max(feasible, key=lambda c: (c.capacity_rps or 0.0, -latency_score(c)))
+        else:
+            best = min(feasible, key=lambda c: (round(latency_score(c), 3), c.batching.get("max_batch_size", 1)))
+    else:
+        best = min(candidates, key=lambda c: (c.worst_ratio, latency_score(c)))
+    if best.capacity_rps is None:
+        best.capacity_rps = saturation_throughput(sim_setup(best.served), model, workload, seed=seed)
+    ranked = sorted(candidates, key=lambda c: (not c.feasible, c.worst_ratio))
+    why = [] if feasible else explain_misses(best, model, workload, memory)
+    return Plan(
+        why=why,
+        regime=regime,
+        regime_reason=reason,
+        recommended=best,
+        feasible=bool(feasible),
+        binding=_binding(best, memory),
+        memory=memory,
+        single_request_ms=1000 * service,
+        candidates=ranked,
+        notes=notes,
+    )
+
+
+def alone_ms(model: LatencyModel, workload: Workload) -> dict[str, float]:
+    """Predicted TTFT, TPOT and end-to-end latency of a mean-shaped request served alone, in ms."""
+    p, o = workload.input_tokens.mean, workload.output_tokens.mean
+    ttft = model.request_overhead_s + model.prefill_time(p)
+    tpot = model.decode_time(1, p + o // 2)
+    return {
+        "ttft_ms": 1000 * ttft,
+        "tpot_ms": 1000 * tpot,
+        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.finish_overhead_s),
+    }
+
+
+def explain_misses(best: Candidate, model: LatencyModel, workload: Workload, memory: MemoryPlan) -> list[str]:
+    """Why the closest policy still misses: each missed target, by how much, and what would change it."""
+    alone = alone_ms(model, workload)
+    lines: list[str] = []
+    for check in best.checks:
+        if check.met:
+            continue
+        line = check.sentence()
+        if check.unit == "ms":
+            floor = alone[check.name.split(".")[0]]
+            if floor > check.target:
+                line += (
+                    f"; even served alone a request takes {floor:.4g} ms here, so no batching policy can meet it: "
+                    "use faster hardware, a smaller or quantized model, or shorter prompts/outputs"
+                )
+            else:
+                line += (
+                    f"; served alone it would take {floor:.4g} ms, the rest is queueing at this load: "
+                    "add replicas, lower the load, or relax the target"
+                )
+        elif check.name.startswith("throughput"):
+            cap = best.capacity_rps or 0.0
+            line += f"; the best policy sustains {cap:.4g} requests/s on one replica"
+            if cap > 0 and check.unit == "requests/s":
+                line += f": {int(-(-check.target // cap))} replicas would"
+        elif check.name == "memory":
+            line += (
+                f"; weights {memory.weights_bytes:,} + runtime {memory.runtime_overhead_bytes:,} + KV pool "
+                f"{memory.kv_pool_bytes:,} bytes: lower runtime.kv_cache.memory_budget or quantize the weights"
+            )
+        lines.append(line)
+    return lines

@@ -1,0 +1,287 @@
+"""`gate profile`: measure this machine's step times and fit the latency model.
+
+Two stages.
+
+1. Model steps. The runtime's model runner executes hand-built steps over its paged KV pool: prefills of
+   growing prompts, decodes of growing batches at several context lengths, and mixes of the two. Each
+   step is timed (median of `repeats`) and the step-time coefficients are fitted (latency_model.py).
+2. Serving overheads. Requests go through the real serving path (the engine, or the HTTP server in
+   front of it): one at a time, then a burst of `burst` requests batched together. What the measured
+   inter-token gaps exceed the model-step prediction by is the engine's per-step and per-sequence work
+   (scheduling, sampling, detokenizing, streaming); TTFT beyond the prefill step is the per-request
+   overhead; the gap from the last token to the end of the response is the finishing overhead.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from servegate.capacity.bench import run_open_loop
+from servegate.capacity.bench_targets import BenchTarget, PromptFactory
+from servegate.capacity.latency_model import (
+    Chunk,
+    LatencyModel,
+    StepSample,
+    fit_steps,
+    hardware_id,
+    residual_spread,
+)
+from servegate.capacity.metrics import RequestRecord
+from servegate.capacity.workload import RequestSpec
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.manifest import ServedModel
+
+Tick = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ProfileLimits:
+    """The largest steps worth measuring for a manifest."""
+
+    max_prompt_tokens: int
+    """Longest prompt (preprocess.max_input_tokens, within the pool)."""
+    max_batch_size: int
+    """Most sequences in a step."""
+    max_num_batched_tokens: int
+    """Most tokens in a step."""
+    max_context: int
+    """Longest sequence (runtime.max_model_len)."""
+
+
+def _geometric(lo: int, hi: int) -> list[int]:
+    out, x = [], max(1, lo)
+    while x < hi:
+        out.append(x)
+        x *= 2
+    out.append(hi)
+    return sorted(set(out))
+
+
+def step_grid(limits: ProfileLimits, num_blocks: int, block_size: int) -> list[tuple[Chunk, ...]]:
+    """The steps to time: prefills, batched prefills, decodes at several contexts, and mixes; all fit the pool."""
+    cap_tokens = num_blocks * block_size
+    max_prompt = max(2, min(limits.max_prompt_tokens, limits.max_num_batched_tokens, cap_tokens))
+    grid: list[tuple[Chunk, ...]] = []
+    prompts = _geometric(2, max_prompt)
+    grid += [((n, 0),) for n in prompts]
+    for n in prompts[:: max(1, len(prompts) // 3)]:  # a prefill continuing after cached tokens (chunked prefill)
+        if 2 * n <= min(limits.max_context, cap_tokens):
+            grid.append(((n, n),))
+    batches = _geometric(1, max(1, limits.max_batch_size))
+    for b in batches[1:]:
+        n = min(prompts[len(prompts) // 2], limits.max_num_batched_tokens // b, cap_tokens // b)
+        if n >= 2:
+            grid.append(tuple((n, 0) for _ in range(b)))
+    contexts = sorted({16, max(16, limits.max_context // 4), max(16, limits.max_context // 2), limits.max_context})
+    for b in batches:
+        for ctx in contexts:
+            if b * (-(-ctx // block_size)) <= num_blocks:
+                grid.append(tuple((1, ctx - 1) for _ in range(b)))
+    for b in batches:  # decodes beside one prefill
+        ctx, n = contexts[1], prompts[len(prompts) // 2]
+        if (b + 1) * (-(-max(ctx, n) // block_size)) <= num_blocks and n + b <= limits.max_num_batched_tokens:
+            grid.append(((n, 0), *((1, ctx - 1) for _ in range(b))))
+    return grid
+
+
+def time_steps(
+    runner: Any, grid: Sequence[tuple[Chunk, ...]], repeats: int = 5, tick: Tick | None = None
+) -> list[StepSample]:
+    """Execute every step of `grid` on the runner `repeats` times (after one warm-up); median seconds each."""
+    from servegate.runtime.api import SeqChunk
+
+    bs, nb = runner.block_size, runner.num_blocks
+    vocab = max(2, int(runner.vocab_size))
+    rng = np.random.default_rng(0)
+    sync = _synchronizer(runner)
+    samples: list[StepSample] = []
+    for chunks in grid:
+        inputs = []
+        next_block = 0
+        for seq_id, (n, start) in enumerate(chunks):
+            blocks = -(-(start + n) // bs)
+            table = tuple((next_block + i) % nb for i in range(blocks))
+            next_block += blocks
+            ids = tuple(int(t) for t in rng.integers(4, vocab, size=n))
+            inputs.append(SeqChunk(seq_id, ids, start, table))
+        runner.execute(inputs)
+        sync()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            runner.execute(inputs)
+            sync()
+            times.append(time.perf_counter() - t0)
+        samples.append(StepSample(tuple(chunks), statistics.median(times)))
+        if tick:
+            tick()
+    return samples
+
+
+def _synchronizer(runner: Any) -> Callable[[], None]:
+    device = getattr(runner, "device", None)
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def fit_runner(samples: Sequence[StepSample]) -> LatencyModel:
+    """A latency model of model steps alone (no serving overheads yet)."""
+    coefficients, quality = fit_steps(samples)
+    model = LatencyModel(coefficients, fit=quality)
+    model.step_jitter = residual_spread(model, samples)
+    return model
+
+
+async def measure_serving(
+    target: BenchTarget, prompts: PromptFactory, prompt_tokens: Sequence[int], burst: int, output_tokens: int = 16
+) -> dict[str, list[RequestRecord]]:
+    """Requests through the serving path: one at a time for each prompt length, then `burst` at once."""
+    single: list[RequestRecord] = []
+    for p in prompt_tokens:
+        for _ in range(3):
+            single += await run_open_loop(target, [RequestSpec(p, output_tokens, 0.0)], prompts)
+    bursts: list[RequestRecord] = []
+    if burst > 1:
+        for _ in range(2):
+            specs = [RequestSpec(prompt_tokens[0], output_tokens, 0.0) for _ in range(burst)]
+            bursts += await run_open_loop(target, specs, prompts)
+    return {"single": single, "burst": bursts}
+
+
+def calibrate(
+    model: LatencyModel, runs: dict[str, list[RequestRecord]], burst: int, output_tokens: int = 16
+) -> LatencyModel:
+    """Add the serving overheads that the measured requests show beyond the model-step prediction."""
+    single = [r for r in runs["single"] if r.ok and len(r.token_times) >= 2]
+    if not single:
+        raise RuntimeError("no request of the calibration run completed: cannot measure serving overheads")
+    r1 = _decode_residual(model, single, 1)
+    e1 = 0.0
+    bursts = [r for r in runs.get("burst", []) if r.ok and len(r.token_times) >= 2]
+    if bursts and burst > 1:
+        rb = _decode_residual(model, bursts, burst)
+        e1 = max(0.0, (rb - r1) / (burst - 1))
+    e0 = max(0.0, r1 - e1)
+    coefficients = dict(model.coefficients)
+    coefficients["c_step"] += e0
+    coefficients["c_decode_seq"] += e1
+    coefficients["c_prefill_chunk"] += e1
+    out = LatencyModel(coefficients, step_jitter=model.step_jitter, fit=dict(model.fit))
+    ttft_extra = [r.ttft - out.prefill_time(max(2, r.prompt_tokens)) for r in single]
+    out.request_overhead_s = max(0.0, statistics.median(ttft_extra))
+    out.finish_overhead_s = max(0.0, statistics.median([r.end - r.token_times[-1] for r in single if r.end]))
+    out.fit.update(
+        {
+            "serving_step_overhead_s": e0,
+            "serving_per_sequence_overhead_s": e1,
+            "calibration_requests": len(single) + len(bursts),
+        }
+    )
+    return out
+
+
+def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batch: int) -> float:
+    """Median measured inter-token gap minus the predicted decode step for `batch` sequences, seconds."""
+    gaps, predicted = [], []
+    for r in records:
+        p = max(2, r.prompt_tokens)
+        for i, gap in enumerate(r.itls):
+            gaps.append(gap)
+            predicted.append(model.decode_time(batch, p + i + 1))
+    return statistics.median(gaps) - statistics.median(predicted)
+
+
+PROFILE_BATCH = 64
+"""Largest batch the step grid measures (the planner searches up to this)."""
+CALIBRATION_BURST = 8
+"""Requests batched together when measuring per-sequence serving overheads."""
+
+
+def profiling_variant(served: ServedModel, max_batch_size: int) -> ServedModel:
+    """The manifest with request-level batching of `max_batch_size` and no caches, for measuring."""
+    runtime = served.runtime.model_dump(mode="python")
+    if runtime.get("kv_cache") is not None:
+        runtime["kv_cache"] = {**runtime["kv_cache"], "prefix_caching": False}
+    post = served.postprocess.model_dump(mode="python")
+    post["response_cache"] = {**post["response_cache"], "enabled": False}
+    batching = {"mode": "dynamic", "max_batch_size": max_batch_size, "max_wait_ms": 50.0}
+    return served.with_changes(batching=batching, runtime=runtime, postprocess=post)
+
+
+def _max_rss_bytes() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def profile_manifest(
+    served: ServedModel,
+    *,
+    repeats: int = 5,
+    burst: int = CALIBRATION_BURST,
+    tick: Tick | None = None,
+    stage: Callable[[str, int], None] | None = None,
+) -> LatencyModel:
+    """Measure model steps in this process, then serving overheads through the manifest's own server."""
+    import asyncio
+
+    from servegate.capacity.bench_targets import HttpTarget
+    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.prediction import profile_key
+    from servegate.runtime.engine_setup import build_parts
+
+    if served.runtime.backend != "reference":
+        raise ServegateError("gate profile measures the reference runtime; an endpoint is measured with gate bench")
+    if served.runtime.threads:
+        import torch
+
+        torch.set_num_threads(served.runtime.threads)
+    variant = profiling_variant(served, PROFILE_BATCH)
+    parts = build_parts(variant)
+    runner, tokenizer = parts.runner, parts.tokenizer
+    limits = ProfileLimits(
+        max_prompt_tokens=served.preprocess.max_input_tokens,
+        max_batch_size=PROFILE_BATCH,
+        max_num_batched_tokens=max(served.batching.max_num_batched_tokens, 4 * served.preprocess.max_input_tokens),
+        max_context=served.runtime.max_model_len,
+    )
+    grid = step_grid(limits, runner.num_blocks, runner.block_size)
+    if stage:
+        stage("timing model steps", len(grid))
+    loaded = _max_rss_bytes()
+    samples = time_steps(runner, grid, repeats, tick)
+    overhead = max(0, _max_rss_bytes() - loaded)
+    model = fit_runner(samples)
+    del parts, runner
+
+    if stage:
+        stage("measuring serving overheads", 0)
+    prompt_lengths = sorted({max(2, served.preprocess.max_input_tokens // 4), served.preprocess.max_input_tokens})
+    output = max(2, min(16, served.postprocess.max_output_tokens))
+
+    async def serve_and_measure(url: str) -> dict[str, list[RequestRecord]]:
+        target = HttpTarget(url, model=served.name)
+        try:
+            await target.probe()
+            return await measure_serving(target, PromptFactory(tokenizer), prompt_lengths, burst, output)
+        finally:
+            await target.aclose()
+
+    with LocalServer(profiling_variant(served, burst)) as server:
+        runs = asyncio.run(serve_and_measure(server.url))
+    model = calibrate(model, runs, burst)
+    model.runtime_overhead_bytes = overhead
+    model.key = profile_key(served)
+    model.fingerprint = served.fingerprint
+    model.hardware = hardware_id()
+    model.fit["step_samples"] = [{"chunks": list(s.chunks), "seconds": s.seconds} for s in samples]
+    return model

@@ -1,0 +1,124 @@
+"""An OpenAI-compatible completions server with declared delays: what the bench is calibrated against.
+
+It streams `max_tokens` chunks: the first `ttft_ms` after the request is read, then one every `itl_ms`,
+on absolute deadlines so delays do not drift. With zero delays it is the null server that the bench's
+own overhead is measured against. `slots` bounds how many requests it serves at once (the rest queue),
+which makes queueing visible to open-loop tests. Raw asyncio streams keep its own overhead minimal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Delays:
+    """The server's behaviour per request."""
+
+    ttft_ms: float = 0.0
+    """From the request being read to the first chunk."""
+    itl_ms: float = 0.0
+    """Between consecutive chunks."""
+    slots: int = 0
+    """Requests served at once (0: unbounded)."""
+
+
+class SyntheticServer:
+    """Run with `with SyntheticServer(Delays(...)) as server: ... server.url`; serves in a background thread."""
+
+    def __init__(self, delays: Delays | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.delays = delays or Delays()
+        self.host, self.port = host, port
+        self.requests_seen = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL of the OpenAI API (…/v1)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                received = time.perf_counter()
+                self.requests_seen += 1
+                await self._respond(json.loads(body or b"{}"), received, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, request: dict, received: float, writer: asyncio.StreamWriter) -> None:
+        assert self._slots is not None
+        async with self._slots:
+            n = int(request.get("max_tokens", 16))
+            start = time.perf_counter() if self.delays.slots else received
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+                b"connection: keep-alive\r\n\r\n"
+            )
+            for i in range(n):
+                due = start + (self.delays.ttft_ms + i * self.delays.itl_ms) / 1000
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self._chunk(writer, {"choices": [{"index": 0, "text": "x", "finish_reason": None}]})
+                await writer.drain()
+            usage = {"prompt_tokens": len(str(request.get("prompt", ""))), "completion_tokens": n}
+            self._chunk(writer, {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
+            payload = b"data: [DONE]\n\n"
+            writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload))
+            await writer.drain()
+
+    @staticmethod
+    def _chunk(writer: asyncio.StreamWriter, event: dict) -> None:
+        payload = b"data: " + json.dumps(event).encode() + b"\n\n"
+        writer.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.delays.slots or 1_000_000)
+        server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+
+    def start(self) -> SyntheticServer:
+        """Start serving in a daemon thread; returns when the port is bound."""
+        self._slots: asyncio.Semaphore | None = None
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self._main())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="synthetic-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the synthetic server did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def __enter__(self) -> SyntheticServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

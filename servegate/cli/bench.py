@@ -1,0 +1,244 @@
+"""`gate bench`: measure latency and throughput of the manifest's own server or any OpenAI-compatible URL."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.evaluation import Workload
+from servegate.contracts.manifest import ServedModel
+
+WorkloadOption = Annotated[
+    Path | None,
+    typer.Option("--workload", help="Workload YAML (a capacity.workload section) replacing the manifest's."),
+]
+
+
+def resolve_workload(
+    served: ServedModel | None,
+    workload_file: Path | None,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    requests: int | None = None,
+) -> Workload:
+    """The workload to run: --workload, else the manifest's capacity.workload, then --rate/--concurrency/--requests."""
+    from servegate.capacity.workload import load_workload
+
+    if workload_file is not None:
+        workload = load_workload(workload_file)
+    elif served is not None and served.capacity.workload is not None:
+        workload = served.capacity.workload
+    elif rate is None and concurrency is None:
+        raise ServegateError(
+            "no workload: give --workload FILE, --rate R or --concurrency C (or declare capacity.workload)"
+        )
+    else:
+        workload = Workload(arrival="closed", concurrency=concurrency) if concurrency else Workload(rate_rps=rate)
+    update: dict[str, Any] = {}
+    if rate is not None:
+        update.update(arrival=workload.arrival if workload.arrival != "closed" else "poisson", rate_rps=rate)
+        update["concurrency"] = None
+    if concurrency is not None:
+        update.update(arrival="closed", concurrency=concurrency, rate_rps=None)
+    if requests is not None:
+        update["num_requests"] = requests
+    return Workload.model_validate({**workload.model_dump(), **update}) if update else workload
+
+
+def load_tokenizer(path: str | Path | None) -> Any:
+    """A Hugging Face tokenizer from a local directory (None when no path is given)."""
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def manifest_tokenizer(served: ServedModel) -> Any:
+    """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found."""
+    from servegate.capacity.memory_plan import model_config_path
+
+    try:
+        return load_tokenizer(model_config_path(served))
+    except (OSError, ValueError, ServegateError):
+        return None
+
+
+def _table(title: str, data: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    for col in ("metric", "mean", "p50", "p95", "p99", "count"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    for key, label in (
+        ("ttft_ms", "TTFT (ms)"),
+        ("tpot_ms", "TPOT (ms)"),
+        ("itl_ms", "ITL (ms)"),
+        ("e2el_ms", "E2EL (ms)"),
+    ):
+        v = data[key]
+        table.add_row(label, *(f"{v[p]:.2f}" for p in ("mean", "p50", "p95", "p99")), str(v["count"]))
+    return table
+
+
+def print_result(console: Console, report: dict[str, Any]) -> None:
+    """Definitions, the latency table, throughput and goodput, per-run lines and the interval across runs."""
+    console.print("[bold]definitions[/bold]")
+    for name, text in report["definitions"].items():
+        console.print(f"  {name}: {text}")
+    runs = report["runs"]
+    sweep = len({r["rate_rps"] for r in runs}) > 1
+    if sweep:
+        for r in runs:
+            console.print(_table(f"offered {r['rate_rps']:g} requests/s", r))
+            console.print(_rates(r))
+        return
+    console.print(_table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
+    console.print(_rates(report))
+    if "across_runs" in report:
+        a = report["across_runs"]
+        for key in ("ttft_ms", "e2el_ms"):
+            for p in ("p50", "p99"):
+                v = a[key][p]
+                console.print(
+                    f"  {key} {p} across {v['runs']} runs: {v['mean']:.2f} ms "
+                    f"({100 * a['confidence']:.0f}% interval {v['low']:.2f} to {v['high']:.2f} ms)"
+                )
+
+
+def _rates(data: dict[str, Any]) -> str:
+    t, g, r = data["throughput"], data["goodput"], data["requests"]
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in g["slo"].items() if v is not None) or "no SLO declared"
+    return (
+        f"throughput: {t['requests_per_s']:.2f} requests/s, {t['output_tokens_per_s']:.1f} output tokens/s; "
+        f"goodput: {g['requests_per_s']:.2f} requests/s ({100 * g['fraction']:.1f}% within {slo}); "
+        f"failed: {r['failed']} of {r['sent']}"
+    )
+
+
+def run_bench_against(
+    url: str,
+    model_name: str | None,
+    workload: Workload,
+    *,
+    tokenizer: Any = None,
+    repeats: int = 1,
+    rates: list[float] | None = None,
+    slo: Any = None,
+    prompt_lengths: list[int] | None = None,
+    console: Console | None = None,
+    seed: int = 0,
+) -> Any:
+    """Probe the server, then run the bench with a progress bar; returns the BenchResult."""
+    from servegate.capacity.bench import run_bench
+    from servegate.capacity.bench_targets import HttpTarget, PromptFactory
+
+    loads = len(rates) if rates else 1
+    total = workload.num_requests * repeats * loads
+
+    async def go() -> Any:
+        target = HttpTarget(url, model=model_name)
+        try:
+            await target.probe()
+            columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            with Progress(*columns, console=console, transient=True) as bar:
+                task = bar.add_task("requests", total=total)
+                return await run_bench(
+                    target,
+                    workload,
+                    PromptFactory(tokenizer, seed=seed),
+                    repeats=repeats,
+                    rates=rates,
+                    slo=slo,
+                    seed=seed,
+                    prompt_lengths=prompt_lengths,
+                    progress=lambda n: bar.advance(task, n),
+                    target_name=url,
+                )
+        finally:
+            await target.aclose()
+
+    try:
+        return asyncio.run(go())
+    except ConnectionError as exc:
+        raise ServegateError(str(exc)) from None
+
+
+def bench(
+    manifest: Annotated[Path | None, typer.Argument(help="Manifest whose own server is benchmarked.")] = None,
+    url: Annotated[str | None, typer.Option(help="Any OpenAI-compatible server, e.g. http://HOST:PORT/v1.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name sent to --url (default: the manifest's).")] = None,
+    workload_file: WorkloadOption = None,
+    rate: Annotated[float | None, typer.Option(help="Open-loop rate, requests/s.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: requests kept in flight.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="Comma-separated rates (requests/s), one run each.")] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per run.")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs at the same load (an interval is reported).")] = 1,
+    suite: Annotated[str | None, typer.Option(help="Take prompt lengths from this eval suite (e.g. arith).")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer directory for exact prompt lengths with --url.")
+    ] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT, ms.")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT, ms.")] = None,
+    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on end-to-end latency, ms.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Directory for PNG plots (latency CDF, rate curves).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and prompts.")] = 0,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Load-test a server: TTFT, TPOT, ITL and end-to-end latency percentiles, throughput and goodput.
+
+    Without --url the manifest's own server is started locally. Open-loop arrivals (Poisson or gamma)
+    are measured from their scheduled send time, so queueing is never hidden (no coordinated omission).
+
+    Examples:
+      gate bench examples/quickstart/manifest.yaml --repeats 3 --plots bench-plots
+      gate bench --url http://10.0.0.5:8000/v1 --model llama --rate 4 --requests 200
+      gate bench examples/quickstart/manifest.yaml --sweep 1,2,4,8 --json bench.json
+    """
+    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.metrics import SLO, slo_from_targets
+    from servegate.capacity.workload import suite_prompt_lengths
+
+    served = load(manifest, set_) if manifest is not None else None
+    if served is None and url is None:
+        raise ServegateError("give a MANIFEST (its own server is started) or --url of a running server")
+    workload = resolve_workload(served, workload_file, rate, concurrency, requests)
+    rates = [float(x) for x in sweep.split(",") if x.strip()] if sweep else None
+    base = slo_from_targets(served.capacity.targets if served else None)
+    slo = SLO(slo_ttft_ms or base.ttft_ms, slo_tpot_ms or base.tpot_ms, slo_e2el_ms or base.e2el_ms)
+    lengths = suite_prompt_lengths(suite) if suite else None
+    console = console_for(json_out)
+    tok = load_tokenizer(tokenizer) if tokenizer else (manifest_tokenizer(served) if served else None)
+    name = model or (served.runtime.endpoint_model or served.name if served else None)
+    kwargs = dict(
+        tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, console=console, seed=seed
+    )
+    if url is None and served is not None and served.runtime.backend == "endpoint":
+        url = served.runtime.endpoint_url
+    if url is not None:
+        result = run_bench_against(url, name, workload, **kwargs)
+    else:
+        assert served is not None
+        console.print(f"starting {served.name}'s server...")
+        with LocalServer(served) as server:
+            result = run_bench_against(server.url, name, workload, **kwargs)
+    report = result.as_dict()
+    print_result(console, report)
+    if plots is not None:
+        from servegate.capacity.bench_plots import write_plots
+
+        report["plots"] = [str(p) for p in write_plots(result, plots)]
+        console.print("plots: " + ", ".join(report["plots"]))
+    write_json(json_out, report)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gate bench` to the app."""
+    app.command("bench")(bench)

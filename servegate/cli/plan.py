@@ -1,0 +1,147 @@
+"""`gate plan`: a batching policy from workload, targets and memory budget; memory-only planning from a config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from servegate.cli.bench import WorkloadOption, manifest_tokenizer, resolve_workload, run_bench_against
+from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.units import parse_bytes
+
+
+def _memory_only(
+    config_path: Path,
+    budget: str | None,
+    context: int | None,
+    dtype: str,
+    quantization: str,
+    block_size: int,
+    overhead: str | None,
+    console: Console,
+) -> dict[str, Any]:
+    from servegate.capacity.memory_plan import plan_memory
+    from servegate.capacity.weights_memory import read_config
+
+    if budget is None or context is None:
+        raise ServegateError("--model-config needs --memory-budget (e.g. 80GiB) and --context (tokens, e.g. 4096)")
+    plan = plan_memory(
+        read_config(config_path),
+        context_tokens=context,
+        memory_budget=parse_bytes(budget),
+        dtype=dtype,
+        quantization=quantization,
+        block_size=block_size,
+        runtime_overhead=parse_bytes(overhead) if overhead else None,
+    )
+    for line in plan.lines():
+        console.print(line, highlight=False)
+    return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict()}
+
+
+def _verify(data: dict[str, Any], served: Any, workload: Any, console: Console) -> dict[str, Any]:
+    """Bench the recommended policy on the manifest's own server; predicted against measured per percentile."""
+    from servegate.capacity.local_server import LocalServer
+
+    policy = served.with_changes(batching=data["recommended"]["batching"])
+    console.print("verifying: benchmarking the recommended policy...")
+    with LocalServer(policy) as server:
+        result = run_bench_against(
+            server.url, policy.name, workload, tokenizer=manifest_tokenizer(policy), console=console
+        )
+    measured = result.as_dict()
+    rows = []
+    table = Table(title="predicted vs measured")
+    for col in ("metric", "predicted (ms)", "measured (ms)", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        for p in ("p50", "p95", "p99"):
+            pred, got = data["predicted"][key][p], measured[key][p]
+            err = (pred - got) / got if got else float("nan")
+            rows.append({"metric": f"{key}.{p}", "predicted": pred, "measured": got, "relative_error": err})
+            table.add_row(f"{key} {p}", f"{pred:.2f}", f"{got:.2f}", f"{100 * err:+.1f}%")
+    pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured["throughput"]["requests_per_s"]
+    table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
+    console.print(table)
+    return {"measured": measured, "comparison": rows}
+
+
+def plan(
+    manifest: Annotated[Path | None, typer.Argument(help="Manifest to plan for.", show_default=False)] = None,
+    workload_file: WorkloadOption = None,
+    write: Annotated[bool, typer.Option("--write", help="Write the recommended batching into the manifest.")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Bench the recommendation: predicted vs measured.")] = False,
+    model_config: Annotated[Path | None, typer.Option(help="config.json for memory-only planning.")] = None,
+    memory_budget: Annotated[str | None, typer.Option(help="Total memory budget, e.g. 80GiB.")] = None,
+    context: Annotated[int | None, typer.Option(help="Context length per sequence, tokens.")] = None,
+    dtype: Annotated[str, typer.Option(help="Weights and KV dtype (memory-only).")] = "float16",
+    quantization: Annotated[str, typer.Option(help="Weight quantization method (memory-only).")] = "none",
+    block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens (memory-only).")] = 16,
+    runtime_overhead: Annotated[str | None, typer.Option(help="Runtime memory overhead, e.g. 2GiB.")] = None,
+    requests: Annotated[int, typer.Option(min=10, help="Requests simulated per candidate policy.")] = 300,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Plan capacity: recommend a batching policy that meets the manifest's targets, or say why none can.
+
+    Uses the latency model `gate profile` fitted on this machine and simulates the manifest's own
+    scheduler under its capacity.workload (or --workload).
+
+    Examples:
+      gate plan examples/quickstart/manifest.yaml --json plan.json
+      gate plan examples/quickstart/manifest.yaml --write --verify
+      gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
+    """
+    from servegate.capacity.memory_plan import manifest_memory
+    from servegate.capacity.plan_report import plan_json, plan_lines, write_batching
+    from servegate.capacity.planner import plan as make_plan
+    from servegate.capacity.prediction import load_profile
+
+    console = console_for(json_out)
+    if model_config is not None:
+        data = _memory_only(
+            model_config, memory_budget, context, dtype, quantization, block_size, runtime_overhead, console
+        )
+        write_json(json_out, data)
+        return
+    if manifest is None:
+        raise ServegateError("give a MANIFEST, or --model-config CONFIG.json --memory-budget SIZE --context TOKENS")
+    served = load(manifest, set_)
+    workload = resolve_workload(served, workload_file)
+    model = load_profile(served)
+    memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
+    for line in memory.lines():
+        console.print(line, highlight=False)
+    columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("plan", total=None)
+        result = make_plan(
+            served,
+            workload,
+            model,
+            memory,
+            num_requests=requests,
+            progress=lambda i, n: bar.update(task, completed=i, total=n),
+        )
+    data = plan_json(result, model, workload.model_dump(mode="json"), served.fingerprint)
+    for line in plan_lines(data):
+        console.print(line, highlight=False)
+    if write:
+        if served.source is None:
+            raise ServegateError("--write needs a manifest file")
+        write_batching(served.source, data["recommended"]["batching"])
+        console.print(f"wrote the recommended batching section into {served.source}")
+    if verify:
+        data["verify"] = _verify(data, served, workload, console)
+    write_json(json_out, data)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gate plan` to the app."""
+    app.command("plan")(plan)

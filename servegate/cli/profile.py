@@ -1,0 +1,76 @@
+"""`gate profile`: measure this machine's step times for a manifest and save the fitted latency model."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+
+
+def profile(
+    manifest: ManifestArg,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs per step (the median is kept).")] = 5,
+    burst: Annotated[int, typer.Option(min=2, max=64, help="Requests batched to measure per-sequence overhead.")] = 8,
+) -> None:
+    """Profile prefill and decode step times on this machine and fit the latency model `gate plan` uses.
+
+    Model steps are timed in this process (prefill against prompt tokens, decode against batch size and
+    context length); serving overheads are measured through the manifest's own server. The model is saved
+    as JSON keyed by the manifest's fingerprint (batching excluded) and the hardware, under
+    $SERVEGATE_HOME/profiles (default ~/.cache/servegate/profiles).
+
+    Example: gate profile examples/quickstart/manifest.yaml
+    """
+    from servegate.capacity.latency_model import profile_path
+    from servegate.capacity.profile import profile_manifest
+
+    served = load(manifest, set_)
+    console = console_for(json_out)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("loading the model", total=None)
+
+        def stage(name: str, total: int) -> None:
+            bar.update(task, description=name, total=total or None, completed=0)
+
+        model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
+    path = model.save(profile_path(model.key, model.hardware))
+    c, fit = model.coefficients, model.fit
+    hw = model.hardware
+    n_in = served.preprocess.max_input_tokens
+    console.print(f"[bold]{served.name}[/bold] profiled on {hw.get('cpu')} ({hw.get('cores')} cores)")
+    console.print(
+        f"prefill of {n_in} tokens: {1000 * model.prefill_time(n_in):.2f} ms; decode step at batch 1: "
+        f"{1000 * model.decode_time(1, 64):.2f} ms, at batch 16: {1000 * model.decode_time(16, 64):.2f} ms"
+    )
+    console.print(
+        f"step fit over {fit['samples']} steps: median error {100 * fit['median_rel_error']:.1f}%, "
+        f"p90 {100 * fit['p90_rel_error']:.1f}%; step jitter {100 * model.step_jitter:.1f}%"
+    )
+    step_ms = 1000 * fit.get("serving_step_overhead_s", 0)
+    seq_ms = 1000 * fit.get("serving_per_sequence_overhead_s", 0)
+    console.print(
+        f"serving overheads: {1000 * model.request_overhead_s:.2f} ms before the first token, "
+        f"{1000 * model.finish_overhead_s:.2f} ms after the last, {step_ms:.3f} ms per step, "
+        f"{seq_ms:.3f} ms per sequence per step"
+    )
+    console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
+    console.print(f"saved: {path}")
+    write_json(
+        json_out,
+        {
+            "path": str(path),
+            **{k: v for k, v in model.as_dict().items() if k != "fit"},
+            "fit": {k: v for k, v in fit.items() if k != "step_samples"},
+        },
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gate profile` to the app."""
+    app.command("profile")(profile)

@@ -1,0 +1,83 @@
+"""The bench against servers whose delays are known: it must recover them and never hide queueing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from servegate.capacity.bench import run_bench
+from servegate.capacity.bench_plots import write_plots
+from servegate.capacity.bench_targets import HttpTarget, PromptFactory
+from servegate.capacity.local_server import free_port
+from servegate.capacity.metrics import SLO
+from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.contracts.evaluation import LengthDistribution, Workload
+
+
+def workload(**kw: object) -> Workload:
+    base = {"input_tokens": LengthDistribution(mean=8, max=8), "output_tokens": LengthDistribution(mean=6, max=8)}
+    return Workload.model_validate({**base, **kw})
+
+
+def bench(url: str, wl: Workload, **kw: object):  # noqa: ANN201
+    async def go():  # noqa: ANN202
+        target = HttpTarget(url, model="m")
+        await target.probe()
+        try:
+            return await run_bench(target, wl, PromptFactory(), **kw)
+        finally:
+            await target.aclose()
+
+    return asyncio.run(go())
+
+
+def test_recovers_known_ttft_and_inter_token_delays() -> None:
+    with SyntheticServer(Delays(ttft_ms=40, itl_ms=10)) as server:
+        report = bench(server.url, workload(rate_rps=10, num_requests=30)).as_dict()
+    assert report["requests"]["completed"] == 30
+    assert 40 <= report["ttft_ms"]["p50"] <= 48
+    assert 9 <= report["itl_ms"]["p50"] <= 12
+    assert 9 <= report["tpot_ms"]["p50"] <= 12
+    # 40 ms to the first token, then 5 more tokens 10 ms apart
+    assert 90 <= report["e2el_ms"]["p50"] <= 100
+    assert report["throughput"]["output_tokens_per_s"] == pytest.approx(6 * report["throughput"]["requests_per_s"])
+
+
+def test_open_loop_shows_queueing_that_a_closed_loop_hides() -> None:
+    # one request at a time, 20 ms each: capacity 50 requests/s; offered 100 requests/s for 40 requests
+    one_slot = Delays(ttft_ms=20, itl_ms=0, slots=1)
+    with SyntheticServer(one_slot) as server:
+        opened = bench(server.url, workload(rate_rps=100, num_requests=40, output_tokens={"mean": 1, "max": 1}))
+        closed = bench(server.url, workload(arrival="closed", concurrency=1, num_requests=20,
+                                            output_tokens={"mean": 1, "max": 1}))  # fmt: skip
+    o, c = opened.as_dict(), closed.as_dict()
+    assert 19 <= c["e2el_ms"]["p50"] <= 30  # the closed loop only ever sees the service time
+    # the 40th request is scheduled at ~0.39 s but served last, at ~0.8 s: its wait is in its latency
+    assert o["e2el_ms"]["p99"] > 250
+    assert o["throughput"]["requests_per_s"] == pytest.approx(50, rel=0.2)
+
+
+def test_repeats_report_an_interval_and_goodput_uses_the_slo() -> None:
+    with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:
+        report = bench(server.url, workload(rate_rps=40, num_requests=15), repeats=3, slo=SLO(e2el_ms=1.0)).as_dict()
+    assert len(report["runs"]) == 3
+    interval = report["across_runs"]["e2el_ms"]["p50"]
+    assert interval["runs"] == 3 and interval["low"] <= interval["mean"] <= interval["high"]
+    assert report["goodput"]["requests_per_s"] == 0.0  # nobody finishes within 1 ms
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        assert set(report[key]) >= {"mean", "p50", "p95", "p99"}
+
+
+def test_rate_sweep_and_plots(tmp_path) -> None:
+    with SyntheticServer(Delays(ttft_ms=2, itl_ms=1)) as server:
+        result = bench(server.url, workload(rate_rps=10, num_requests=8), rates=[20.0, 40.0])
+    assert [r.rate_rps for r in result.runs] == [20.0, 40.0]
+    paths = write_plots(result, tmp_path / "plots")
+    assert sorted(p.name for p in paths) == ["latency_cdf.png", "rate_curves.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_unreachable_server_fails_the_probe_with_a_message() -> None:
+    with pytest.raises(ConnectionError, match="probe"):
+        bench(f"http://127.0.0.1:{free_port()}/v1", workload(rate_rps=1, num_requests=1))
