@@ -12,7 +12,7 @@ import sys
 import typer
 
 from servegate import __version__
-from servegate.cli import manifest_commands, run, serve
+from servegate.cli import manifest_commands, note, run, serve
 from servegate.contracts.errors import ServegateError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ manifest_commands.register(app)
 # Command groups register here, one line each, once they work:
 serve.register(app)
 run.register(app)
+note.register(app)
 
 
 @app.callback(invoke_without_command=True)

@@ -206,6 +206,8 @@ class PublicFilter:
 
     def private_texts(self) -> list[tuple[str, str]]:
         """(alias, text) for every text of every private suite's items (read once, public items excluded)."""
+        if self._private_texts is None and not self.private:
+            self._private_texts = []
         if self._private_texts is None:
             public_texts: set[str] = set()
             for suite in self._served.quality.suites:

@@ -1,0 +1,101 @@
+"""`gate note`: write the public serving note (and a model card's Serving section) from evidence, or check one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.contracts.errors import ServegateError
+
+ReportOption = Annotated[Path | None, typer.Option("--report", help="Check report from `gate check MANIFEST --json`.")]
+BenchOption = Annotated[Path | None, typer.Option("--bench", help="Bench result from `gate bench MANIFEST --json`.")]
+PlanOption = Annotated[Path | None, typer.Option("--plan", help="Capacity plan from `gate plan MANIFEST --json`.")]
+OutOption = Annotated[
+    Path | None, typer.Option("-o", "--out", help="Markdown note to write (a JSON twin is written next to it).")
+]
+CardOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--model-card", help="Hugging Face model card (README.md) whose Serving section to insert or replace."
+    ),
+]
+CheckOption = Annotated[
+    Path | None,
+    typer.Option("--check", help="Check this written note against MANIFEST instead of writing; exit 1 when stale."),
+]
+
+
+def note(
+    manifest: ManifestArg,
+    report: ReportOption = None,
+    bench: BenchOption = None,
+    plan: PlanOption = None,
+    out: OutOption = None,
+    model_card: CardOption = None,
+    check: CheckOption = None,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+) -> None:
+    """Write the public serving note: the seven checklist items, from the manifest and what was measured.
+
+    Examples:
+      gate check examples/quickstart/manifest.yaml --json check.json
+      gate bench examples/quickstart/manifest.yaml --json bench.json
+      gate note examples/quickstart/manifest.yaml --report check.json --bench bench.json -o SERVING.md
+      gate note examples/quickstart/manifest.yaml --report check.json -o SERVING.md --model-card README.md
+      gate note --check SERVING.md examples/quickstart/manifest.yaml    # exit 1 when the note is stale
+    """
+    served = load(manifest, set_)
+    console = console_for(json_out)
+    if check is not None:
+        from servegate.model_cards.stale import check_note
+
+        reasons = check_note(check, served)
+        write_json(
+            json_out,
+            {"note": str(check), "fingerprint": served.fingerprint, "stale": bool(reasons), "reasons": reasons},
+        )
+        if reasons:
+            for reason in reasons:
+                console.print(f"[red]stale[/red] {check}: {reason}", highlight=False)
+            console.print("rerun `gate check` and `gate note` to refresh it", highlight=False)
+            raise typer.Exit(1)
+        console.print(f"[green]current[/green] {check}: fingerprint {served.fingerprint[:12]}", highlight=False)
+        return
+    if out is None:
+        raise ServegateError("give -o SERVING.md (where to write the note), or --check SERVING.md to check one")
+    from servegate.model_cards.evidence import Evidence
+    from servegate.model_cards.note import twin_path, write_note_files
+
+    evidence = Evidence.from_files(report=report, bench=bench, plan=plan)
+    written = write_note_files(served, evidence, out, model_card)
+    for warning in written.warnings:
+        console.print(f"[yellow]warning[/yellow] {warning}", highlight=False)
+    files = [str(out), str(twin_path(out))] + [str(out.parent / p["path"]) for p in written.plots]
+    if model_card is not None:
+        files.append(str(model_card))
+    write_json(
+        json_out,
+        {
+            "note": str(out),
+            "json": str(twin_path(out)),
+            "fingerprint": written.fingerprint,
+            "verdict": written.verdict,
+            "plots": [str(out.parent / p["path"]) for p in written.plots],
+            "model_card": str(model_card) if model_card else None,
+            "warnings": written.warnings,
+        },
+    )
+    console.print(
+        f"serving note for {written.title} {written.version} (gate verdict {written.verdict}):", highlight=False
+    )
+    for path in files:
+        console.print(f"  wrote {path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `gate note` to the root app."""
+    app.command("note")(note)

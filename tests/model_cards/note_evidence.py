@@ -1,0 +1,147 @@
+"""Evidence in the documented shapes of `gate check --json`, `gate bench --json` and `gate plan --json`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart" / "manifest.yaml"
+FAKE_SHA = "ab" * 32
+
+
+def quickstart_sets() -> list[str]:
+    """--set options that give the quickstart weight checksums when the zoo has not recorded them yet."""
+    from servegate.zoo.catalog import read_index
+
+    try:
+        files = read_index().get("tiny-primary", {}).get("files", {})
+    except (OSError, ValueError):
+        files = {}
+    if any(name.endswith(".safetensors") for name in files):
+        return []
+    return [f"weights.sha256={{model.safetensors: {FAKE_SHA}}}"]
+
+
+def score(baseline: float, candidate: float, n: int = 200, margin: float = 0.03) -> dict[str, Any]:
+    """One paired comparison as a quality gate reports it."""
+    diff = candidate - baseline
+    return {
+        "n": n,
+        "baseline": baseline,
+        "candidate": candidate,
+        "difference": diff,
+        "ci": [diff - 0.02, diff + 0.02],
+        "margin": margin,
+        "confidence": 0.95,
+        "verdict": "pass" if diff - 0.02 > -margin else "fail",
+    }
+
+
+def make_report(served: ServedModel, created_at: str = "2099-01-01T00:00:00+00:00") -> dict[str, Any]:
+    """A passing check report for `served` with a quantization gate on the quickstart's public suites."""
+    return {
+        "verdict": "pass",
+        "fingerprint": served.fingerprint,
+        "mode": "reference",
+        "created_at": created_at,
+        "gates": [
+            {
+                "name": "quantization",
+                "verdict": "pass",
+                "reason": "int8-weight is non-inferior on 'arith', 'recall' and 'json'",
+                "measurements": {
+                    "method": "int8-weight",
+                    "simulated": False,
+                    "calibration": "zoo:arith",
+                    "suites": {
+                        "arith": {"exact_match": score(0.90, 0.89), "token_agreement": 0.98, "mean_kl": 0.012},
+                        "recall": {"exact_match": score(0.95, 0.95), "token_agreement": 0.99, "mean_kl": 0.004},
+                        "json": {"exact_match": score(0.80, 0.81), "json_schema_valid": score(1.0, 1.0)},
+                    },
+                },
+                "evidence": [
+                    {
+                        "suite": "arith",
+                        "id": "arith-0003",
+                        "prompt": "12+30=",
+                        "reference": "42",
+                        "baseline": "42",
+                        "candidate": "43",
+                    }
+                ],
+            },
+            {
+                "name": "caching",
+                "verdict": "pass",
+                "reason": "no cross-tenant hits; warm and cold outputs identical",
+                "measurements": {"cross_tenant_hits": 0, "warm_cold_mismatches": 0},
+                "evidence": [],
+            },
+            {
+                "name": "batching",
+                "verdict": "pass",
+                "reason": "batch invariant",
+                "measurements": {"mismatch_rate": 0.0},
+                "evidence": [],
+            },
+        ],
+    }
+
+
+def make_bench() -> dict[str, Any]:
+    """A bench result with two runs of a rate sweep."""
+
+    def stats(mean: float, p50: float, p95: float, p99: float) -> dict[str, float]:
+        return {"mean": mean, "p50": p50, "p95": p95, "p99": p99, "count": 60}
+
+    return {
+        "target": "http://10.1.2.3:8000/v1",
+        "workload": {"arrival": "poisson", "rate_rps": 5, "response_mode": "sync"},
+        "ttft_ms": stats(20, 18, 40, 60),
+        "tpot_ms": stats(5, 4, 8, 12),
+        "itl_ms": stats(5, 4, 8, 12),
+        "e2el_ms": stats(80, 70, 150, 300),
+        "throughput": {"requests_per_s": 4.8, "output_tokens_per_s": 38.4},
+        "goodput": {"requests_per_s": 4.7, "fraction": 0.98, "slo": {"e2el_ms": 5000}},
+        "requests": {"sent": 60, "completed": 60, "failed": 0},
+        "runs": [
+            {"rate_rps": 2, "throughput": {"requests_per_s": 2.0}, "e2el_ms": {"p99": 120}},
+            {"rate_rps": 5, "throughput": {"requests_per_s": 4.8}, "e2el_ms": {"p99": 300}},
+        ],
+    }
+
+
+def make_plan() -> dict[str, Any]:
+    """A capacity plan with its memory figures and predicted percentiles."""
+    return {
+        "kv_bytes_per_token": 4096,
+        "weights_bytes": 5_000_000,
+        "max_concurrent_sequences": 128,
+        "total_bytes": 80_000_000,
+        "predicted": {
+            "ttft_ms": {"p50": 15, "p95": 35, "p99": 50},
+            "e2el_ms": {"p50": 60, "p95": 140, "p99": 250},
+            "throughput": {"requests_per_s": 5.0},
+        },
+        "policy": {"mode": "continuous", "max_batch_size": 32},
+        "binding_constraint": "e2e_ms p99 latency",
+    }
+
+
+def dump(path: Path, data: Any) -> Path:
+    """Write JSON evidence to `path`."""
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def run_gate(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the `gate` CLI in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "servegate.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )

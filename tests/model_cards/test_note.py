@@ -1,0 +1,114 @@
+"""A complete serving note from the quickstart example: seven items, Markdown + JSON twin that parse back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from note_evidence import make_bench, make_plan, make_report
+
+from servegate.contracts.errors import CATALOGUE
+from servegate.contracts.manifest import ServedModel
+from servegate.model_cards.note import ITEMS, ServingNote, twin_path, write_note
+from servegate.model_cards.render_markdown import read_metadata
+
+
+def test_quickstart_note_has_all_seven_items_and_parses_back(served: ServedModel, tmp_path: Path) -> None:
+    out = tmp_path / "SERVING.md"
+    note = write_note(served, make_report(served), out, bench=make_bench(), plan=make_plan())
+
+    twin = json.loads(twin_path(out).read_text(encoding="utf-8"))
+    assert list(twin["items"]) == [key for key, _ in ITEMS]
+    back = ServingNote.from_json(twin_path(out).read_text(encoding="utf-8"))
+    assert back == note
+    assert back.to_dict() == twin
+
+    meta = read_metadata(out.read_text(encoding="utf-8"))
+    assert meta == json.loads(json.dumps(note.metadata()))
+    assert meta["fingerprint"] == served.fingerprint
+
+
+def test_items_carry_the_manifest_and_the_evidence(served: ServedModel, tmp_path: Path) -> None:
+    note = write_note(served, make_report(served), tmp_path / "SERVING.md", bench=make_bench(), plan=make_plan())
+    items = note.items
+
+    identity = items["model_identity"]
+    assert identity["public_name"] == "servegate/tiny-primary"
+    assert identity["fingerprint"] == served.fingerprint and identity["version"] == "1.0.0"
+    assert identity["weight_checksums"] and all(len(d) == 64 for d in identity["weight_checksums"].values())
+
+    contract = items["input_contract"]
+    assert contract["limits"]["max_input_tokens"] == 64 and contract["limits"]["max_payload_bytes"] == 65536
+    assert contract["truncation"]["policy"] == "left"
+    client_codes = {code for code, spec in CATALOGUE.items() if spec.client_error}
+    assert {e["code"] for e in contract["errors"]} == client_codes
+    assert {e["code"]: e["status"] for e in contract["errors"]}["payload_too_large"] == 413
+    assert contract["request_schemas"]["completions"]["properties"]["model"]["const"] == "quickstart"
+
+    output = items["output_contract"]
+    assert output["logprobs_offered"] is True
+    assert output["error_format"]["example"]["error"]["code"] == "input_too_long"
+    assert {e["code"]: e["status"] for e in output["errors"]}["overloaded"] == 429
+
+    assert items["workload_shape"]["rate_rps"] == 5 and items["workload_shape"]["response_mode"] == "sync"
+
+    rows = {r["metric"]: r for r in items["capacity_target"]["rows"]}
+    assert rows["E2E latency p99"] == {**rows["E2E latency p99"], "target": 5000, "predicted": 250, "measured": 300}
+    assert rows["E2E latency p99"]["met"] is True
+    assert rows["throughput"]["unit"] == "requests/s" and rows["throughput"]["measured"] == 4.8
+    assert rows["memory"]["target"] == 512 * 2**20 and rows["memory"]["predicted"] == 80_000_000
+
+    quality = items["quality_gate"]
+    assert quality["verdict"] == "pass"
+    arith = next(r for r in quality["scores"] if r["suite"] == "arith")
+    assert (arith["metric"], arith["n"], arith["margin"]) == ("exact_match", 200, 0.03)
+    assert (arith["difference"], arith["ci_low"], arith["ci_high"]) == pytest.approx((-0.01, -0.03, 0.01))
+    assert {r["suite"] for r in quality["agreement"]} == {"arith", "recall"}
+    quantization = next(o for o in quality["optimizations"] if o["field"] == "runtime.quantization.method")
+    assert quantization["served"] == "int8-weight" and quantization["simulated"] is False
+    assert quality["examples"][0]["candidate"] == "43"
+
+    obs = items["observability"]
+    assert obs["raw_input_logged"] is False
+    assert "servegate_requests_total" in {s for m in obs["metrics"] for s in m["series"]}
+
+
+def test_plots_are_drawn_from_bench_json_and_embedded(served: ServedModel, tmp_path: Path) -> None:
+    out = tmp_path / "SERVING.md"
+    note = write_note(served, make_report(served), out, bench=make_bench())
+    assert [p["path"] for p in note.plots] == ["SERVING.latency-cdf.png", "SERVING.throughput-vs-load.png"]
+    markdown = out.read_text(encoding="utf-8")
+    for plot in note.plots:
+        assert (tmp_path / plot["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({plot['path']})" in markdown
+
+
+def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tmp_path: Path) -> None:
+    from note_evidence import dump
+
+    from servegate.model_cards.evidence import Evidence
+    from servegate.model_cards.note import write_note_files
+    from servegate.model_cards.plots import draw_latency_cdf
+
+    own = draw_latency_cdf({"e2el_ms": {"p50": 1, "p95": 2, "p99": 3}})
+    (tmp_path / "bench-latency-cdf.png").write_bytes(own)
+    bench = {**make_bench(), "plots": {"latency_cdf": "bench-latency-cdf.png"}}
+    report = make_report(served)
+    evidence = Evidence.from_files(report=dump(tmp_path / "check.json", report), bench=dump(tmp_path / "b.json", bench))
+    note = write_note_files(served, evidence, tmp_path / "out" / "SERVING.md")
+    assert (tmp_path / "out" / note.plots[0]["path"]).read_bytes() == own
+    assert (tmp_path / "out" / note.plots[1]["path"]).read_bytes()[:4] == b"\x89PNG"  # drawn here
+
+
+def test_write_note_takes_a_gate_report_object(served: ServedModel, tmp_path: Path) -> None:
+    from servegate.gates.result import GateReport, GateResult
+
+    report = GateReport(
+        baseline={"name": served.name, "fingerprint": "x", "form": "reference"},
+        candidate={"name": served.name, "version": served.version, "fingerprint": served.fingerprint},
+        gates=[GateResult("caching", "pass", "no cross-tenant hits", {"cross_tenant_hits": 0})],
+    )
+    note = write_note(served, report, tmp_path / "SERVING.md")
+    assert note.verdict == "pass"
+    assert [g["name"] for g in note.items["quality_gate"]["gates"]] == ["caching"]
