@@ -12,7 +12,8 @@ import sys
 import typer
 
 from servegate import __version__
-from servegate.cli import manifest_commands, note, run, serve
+from servegate.cli import check, manifest_commands, note, run, serve
+from servegate.cli import eval as eval_command
 from servegate.contracts.errors import ServegateError
 
 app = typer.Typer(
@@ -28,6 +29,8 @@ manifest_commands.register(app)
 serve.register(app)
 run.register(app)
 note.register(app)
+check.register(app)
+eval_command.register(app)
 
 
 @app.callback(invoke_without_command=True)

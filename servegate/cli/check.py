@@ -15,9 +15,10 @@ from servegate.gates.evaluation import OutputCache, cache_dir
 
 def _list_gates(json_out: str | None) -> None:
     from servegate.cli.common import write_json
-    from servegate.gates.check import GATES
+    from servegate.gates.check import GATES, ORDER
 
-    rows = [{"name": e.name, "watches": list(e.metadata["watches"]), "purpose": e.metadata["purpose"]} for e in GATES]
+    entries = sorted(GATES, key=lambda e: ORDER.index(e.name) if e.name in ORDER else len(ORDER))
+    rows = [{"name": e.name, "watches": list(e.metadata["watches"]), "purpose": e.metadata["purpose"]} for e in entries]
     table = Table(title="gates", title_justify="left")
     for column in ("gate", "watches", "purpose"):
         table.add_column(column, overflow="fold")

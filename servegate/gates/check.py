@@ -21,6 +21,9 @@ from servegate.gates.evaluation import OutputCache
 from servegate.gates.registry import GATES
 from servegate.gates.result import GateReport, GateResult
 
+ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallback", "quality")
+"""Built-in gates in the order they run and are reported (cheap and widely shared baselines first)."""
+
 ALWAYS_IN_REFERENCE_MODE = ("contract",)
 """Gates that check a manifest's own promises, so they run on every single-manifest check."""
 
@@ -53,9 +56,17 @@ def plan_gates(
     """Every registered gate with run/skip and the reason; unknown `forced` names raise with a suggestion."""
     for name in forced:
         GATES.entry(name)  # raises "unknown gate ...; did you mean ...? Available: ..."
-    triggered = gates_for_changes(diff_manifests(baseline, candidate))
+    changes = diff_manifests(baseline, candidate)
+    triggered = gates_for_changes(changes)
+    for entry in GATES:  # a gate's own `watches` also trigger it (how plugins get run)
+        watched = tuple(entry.metadata.get("watches", ()))
+        for change in changes:
+            if any(change.path == w or change.path.startswith(w + ".") for w in watched):
+                paths = triggered.setdefault(entry.name, [])
+                if change.path not in paths:
+                    paths.append(change.path)
     planned = []
-    for entry in GATES:
+    for entry in sorted(GATES, key=lambda e: ORDER.index(e.name) if e.name in ORDER else len(ORDER)):
         name, paths = entry.name, tuple(triggered.get(entry.name, ()))
         if forced:
             if name in forced:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -20,7 +21,16 @@ import jsonschema
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
-from servegate.gates.contract_probes import COMPLETIONS, NOT_PROVOKABLE, Probe, Variant, probes_for, variant_manifest
+from servegate.gates.contract_probes import (
+    COMPLETIONS,
+    NOT_PROVOKABLE,
+    Probe,
+    Variant,
+    probes_for,
+    tenant_fields,
+    tenant_headers,
+    variant_manifest,
+)
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
@@ -133,7 +143,13 @@ class ContractGate(Gate):
         prompts = [item.prompt for data in ctx.suites() for item in data.items[:4]] or ["1+1="]
         if create_app is None:
             return self._engine_only(ctx, prompts)
-        problems, measurements = asyncio.run(self._http(ctx, create_app, prompts))
+        server_log = logging.getLogger("servegate.server")
+        level = server_log.level
+        server_log.setLevel(logging.CRITICAL)  # the probes provoke warnings on purpose (e.g. the unready warm-up)
+        try:
+            problems, measurements = asyncio.run(self._http(ctx, create_app, prompts))
+        finally:
+            server_log.setLevel(level)
         if problems:
             return self.result("fail", f"{problems[0]} ({len(problems)} problem(s))", measurements,
                                [{"problem": p} for p in problems])  # fmt: skip
@@ -178,10 +194,17 @@ class ContractGate(Gate):
     async def _outputs(self, served: ServedModel, client: Any, prompts: list[str]) -> list[str]:
         problems = []
         schema = served.postprocess.output_schema
+        headers = tenant_headers(served)
         for prompt in prompts:
-            body = {"prompt": prompt, "max_tokens": 16, "temperature": 0.0}
-            plain = await client.post(COMPLETIONS, json=body)
-            streamed = await client.post(COMPLETIONS, json={**body, "stream": True})
+            body = {
+                "model": served.name,
+                "prompt": prompt,
+                "max_tokens": 16,
+                "temperature": 0.0,
+                **tenant_fields(served),
+            }
+            plain = await client.post(COMPLETIONS, json=body, headers=headers)
+            streamed = await client.post(COMPLETIONS, json={**body, "stream": True}, headers=headers)
             if plain.status_code != 200:
                 code, _ = _error_of(plain)
                 if not (schema is not None and code == "invalid_output"):
@@ -195,8 +218,10 @@ class ContractGate(Gate):
                     jsonschema.validate(json.loads(text), schema)
                 except (ValueError, jsonschema.ValidationError):
                     problems.append("a 200 answer is not valid under output_schema (on_invalid_output: error)")
-        seeded = {"prompt": prompts[0], "max_tokens": 16, "temperature": 1.0, "seed": 1234}
-        first, second = await client.post(COMPLETIONS, json=seeded), await client.post(COMPLETIONS, json=seeded)
+        seeded = {"model": served.name, "prompt": prompts[0], "max_tokens": 16, "temperature": 1.0, "seed": 1234}
+        seeded.update(tenant_fields(served))
+        first = await client.post(COMPLETIONS, json=seeded, headers=headers)
+        second = await client.post(COMPLETIONS, json=seeded, headers=headers)
         if first.status_code == 200 and first.json()["choices"][0]["text"] != second.json()["choices"][0]["text"]:
             problems.append("the same seed gave different outputs")
         return problems

@@ -8,7 +8,7 @@ becomes ready). Codes a client cannot provoke are listed in NOT_PROVOKABLE with 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from servegate.contracts.manifest import ServedModel
@@ -16,6 +16,7 @@ from servegate.contracts.manifest import ServedModel
 Variant = Literal["main", "overload", "deadline", "unready"]
 COMPLETIONS = "/v1/completions"
 UNKNOWN_FIELD = "servegate_probe_unknown_field"
+PROBE_TENANT = "servegate-contract-probe"
 
 NOT_PROVOKABLE: dict[str, str] = {
     "internal": "a server fault; no client request may produce it (every probe also checks that none gives a 500)",
@@ -39,11 +40,14 @@ class Probe:
     method: str = "POST"
     path: str = COMPLETIONS
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    """Request headers (probes_for adds the tenant header where the manifest identifies tenants by header)."""
     expect_param: str | None = None
     burst: int = 1
     """Requests sent at once; the expected answer must appear at least once and nothing else but 200."""
     expect_header: str | None = None
     """A header the error response must carry (e.g. Retry-After)."""
+    tenant: bool = True
+    """Whether the request names its tenant the way the manifest says (False: the missing-tenant probe)."""
 
 
 def _json(data: dict[str, Any]) -> bytes:
@@ -54,16 +58,18 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
     """The probes for a manifest, with each expected answer derived from its declared policies."""
     pre, fail = served.preprocess, served.failure_policy
     fallback_on = set(fail.fallback.on) if fail.fallback is not None else set()
-    ok = {"prompt": prompt, "max_tokens": 4}
+    model = served.name
+    ok: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 4, **tenant_fields(served)}
+    json_headers = {"content-type": "application/json", **tenant_headers(served)}
     long_prompt = " ".join(["1"] * (pre.max_input_tokens * 2 + 8))
     probes = [
-        Probe("invalid_request", "malformed JSON body", 400, "invalid_request", b'{"prompt": "1+1=", '),
+        Probe("invalid_request", "malformed JSON body", 400, "invalid_request", b'{"model": "m", "prompt": "1+1=", '),
         Probe(
             "invalid_request",
             "max_tokens of the wrong type",
             400,
             "invalid_request",
-            _json({"prompt": prompt, "max_tokens": "many"}),
+            _json({**ok, "max_tokens": "many"}),
             expect_param="max_tokens",
         ),
         Probe(
@@ -71,10 +77,10 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             "max_tokens out of range",
             400,
             "invalid_request",
-            _json({"prompt": prompt, "max_tokens": -1}),
+            _json({**ok, "max_tokens": -1}),
             expect_param="max_tokens",
         ),
-        Probe("invalid_request", "prompt missing", 400, "invalid_request", _json({"max_tokens": 4})),
+        Probe("invalid_request", "prompt missing", 400, "invalid_request", _json({"model": model, "max_tokens": 4})),
         Probe(
             "unknown_parameter",
             f"unknown field ({pre.unknown_fields})",
@@ -88,14 +94,14 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             f"prompt over max_input_tokens (truncation {pre.truncation})",
             400 if pre.truncation == "reject" else 200,
             "input_too_long" if pre.truncation == "reject" else None,
-            _json({"prompt": long_prompt, "max_tokens": 2}),
+            _json({**ok, "prompt": long_prompt, "max_tokens": 2}),
         ),
         Probe(
             "payload_too_large",
             "body larger than max_payload_bytes",
             413,
             "payload_too_large",
-            _json({"prompt": "x" * (pre.max_payload_bytes + 16), "max_tokens": 1}),
+            _json({**ok, "prompt": "x" * (pre.max_payload_bytes + 16)}),
         ),
         Probe(
             "unsupported_media",
@@ -120,7 +126,7 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             f"burst into a queue of 1 (overload {fail.overload}, status {fail.overload_status})",
             200 if "overload" in fallback_on else fail.overload_status,
             None if "overload" in fallback_on else "overloaded",
-            _json({"prompt": prompt, "max_tokens": 16}),
+            _json({**ok, "max_tokens": 16}),
             variant="overload",
             burst=24,
             expect_header=None if "overload" in fallback_on else "retry-after",
@@ -130,7 +136,7 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             "a 1 ms deadline",
             200 if "timeout" in fallback_on else 504,
             None if "timeout" in fallback_on else "deadline_exceeded",
-            _json({"prompt": prompt, "max_tokens": 16}),
+            _json({**ok, "max_tokens": 16}),
             variant="deadline",
         ),
         Probe(
@@ -142,7 +148,33 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             variant="unready",
         ),
     ]
-    return probes
+    if pre.tenant_from != "none":
+        where = "X-Tenant header" if pre.tenant_from == "header" else "user field"
+        bare = {k: v for k, v in ok.items() if k != "user"}
+        probes.append(
+            Probe(
+                "invalid_request",
+                f"no tenant although tenant_from is {pre.tenant_from} ({where})",
+                400,
+                "invalid_request",
+                _json(bare),
+                tenant=False,
+            )
+        )
+    return [
+        p if not p.tenant or "json" not in p.headers.get("content-type", "") else replace(p, headers=json_headers)
+        for p in probes
+    ]
+
+
+def tenant_headers(served: ServedModel, tenant: str = PROBE_TENANT) -> dict[str, str]:
+    """Headers that name the tenant, when the manifest takes it from the X-Tenant header."""
+    return {"X-Tenant": tenant} if served.preprocess.tenant_from == "header" else {}
+
+
+def tenant_fields(served: ServedModel, tenant: str = PROBE_TENANT) -> dict[str, str]:
+    """Body fields that name the tenant, when the manifest takes it from the `user` field."""
+    return {"user": tenant} if served.preprocess.tenant_from == "user" else {}
 
 
 def variant_manifest(served: ServedModel, variant: Variant) -> ServedModel:
