@@ -17,7 +17,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import missing, producer
 
 _AGREEMENT = ("token_agreement", "top1_agreement", "top1_token_agreement")
-_KL = ("mean_kl", "kl", "kl_mean")
+_KL = ("mean_kl", "mean_kl_nats", "kl", "kl_mean")
 
 
 def _num(value: Any) -> float | None:

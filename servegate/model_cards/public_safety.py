@@ -30,7 +30,8 @@ _SENSITIVE_KEY = re.compile(
     r"(tenant|user|prompt|(^|_)texts?($|_)|content|message|header|host|url|token_ids|(^|_)raw($|_)|body|completion)",
     re.IGNORECASE,
 )
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_ID = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
+_COMMAND = re.compile(r"^gate [a-z]+( --?[a-z-]+)*$")  # servegate's own commands, as reasons name them
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?%?$")
 _ENUM = re.compile(r"^[a-z][a-z0-9_./-]{0,31}$")
 _QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"|`([^`]*)`")
@@ -112,16 +113,12 @@ class PublicFilter:
     def text(self, value: str, limit: int = MAX_REASON_CHARS) -> str:
         """Free text (a gate's reason): private suite names aliased, quoted text withheld unless allowed."""
         for name in sorted(self.alias, key=len, reverse=True):
-            value = value.replace(name, self.alias[name])
+            value = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", self.alias[name], value)
 
         def quote(match: re.Match[str]) -> str:
             inner = next(g for g in match.groups() if g is not None)
-            if (
-                inner in self.allowed
-                or inner in self.field_paths
-                or inner in self.alias.values()
-                or _NUMBER.match(inner)
-            ):
+            known = inner in self.allowed or inner in self.field_paths or inner in self.alias.values()
+            if known or _NUMBER.match(inner) or _COMMAND.match(inner):
                 return match.group(0)
             return match.group(0)[0] + WITHHELD + match.group(0)[-1]
 
@@ -145,8 +142,8 @@ class PublicFilter:
             kept: dict[str, Any] = {}
             for key, item in value.items():
                 key = str(key)
-                if key in self.alias:
-                    continue  # results keyed by a private suite
+                if key in self.alias or any(part in self.alias for part in re.split(r"[/:\s]", key)):
+                    continue  # results keyed by a private suite (`held_out`, `held_out/exact_match`)
                 if _SENSITIVE_KEY.search(key) and not (isinstance(item, bool | int | float) or item is None):
                     continue  # text, or a map keyed by tenants or prompts
                 kept[key if _ID.match(key) else WITHHELD] = self.measurements(item)
