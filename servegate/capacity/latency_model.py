@@ -88,6 +88,12 @@ class LatencyModel:
     fit: dict[str, Any] = field(default_factory=dict)
     """Quality of the fit: samples, median and p90 relative error of step times."""
 
+    def __post_init__(self) -> None:
+        unknown = set(self.coefficients) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown latency coefficients {sorted(unknown)}; known: {', '.join(FEATURES)}")
+        self.coefficients = {name: float(self.coefficients.get(name, 0.0)) for name in FEATURES}
+
     def step_time(self, chunks: Iterable[Chunk]) -> float:
         """Predicted seconds of one step."""
         c = self.coefficients
@@ -108,10 +114,7 @@ class LatencyModel:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LatencyModel:
         """Inverse of as_dict (unknown keys are ignored, missing coefficients are 0)."""
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        model = cls(**known)
-        model.coefficients = {name: float(model.coefficients.get(name, 0.0)) for name in FEATURES}
-        return model
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def save(self, path: Path) -> Path:
         """Write as JSON atomically."""

@@ -75,7 +75,7 @@ def step_grid(limits: ProfileLimits, num_blocks: int, block_size: int) -> list[t
             grid.append(((n, n),))
     batches = _geometric(1, max(1, limits.max_batch_size))
     for b in batches[1:]:
-        n = min(prompts[len(prompts) // 2], limits.max_num_batched_tokens // b, cap_tokens // b)
+        n = min(prompts[len(prompts) // 2], limits.max_num_batched_tokens // b, (num_blocks // b) * block_size)
         if n >= 2:
             grid.append(tuple((n, 0) for _ in range(b)))
     contexts = sorted({16, max(16, limits.max_context // 4), max(16, limits.max_context // 2), limits.max_context})

@@ -38,6 +38,7 @@ class SyntheticServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -45,6 +46,9 @@ class SyntheticServer:
         return f"http://{self.host}:{self.port}/v1"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -54,10 +58,11 @@ class SyntheticServer:
                 received = time.perf_counter()
                 self.requests_seen += 1
                 await self._respond(json.loads(body or b"{}"), received, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
+            self._handlers.discard(task)
 
     async def _respond(self, request: dict, received: float, writer: asyncio.StreamWriter) -> None:
         assert self._slots is not None
@@ -94,6 +99,10 @@ class SyntheticServer:
         self._ready.set()
         async with server:
             await self._stop.wait()
+            server.close()
+            for task in list(self._handlers):  # connections still open (idle keep-alive ones too)
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
 
     def start(self) -> SyntheticServer:
         """Start serving in a daemon thread; returns when the port is bound."""

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from servegate import __version__
-from servegate.cli import check, manifest_commands, note, run, serve
+from servegate.cli import bench, check, manifest_commands, note, plan, profile, run, serve
 from servegate.cli import eval as eval_command
 from servegate.contracts.errors import ServegateError
 
@@ -31,6 +31,9 @@ run.register(app)
 note.register(app)
 check.register(app)
 eval_command.register(app)
+plan.register(app)
+bench.register(app)
+profile.register(app)
 
 
 @app.callback(invoke_without_command=True)

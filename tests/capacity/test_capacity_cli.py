@@ -1,0 +1,90 @@
+"""`gate plan`, `gate bench` from the command line: outputs, files and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from capacity_helpers import STEP_MODEL, TINY_LLAMA, manifest
+
+from servegate.capacity.latency_model import hardware_id
+from servegate.capacity.prediction import profile_key
+from servegate.capacity.synthetic_server import Delays, SyntheticServer
+
+LLAMA2_7B = {**TINY_LLAMA, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32}  # fmt: skip
+
+
+def gate(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servegate.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "SERVEGATE_HOME": str(home)},
+        timeout=300,
+    )
+
+
+def test_memory_only_plan_and_its_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA2_7B))
+    args = ("plan", "--model-config", str(config), "--memory-budget", "80GiB", "--context", "4096")
+    done = gate(*args, "--runtime-overhead", "2GiB", "--json", "-", cwd=tmp_path, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["kv_bytes_per_token"], data["max_concurrent_sequences"]) == (524_288, 32)
+    assert "max concurrent sequences at 4,096 tokens: 32" in done.stderr
+    bad = gate("plan", "--model-config", str(config), cwd=tmp_path, home=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --model-config needs --memory-budget")
+
+
+def test_bench_a_url_writes_json_and_plots(tmp_path: Path) -> None:
+    with SyntheticServer(Delays(ttft_ms=20, itl_ms=5)) as server:
+        done = gate("bench", "--url", server.url, "--rate", "20", "--requests", "12", "--plots", "plots",
+                    "--json", "bench.json", cwd=tmp_path, home=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["requests"]["completed"] == 12 and data["ttft_ms"]["p50"] >= 20
+    assert "TPOT" in data["definitions"] and "scheduled send time" in data["definitions"]["TTFT"]
+    assert "TTFT: time to first token" in done.stdout
+    assert (tmp_path / "plots/latency_cdf.png").is_file() and (tmp_path / "plots/rate_curves.png").is_file()
+    none = gate("bench", cwd=tmp_path, home=tmp_path)
+    assert none.returncode == 2 and "--url" in none.stderr
+
+
+def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, model_dir: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "# sized for the demo\nname: tiny\n"
+        f"weights: {{source: {model_dir}}}\n"
+        "preprocess: {max_input_tokens: 64}\npostprocess: {max_output_tokens: 32}\n"
+        "runtime:\n  device: cpu\n  dtype: float32\n  max_model_len: 128\n"
+        "  kv_cache: {block_size: 16, memory_budget: 4MiB}\n"
+        "batching:\n  mode: none   # to be planned\n"
+        "capacity:\n  workload: {input_tokens: {mean: 32, max: 32}, output_tokens: {mean: 8, max: 8},"
+        " rate_rps: 60, num_requests: 100}\n"
+        "  targets: {e2e_ms: {p99: 1000}}\n"
+    )
+    missing = gate("plan", str(path), cwd=tmp_path, home=tmp_path / "home")
+    assert missing.returncode == 2 and "run `gate profile`" in missing.stderr
+    served = manifest(model_dir)
+    model = STEP_MODEL
+    model.key, model.hardware = profile_key(served), hardware_id()
+    from servegate.capacity.latency_model import profile_path
+    from servegate.contracts.loading import load_manifest
+
+    key = profile_key(load_manifest(path))
+    model.save(profile_path(key, model.hardware, tmp_path / "home" / "profiles"))
+    done = gate("plan", str(path), "--requests", "100", "--write", "--json", "plan.json", cwd=tmp_path,
+                home=tmp_path / "home")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["regime"] == "throughput-bound" and data["feasible"]
+    assert "regime: throughput-bound" in done.stdout
+    text = path.read_text()
+    assert "# sized for the demo" in text and f"mode: {data['recommended']['batching']['mode']}" in text
+    assert load_manifest(path).batching.mode != "none"

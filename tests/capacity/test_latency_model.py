@@ -1,0 +1,88 @@
+"""Fitting the step-time model and keeping it keyed by manifest and machine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from capacity_helpers import manifest
+
+from servegate.capacity.latency_model import (
+    FEATURES,
+    LatencyModel,
+    StepSample,
+    fit_steps,
+    hardware_id,
+    profile_path,
+    profiles_dir,
+)
+from servegate.capacity.metrics import RequestRecord
+from servegate.capacity.prediction import profile_key
+from servegate.capacity.profile import ProfileLimits, calibrate, step_grid
+
+TRUE = {
+    "c_step": 0.004,
+    "c_prefill_token": 0.0002,
+    "c_prefill_chunk": 0.0005,
+    "c_prefill_attn": 1e-7,
+    "c_decode_seq": 0.0008,
+    "c_decode_attn": 2e-6,
+}
+
+
+def test_fit_recovers_known_coefficients_from_noisy_steps() -> None:
+    rng = np.random.default_rng(0)
+    truth = LatencyModel(TRUE)
+    grid = step_grid(ProfileLimits(256, 32, 1024, 512), num_blocks=2048, block_size=16)
+    samples = [StepSample(g, truth.step_time(g) * float(rng.normal(1, 0.02))) for g in grid for _ in range(3)]
+    coefficients, quality = fit_steps(samples)
+    fitted = LatencyModel(coefficients)
+    assert quality["median_rel_error"] < 0.03
+    # what matters: predicted step times, across the grid and beyond it
+    for chunks in ([(300, 0)], [(1, 700)] * 48, [(64, 0), *([(1, 100)] * 16)]):
+        assert fitted.step_time(chunks) == pytest.approx(truth.step_time(chunks), rel=0.05)
+    assert coefficients["c_step"] == pytest.approx(TRUE["c_step"], rel=0.1)
+    assert coefficients["c_decode_seq"] == pytest.approx(TRUE["c_decode_seq"], rel=0.1)
+
+
+def test_step_grid_fits_the_pool() -> None:
+    grid = step_grid(ProfileLimits(64, 64, 256, 128), num_blocks=40, block_size=16)
+    for chunks in grid:
+        blocks = sum(-(-(n + s) // 16) for n, s in chunks)
+        assert blocks <= 40
+        assert sum(n for n, _ in chunks) <= 256 or len(chunks) == 1
+    assert any(len(c) > 1 and all(n == 1 for n, _ in c) for c in grid)  # batched decodes are measured
+
+
+def test_calibration_attributes_extra_gaps_to_serving_overheads() -> None:
+    runner = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.0001, "c_decode_seq": 0.0005})
+
+    def request(batch: int, start: float) -> RequestRecord:
+        # the measured server adds 2 ms per step and 0.25 ms per sequence per step, 3 ms before the
+        # first token and 1 ms after the last
+        step = runner.decode_time(batch, 40) + 0.002 + 0.00025 * batch
+        first = start + 0.003 + runner.prefill_time(32) + 0.002 + 0.00025
+        times = [first + i * step for i in range(8)]
+        return RequestRecord(start, start, times, times[-1] + 0.001, output_tokens=8, prompt_tokens=32)
+
+    runs = {"single": [request(1, i) for i in range(3)], "burst": [request(8, 10 + i) for i in range(8)]}
+    model = calibrate(runner, runs, burst=8)
+    assert model.fit["serving_step_overhead_s"] == pytest.approx(0.002, abs=2e-4)
+    assert model.fit["serving_per_sequence_overhead_s"] == pytest.approx(0.00025, abs=5e-5)
+    assert model.request_overhead_s == pytest.approx(0.003, abs=3e-4)
+    assert model.finish_overhead_s == pytest.approx(0.001, abs=1e-4)
+
+
+def test_saved_model_round_trips_and_is_keyed_by_manifest_and_machine(tmp_path, monkeypatch, model_dir) -> None:
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))
+    served = manifest(model_dir)
+    model = LatencyModel(TRUE, request_overhead_s=0.01, key=profile_key(served), hardware=hardware_id())
+    path = model.save(profile_path(model.key, model.hardware))
+    assert path.parent == profiles_dir() and path.parent.is_relative_to(tmp_path)
+    loaded = LatencyModel.load(path)
+    assert loaded.coefficients == {k: TRUE[k] for k in FEATURES} and loaded.request_overhead_s == 0.01
+    # the batching policy is what the planner varies: it does not change the profile key ...
+    other_policy = served.with_changes(batching={"mode": "none"})
+    assert profile_key(other_policy) == profile_key(served)
+    # ... but the compute dtype does
+    changed = served.with_changes(runtime={**served.runtime.model_dump(), "dtype": "bfloat16"})
+    assert profile_key(changed) != profile_key(served)

@@ -1,0 +1,86 @@
+"""The planner on a known latency model: regimes, recommendations, and infeasible targets explained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capacity_helpers import STEP_MODEL, manifest
+
+from servegate.capacity.memory_plan import manifest_memory
+from servegate.capacity.plan_report import plan_json, write_batching
+from servegate.capacity.planner import Plan, plan
+from servegate.contracts.loading import load_manifest
+
+# every request: 32 prompt tokens, 8 output tokens. Served alone it takes
+# 2 ms + (5 + 3.2) ms prefill + 7 x 6 ms decode = 52.2 ms (STEP_MODEL)
+WORKLOAD = {
+    "input_tokens": {"mean": 32, "max": 32},
+    "output_tokens": {"mean": 8, "max": 8},
+    "num_requests": 100,
+}
+
+
+def run_plan(model_dir: Path, rate: float, targets: dict[str, Any]) -> tuple[Plan, dict[str, Any]]:
+    served = manifest(model_dir, capacity={"workload": {**WORKLOAD, "rate_rps": rate}, "targets": targets})
+    assert served.capacity.workload is not None
+    memory = manifest_memory(served)
+    result = plan(served, served.capacity.workload, STEP_MODEL, memory, num_requests=100)
+    return result, plan_json(result, STEP_MODEL, {}, served.fingerprint)
+
+
+def test_latency_target_below_single_request_latency_is_explained(model_dir: Path) -> None:
+    result, data = run_plan(model_dir, 2.0, {"e2e_ms": {"p99": 20}})
+    assert not result.feasible and not data["feasible"]
+    [missed] = [t for t in data["targets"] if not t["met"]]
+    assert missed["name"] == "e2e_ms.p99" and missed["missed_by"] > 30
+    assert missed["missed_by_pct"] == pytest.approx(100 * (missed["predicted"] / 20 - 1))
+    [why] = data["why"]
+    assert "e2e_ms.p99" in why and "52.2 ms" in why and "no batching policy can meet it" in why
+
+
+def test_throughput_floor_out_of_reach_names_the_replicas_needed(model_dir: Path) -> None:
+    result, data = run_plan(model_dir, 2.0, {"throughput": {"value": 5000, "unit": "requests/s"}})
+    assert not result.feasible
+    assert result.regime == "throughput-bound"
+    [why] = data["why"]
+    assert "throughput.requests/s" in why and "replicas would" in why
+    cap = result.recommended.capacity_rps
+    assert cap is not None and f"{int(-(-5000 // cap))} replicas" in why
+
+
+def test_light_load_is_latency_bound(model_dir: Path) -> None:
+    result, data = run_plan(model_dir, 1.0, {"e2e_ms": {"p50": 100, "p99": 300}})
+    assert result.feasible and result.regime == "latency-bound"
+    assert "single-request latency decides" in result.regime_reason
+    assert data["predicted"]["e2el_ms"]["p50"] < 100
+    for key in ("kv_bytes_per_token", "weights_bytes", "max_concurrent_sequences"):
+        assert data[key] > 0
+    assert data["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4  # layers x K,V x kv_heads x head_dim x fp32
+
+
+def test_heavy_load_is_throughput_bound_and_batches(model_dir: Path) -> None:
+    # one at a time sustains ~19 requests/s; 60 requests/s needs batching
+    result, data = run_plan(model_dir, 60.0, {"e2e_ms": {"p99": 1000}})
+    assert result.regime == "throughput-bound"
+    assert result.feasible
+    assert data["recommended"]["batching"]["mode"] != "none"
+    assert data["recommended"]["batching"]["max_batch_size"] >= 4
+    assert data["predicted"]["throughput"]["requests_per_s"] == pytest.approx(60, rel=0.25)
+    assert result.binding["name"]
+
+
+def test_write_keeps_comments_and_other_sections(tmp_path: Path, model_dir: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "# my manifest\nname: tiny  # the name\n"
+        f"weights:\n  source: {model_dir}\n"
+        "batching:\n  mode: none  # old choice\n  max_batch_size: 1\n"
+        "postprocess:\n  max_output_tokens: 16  # keep me\n"
+    )
+    write_batching(path, {"mode": "dynamic", "max_batch_size": 16, "max_wait_ms": 2.0})
+    text = path.read_text()
+    assert "# my manifest" in text and "# the name" in text and "# keep me" in text
+    served = load_manifest(path)
+    assert (served.batching.mode, served.batching.max_batch_size, served.batching.max_wait_ms) == ("dynamic", 16, 2.0)

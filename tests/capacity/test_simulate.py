@@ -1,0 +1,90 @@
+"""The discrete-event simulation on timelines computed by hand (the runtime's own schedulers decide)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.simulate import SimSetup, simulate
+from servegate.capacity.workload import RequestSpec
+
+# a step costs 10 ms + 1 ms per prefill token + 2 ms per decoding sequence; 5 ms before a request
+# reaches the scheduler, 1 ms from its last token to the end of its response
+MODEL = LatencyModel(
+    {"c_step": 0.010, "c_prefill_token": 0.001, "c_decode_seq": 0.002},
+    request_overhead_s=0.005,
+    finish_overhead_s=0.001,
+)
+
+
+def setup(mode: str, batch: int = 8, **kw: object) -> SimSetup:
+    return SimSetup(mode, 1 if mode == "none" else batch, 0.0, 2048, False, num_blocks=64, block_size=16, **kw)
+
+
+def test_one_request_alone() -> None:
+    [r] = simulate(setup("none"), MODEL, [RequestSpec(10, 4, 0.0)], jitter=False).records
+    # reaches the scheduler at 5 ms; prefill 10 + 10 = 20 ms -> first token at 25 ms;
+    # three decode steps of 12 ms -> last token at 61 ms; response ends 1 ms later
+    assert r.ttft == pytest.approx(0.025)
+    assert r.token_times == pytest.approx([0.025, 0.037, 0.049, 0.061])
+    assert r.e2el == pytest.approx(0.062)
+    assert r.tpot == pytest.approx(0.037 / 3)
+
+
+def test_no_batching_queues_the_second_request_behind_the_first() -> None:
+    a, b = simulate(setup("none"), MODEL, [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.0)], jitter=False).records
+    assert a.ttft == pytest.approx(0.025)
+    assert b.ttft == pytest.approx(0.061 + 0.020)  # starts when the first one's last step ends
+
+
+def test_continuous_batching_prefills_both_in_one_step_and_decodes_together() -> None:
+    result = simulate(setup("continuous"), MODEL, [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.0)], jitter=False)
+    a, b = result.records
+    # one step with 20 prompt tokens: 10 + 20 = 30 ms; decode steps of two sequences: 10 + 4 = 14 ms
+    assert a.ttft == b.ttft == pytest.approx(0.035)
+    assert a.e2el == pytest.approx(0.035 + 3 * 0.014 + 0.001)
+    assert result.steps == 4
+    assert max(n for _, n in result.running) == 2
+
+
+def test_dynamic_batching_waits_for_the_window() -> None:
+    windowed = SimSetup("dynamic", 8, 0.050, 2048, False, 64, 16)
+    [r] = simulate(windowed, MODEL, [RequestSpec(10, 2, 0.0)], jitter=False).records
+    assert r.ttft == pytest.approx(0.005 + 0.050 + 0.020)  # waits 50 ms for company that never comes
+
+
+def test_full_queue_rejects_the_newest_request() -> None:
+    specs = [RequestSpec(10, 4, 0.000), RequestSpec(10, 4, 0.001), RequestSpec(10, 4, 0.002)]
+    records = simulate(setup("none", max_queue=1), MODEL, specs, jitter=False).records
+    assert [r.error for r in records] == [None, None, "overloaded"]
+
+
+def test_deadline_fails_requests_that_wait_too_long() -> None:
+    specs = [RequestSpec(10, 4, 0.0)] * 3
+    records = simulate(setup("none", timeout_s=0.05), MODEL, specs, jitter=False).records
+    assert records[0].ok
+    assert [r.error for r in records[1:]] == ["deadline_exceeded", "deadline_exceeded"]
+
+
+def test_closed_loop_sends_the_next_request_when_one_returns() -> None:
+    specs = [RequestSpec(10, 4, None)] * 3
+    records = simulate(setup("none"), MODEL, specs, concurrency=1, jitter=False).records
+    assert [r.scheduled for r in records] == pytest.approx([0.0, 0.062, 0.124])
+    assert all(r.e2el == pytest.approx(0.062) for r in records)
+
+
+def test_a_small_pool_preempts_and_still_finishes_everything() -> None:
+    tight = SimSetup("continuous", 8, 0.0, 2048, False, num_blocks=4, block_size=4)
+    result = simulate(tight, MODEL, [RequestSpec(6, 6, 0.0) for _ in range(3)], jitter=False)
+    assert all(r.ok and r.output_tokens == 6 for r in result.records)
+    assert result.preemptions > 0
+    assert max(n for _, n in result.kv_blocks_used) <= 4
+
+
+def test_jitter_keeps_the_mean_step_time() -> None:
+    noisy = LatencyModel(MODEL.coefficients, step_jitter=0.3)
+    specs = [RequestSpec(10, 50, None)]
+    base = simulate(setup("none"), MODEL, specs, concurrency=1, jitter=False).records[0].e2el
+    runs = [simulate(setup("none"), noisy, specs, concurrency=1, seed=s).records[0].e2el for s in range(30)]
+    assert sum(runs) / len(runs) == pytest.approx(base, rel=0.05)
+    assert max(runs) > min(runs)
