@@ -1,0 +1,129 @@
+"""The capacity gate: the declared targets hold when the declared workload is run against the served model.
+
+When `capacity.targets` are declared it benches the manifest's own server (or its endpoint) at
+`capacity.workload` and fails when a target is missed: a latency percentile over budget, throughput
+under its floor, or weights + runtime + KV pool over the memory budget. Latencies count from each
+request's scheduled send time, so queueing is never hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, ClassVar
+
+from servegate.capacity.bench import run_bench
+from servegate.capacity.bench_targets import HttpTarget, PromptFactory
+from servegate.capacity.metrics import slo_from_targets
+from servegate.capacity.planner import TargetCheck, check_targets
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import Gate, GateContext
+from servegate.gates.registry import register_gate
+from servegate.gates.result import GateResult
+
+ServerFactory = Callable[[ServedModel], AbstractContextManager[Any]]
+
+
+def _local_server(served: ServedModel) -> AbstractContextManager[Any]:
+    if served.runtime.backend == "endpoint":
+        return nullcontext(type("Remote", (), {"url": served.runtime.endpoint_url})())
+    from servegate.capacity.local_server import LocalServer
+
+    return LocalServer(served)
+
+
+def _memory(served: ServedModel) -> Any:
+    """The manifest's memory plan, or None when its config cannot be read (e.g. a remote-only model)."""
+    from servegate.capacity.memory_plan import manifest_memory
+
+    try:
+        return manifest_memory(served)
+    except (ServegateError, OSError, ValueError):
+        return None
+
+
+@register_gate(
+    "capacity",
+    watches=(
+        "capacity",
+        "batching",
+        "runtime.kv_cache",
+        "runtime.max_model_len",
+        "runtime.threads",
+        "runtime.device",
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.quantization",
+        "postprocess.max_output_tokens",
+    ),
+    purpose="the declared latency, throughput and memory targets hold under the declared workload",
+)
+class CapacityGate(Gate):
+    """Bench at the declared workload; fail on any missed target."""
+
+    server_factory: ClassVar[ServerFactory] = staticmethod(_local_server)  # type: ignore[assignment]
+    """Starts the server to bench (tests substitute one with known delays)."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Bench the candidate and compare each declared target with what was measured."""
+        served = ctx.candidate
+        targets, workload = served.capacity.targets, served.capacity.workload
+        if targets is None:
+            return self.result("skipped", "no capacity.targets declared")
+        if workload is None:
+            return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
+        memory = _memory(served) if targets.memory is not None else None
+        ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
+        with self.server_factory(served) as server:
+            report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
+        if memory is None and targets.memory is not None:
+            checks = check_targets(targets.model_copy(update={"memory": None}), report, None)  # type: ignore[arg-type]
+            note = "memory not checked: the model config could not be read"
+        else:
+            checks = check_targets(targets, report, memory)
+            note = ""
+        measurements = {
+            **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
+            "targets": [c.as_dict() for c in checks],
+            "memory_total_bytes": memory.total_bytes if memory is not None else None,
+        }
+        missed = [c for c in checks if not c.met]
+        if report["requests"]["completed"] == 0:
+            return self.result("fail", "no request of the bench completed", measurements)
+        if missed:
+            return self.result("fail", "; ".join(_miss(c) for c in missed), measurements)
+        reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note else "")
+        return self.result("pass", reason, measurements)
+
+    @staticmethod
+    async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> dict[str, Any]:
+        from servegate.cli.bench import manifest_tokenizer
+
+        target = HttpTarget(url, model=served.runtime.endpoint_model or served.name)
+        try:
+            await target.probe()
+            prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)
+            result = await run_bench(
+                target, workload, prompts, slo=slo_from_targets(targets), progress=ctx.progress.advance
+            )
+        except ConnectionError as exc:
+            raise ServegateError(str(exc)) from None
+        finally:
+            await target.aclose()
+        return result.as_dict()
+
+
+def _miss(check: TargetCheck) -> str:
+    d = check.as_dict()
+    return (
+        f"{check.name} measured {check.predicted:.4g} {check.unit} against {check.target:.4g} {check.unit} "
+        f"(missed by {d['missed_by']:.4g} {check.unit}, {d['missed_by_pct']:.1f}%)"
+    )
+
+
+def _load(workload: Any) -> str:
+    if workload.arrival == "closed":
+        return f"{workload.concurrency} requests in flight"
+    return f"{workload.rate_rps:g} requests/s ({workload.arrival})"
