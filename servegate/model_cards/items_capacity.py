@@ -150,11 +150,16 @@ def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     if not plan:
         return None
     policy = plan.get("policy") or plan.get("recommended_policy") or plan.get("recommended")
+    if isinstance(policy, dict) and isinstance(policy.get("batching"), dict):  # {"batching": {...}, "kv_blocks": n}
+        policy = {**{k: v for k, v in policy.items() if k != "batching"}, **policy["batching"]}
+    binding = _value(plan, "binding_constraint")
+    if isinstance(binding, dict):  # {"name": ..., "detail": ...}
+        binding = ": ".join(str(binding[k]) for k in ("name", "detail") if binding.get(k)) or None
     return {
         "weights_bytes": _number(_value(plan, "weights_bytes")),
         "kv_bytes_per_token": _number(_value(plan, "kv_bytes_per_token")),
         "max_concurrent_sequences": _number(_value(plan, "max_concurrent_sequences")),
-        "binding_constraint": _value(plan, "binding_constraint"),
+        "binding_constraint": binding if isinstance(binding, str) else None,
         "bound": _value(plan, "bound", "regime"),
         "policy": {k: v for k, v in policy.items() if isinstance(v, str | int | float | bool)}
         if isinstance(policy, dict)

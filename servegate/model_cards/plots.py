@@ -124,8 +124,11 @@ def _bench_pngs(bench: dict[str, Any], base_dir: Path | None) -> dict[tuple[str,
     for name, value in entries:
         if not isinstance(value, str) or not value.lower().endswith(".png"):
             continue
-        path = Path(value) if Path(value).is_absolute() or base_dir is None else base_dir / value
-        if not path.is_file():
+        # `gate bench --plots DIR` records paths as given on its command line: try them as they are, then
+        # relative to the bench JSON's folder.
+        tries = [Path(value)] + ([base_dir / value] if base_dir is not None and not Path(value).is_absolute() else [])
+        path = next((p for p in tries if p.is_file()), None)
+        if path is None:
             continue
         for kind, words in _KINDS.items():
             if kind not in found and any(w in f"{name} {path.name}".lower() for w in words):

@@ -118,19 +118,22 @@ def make_bench() -> dict[str, Any]:
 
 
 def make_plan() -> dict[str, Any]:
-    """A capacity plan with its memory figures and predicted percentiles."""
+    """A capacity plan in the shape `gate plan --json` writes (servegate.capacity.plan_report.plan_json)."""
     return {
         "kv_bytes_per_token": 4096,
         "weights_bytes": 5_000_000,
         "max_concurrent_sequences": 128,
-        "total_bytes": 80_000_000,
+        "memory": {"weights_bytes": 5_000_000, "total_bytes": 80_000_000, "kv_pool_bytes": 67_108_864, "fits": True},
+        "regime": "latency-bound",
         "predicted": {
-            "ttft_ms": {"p50": 15, "p95": 35, "p99": 50},
-            "e2el_ms": {"p50": 60, "p95": 140, "p99": 250},
-            "throughput": {"requests_per_s": 5.0},
+            "ttft_ms": {"mean": 16, "p50": 15, "p95": 35, "p99": 50},
+            "tpot_ms": {"mean": 4, "p50": 4, "p95": 6, "p99": 7},
+            "itl_ms": {"mean": 4, "p50": 4, "p95": 6, "p99": 7},
+            "e2el_ms": {"mean": 70, "p50": 60, "p95": 140, "p99": 250},
+            "throughput": {"requests_per_s": 5.0, "output_tokens_per_s": 40.0},
         },
-        "policy": {"mode": "continuous", "max_batch_size": 32},
-        "binding_constraint": "e2e_ms p99 latency",
+        "recommended": {"batching": {"mode": "continuous", "max_batch_size": 32}, "kv_blocks": 4096},
+        "binding_constraint": {"name": "e2e_ms.p99", "detail": "latency at 5 requests/s"},
     }
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from note_evidence import make_bench, make_plan, make_report
+from note_evidence import dump, make_bench, make_plan, make_report
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
@@ -59,6 +59,10 @@ def test_items_carry_the_manifest_and_the_evidence(served: ServedModel, tmp_path
     assert rows["throughput"]["unit"] == "requests/s" and rows["throughput"]["measured"] == 4.8
     assert rows["memory"]["target"] == 512 * 2**20 and rows["memory"]["predicted"] == 80_000_000
 
+    plan = items["capacity_target"]["plan"]
+    assert plan["policy"] == {"kv_blocks": 4096, "mode": "continuous", "max_batch_size": 32}
+    assert plan["binding_constraint"] == "e2e_ms.p99: latency at 5 requests/s" and plan["bound"] == "latency-bound"
+
     quality = items["quality_gate"]
     assert quality["verdict"] == "pass"
     arith = next(r for r in quality["scores"] if r["suite"] == "arith")
@@ -85,7 +89,6 @@ def test_plots_are_drawn_from_bench_json_and_embedded(served: ServedModel, tmp_p
 
 
 def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tmp_path: Path) -> None:
-    from note_evidence import dump
 
     from servegate.model_cards.evidence import Evidence
     from servegate.model_cards.note import write_note_files
@@ -112,3 +115,26 @@ def test_write_note_takes_a_gate_report_object(served: ServedModel, tmp_path: Pa
     note = write_note(served, report, tmp_path / "SERVING.md")
     assert note.verdict == "pass"
     assert [g["name"] for g in note.items["quality_gate"]["gates"]] == ["caching"]
+
+
+def test_bench_plot_paths_as_gate_bench_records_them(
+    served: ServedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gate bench --plots bench-plots` lists paths relative to where it ran, with its own file names."""
+    from servegate.model_cards.evidence import Evidence
+    from servegate.model_cards.note import write_note_files
+    from servegate.model_cards.plots import draw_latency_cdf, draw_throughput_vs_load
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench-plots").mkdir()
+    cdf, rate = draw_latency_cdf(make_bench()), draw_throughput_vs_load(make_bench())
+    (tmp_path / "bench-plots" / "latency_cdf.png").write_bytes(cdf)
+    (tmp_path / "bench-plots" / "rate_curves.png").write_bytes(rate)
+    (tmp_path / "results").mkdir()
+    bench = {**make_bench(), "plots": ["bench-plots/latency_cdf.png", "bench-plots/rate_curves.png"]}
+    evidence = Evidence.from_files(
+        report=dump(tmp_path / "results" / "check.json", make_report(served)),
+        bench=dump(tmp_path / "results" / "bench.json", bench),
+    )
+    note = write_note_files(served, evidence, tmp_path / "SERVING.md")
+    assert [(tmp_path / p["path"]).read_bytes() for p in note.plots] == [cdf, rate]
