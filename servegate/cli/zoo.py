@@ -1,0 +1,115 @@
+"""`gate zoo`: the models, suites and metrics that ship with servegate.
+
+Examples:
+    gate zoo list                      # models, parameters, suites, file checksums
+    gate zoo list --json -             # the same for machines (the table goes to stderr)
+    gate zoo path tiny-primary         # the directory `weights.source: zoo:tiny-primary` loads
+    gate zoo build tiny-fallback --out /tmp/fb   # retrain from the recipe and measure
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.table import Table
+
+from servegate.cli.common import JsonOption, console_for, write_json
+from servegate.zoo import ZooError, list_models, zoo_model_path
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="zoo",
+    help="The small models, eval suites and metrics that ship with servegate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ModelName = Annotated[str, typer.Argument(help="Zoo model name, e.g. tiny-primary.", show_default=False)]
+
+
+def _one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Known zoo errors become one line on stderr and exit 2; SERVEGATE_DEBUG=1 shows the traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except (ZooError, OSError) as exc:
+            if os.environ.get("SERVEGATE_DEBUG") == "1":
+                raise
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+@app.command("list")
+@_one_line_errors
+def list_command(json_out: JsonOption = None) -> None:
+    """List the zoo's models: kind, parameters, suites, where they are and each file's sha256."""
+    infos = list_models()
+    console = console_for(json_out)
+    table = Table(title="servegate zoo", show_header=True)
+    for column in ("name", "kind", "parameters", "suites", "path", "files (sha256)"):
+        table.add_column(column, overflow="fold")
+    for info in infos:
+        files = "\n".join(f"{name}  {digest[:16]}" for name, digest in info.files.items())
+        where = str(info.path) if info.path is not None else f"not installed: {info.note}"
+        table.add_row(info.name, info.kind, f"{info.parameters:,}", ", ".join(info.suites), where, files)
+    console.print(table)
+    write_json(json_out, {"models": [info.as_dict() for info in infos]})
+
+
+@app.command("path")
+@_one_line_errors
+def path_command(name: ModelName) -> None:
+    """Print the directory of a zoo model (what `weights.source: zoo:NAME` loads)."""
+    typer.echo(str(zoo_model_path(name)))
+
+
+@app.command("build")
+@_one_line_errors
+def build_command(
+    name: ModelName,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the model here (default: ./zoo-build/NAME).", show_default=False),
+    ] = None,
+    install: Annotated[
+        bool, typer.Option("--install", help="Replace the shipped model and its checksums (maintainers).")
+    ] = False,
+) -> None:
+    """Retrain a zoo causal LM from its seeded recipe, measure it, and write its datasheet.
+
+    Example: gate zoo build tiny-primary --out /tmp/tiny-primary
+    """
+    from servegate.zoo.build import build_model
+    from servegate.zoo.catalog import TRAINED_MODELS, read_index, sha256_file
+    from servegate.zoo.errors import check_name
+
+    check_name("trainable model", name, TRAINED_MODELS)
+    if install and out is not None:
+        raise ZooError("--install writes into the zoo itself: drop --out or drop --install")
+    target = None if install else (out if out is not None else Path("zoo-build") / name)
+    result = build_model(name, target, log=lambda line: typer.echo(line, err=True))
+    shipped = read_index().get(name, {}).get("files", {}).get("model.safetensors")
+    same = shipped == sha256_file(result.path / "model.safetensors")
+    exact = result.metrics["exact_match"]["none"]
+    typer.echo(f"built {name} in {result.path}")
+    typer.echo(
+        f"training time {result.training_seconds:.1f}s (total {result.total_seconds:.1f}s); exact match "
+        + ", ".join(f"{suite} {100 * value:.1f}%" for suite, value in exact.items())
+    )
+    typer.echo(
+        "weights identical to the shipped ones"
+        if same
+        else "weights differ from the shipped ones (expected on another torch build or thread count)"
+    )

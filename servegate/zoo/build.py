@@ -1,0 +1,116 @@
+"""``gate zoo build``: retrain a zoo model from its recipe, save it, measure it, write its datasheet.
+
+The committed models are what this produced; run on the same torch build and thread count it
+reproduces them bit for bit, elsewhere within the slow test's 2 points.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from servegate.zoo import tasks
+from servegate.zoo.catalog import MODELS_DIR, TRAINED_MODELS, record_model
+from servegate.zoo.datasheet import render_datasheet
+from servegate.zoo.errors import check_name
+from servegate.zoo.measurement import measure
+from servegate.zoo.recipes import RECIPES
+from servegate.zoo.suite_generator import held_out_keys
+from servegate.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer
+from servegate.zoo.training import train
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """Where a build went, how long training took, and what it measured."""
+
+    path: Path
+    training_seconds: float
+    total_seconds: float
+    metrics: dict[str, Any]
+
+
+def generation_config() -> GenerationConfig:
+    """Greedy decoding that stops at ``<eos>``: the output contract of every zoo causal LM."""
+    return GenerationConfig(
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        do_sample=False,
+        max_new_tokens=tasks.MAX_NEW_TOKENS,
+    )
+
+
+def save_model(model: PreTrainedModel, out_dir: Path) -> None:
+    """Write weights (safetensors), config, generation config and tokenizer to ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.generation_config = generation_config()
+    model.save_pretrained(out_dir)
+    build_char_tokenizer().save_pretrained(out_dir)
+
+
+def build_model(name: str, out_dir: Path | None = None, log: Log = print) -> BuildResult:
+    """Train zoo model ``name`` from scratch into ``out_dir`` (default: the zoo itself, recorded in the index)."""
+    check_name("trainable model", name, TRAINED_MODELS)
+    recipe = RECIPES[name]
+    target = out_dir if out_dir is not None else MODELS_DIR / name
+    started = time.perf_counter()
+
+    def progress(step: int, loss: float, _model: PreTrainedModel) -> None:
+        log(f"step {step}/{recipe.steps}  loss {loss:.4f}  {time.perf_counter() - started:.0f}s")
+
+    model, training_seconds = train(recipe, held_out_keys(), progress=progress)
+    save_model(model, target)
+    log(f"trained {name} in {training_seconds:.1f}s; measuring on the test suites")
+    measured = measure(model, build_char_tokenizer())
+    metrics: dict[str, Any] = {
+        "model": name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "recipe": recipe.as_dict(),
+        "training_seconds": round(training_seconds, 1),
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "threads": recipe.threads,
+        },
+        "limits": {
+            "safe_max_input_tokens": tasks.SAFE_MAX_INPUT_TOKENS,
+            "tight_max_input_tokens": tasks.TIGHT_MAX_INPUT_TOKENS,
+            "max_new_tokens": tasks.MAX_NEW_TOKENS,
+        },
+        "prompt_tokens": {
+            "arith": list(tasks.ARITH_PROMPT_TOKENS),
+            "recall": list(tasks.RECALL_PROMPT_TOKENS),
+            "json": [tasks.JSON_PROMPT_TOKENS, tasks.JSON_PROMPT_TOKENS],
+        },
+        **measured,
+    }
+    (target / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    (target / "DATASHEET.md").write_text(render_datasheet(metrics), encoding="utf-8")
+    if out_dir is None:
+        record_model(
+            name,
+            kind="causal-lm",
+            parameters=metrics["parameters"],
+            suites=["arith", "recall", "json"],
+            description=DESCRIPTIONS[name],
+            path=target,
+        )
+    return BuildResult(target, training_seconds, time.perf_counter() - started, metrics)
+
+
+DESCRIPTIONS: dict[str, str] = {
+    "tiny-primary": "character-level Llama trained by servegate on arith, recall and json; the default model",
+    "tiny-fallback": "smaller character-level Llama, same tokenizer and output contract; the default fallback",
+}

@@ -1,0 +1,70 @@
+"""The recipes of the zoo's trained causal LMs: architecture, data mix, optimiser, steps and seed.
+
+A recipe is everything ``gate zoo build NAME`` needs to reproduce a committed model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The ``LlamaConfig`` fields that differ between zoo models."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one zoo model is trained, from seed to last step."""
+
+    name: str
+    architecture: Architecture
+    steps: int
+    batch_size: int
+    learning_rate: float
+    warmup_steps: int
+    weight_decay: float
+    seed: int
+    # Share of training examples drawn from each task.
+    task_mix: dict[str, float] = field(default_factory=lambda: {"arith": 0.4, "recall": 0.3, "json": 0.3})
+    # Share of arith examples trained without <bos>, as left truncation may have removed it.
+    no_bos_share: float = 0.25
+    # Share of arith and recall examples drawn from the shortest lengths (cheap; the rest cover all).
+    short_share: float = 0.5
+    threads: int = 2
+    boundary: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The recipe as plain data, for the datasheet and metrics.json."""
+        return asdict(self)
+
+
+RECIPES: dict[str, Recipe] = {
+    "tiny-primary": Recipe(
+        name="tiny-primary",
+        architecture=Architecture(128, 512, 4, 4, 2),
+        steps=3000,
+        batch_size=32,
+        learning_rate=2e-3,
+        warmup_steps=100,
+        weight_decay=0.01,
+        seed=1234,
+    ),
+    "tiny-fallback": Recipe(
+        name="tiny-fallback",
+        architecture=Architecture(64, 256, 2, 4, 2),
+        steps=3000,
+        batch_size=32,
+        learning_rate=3e-3,
+        warmup_steps=100,
+        weight_decay=0.01,
+        seed=4321,
+    ),
+}
