@@ -32,11 +32,15 @@ class QualityComparison:
         """The first failing (else warning, else passing) test's reason, prefixed with its suite and metric."""
         if not self.tests:
             return "no eval suites declared (quality.suites is empty)"
-        for wanted in ("fail", "warn", "pass"):
+        for wanted in ("fail", "warn"):
             for suite, test in self.tests:
                 if test.verdict == wanted:
                     return f"{suite}/{test.metric}: {test.reason}"
-        return ""
+        suite, weakest = min(self.tests, key=lambda t: t[1].lower + t[1].margin)
+        return (
+            f"non-inferior on all {len(self.tests)} suite metrics; tightest {suite}/{weakest.metric}: "
+            f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%})"
+        )
 
     def measurements(self) -> dict[str, Any]:
         """JSON-ready per-suite statistics."""
