@@ -269,6 +269,11 @@ class ReferenceEngine:
                 for state, token, logprob in zip(states, _as_list(tokens), _as_list(token_logprobs), strict=True):
                     sampled[state.seq.seq_id] = int(token)
                     logprobs[state.seq.seq_id] = float(logprob)
+                for row, state in zip(rows, states, strict=True):
+                    if state.params.top_logprobs > 0:
+                        state.top_logprobs.append(
+                            _alternatives(logits[row], state.params.top_logprobs, parts.tokenizer)
+                        )
             now = time.monotonic()
             for seq in parts.scheduler.update(plan, sampled):  # type: ignore[union-attr]
                 state = self._requests[seq.seq_id]
@@ -360,6 +365,14 @@ class ReferenceEngine:
 def feed_window(served: ServedModel) -> int:
     """How many requests a file-like caller keeps in flight: enough to fill batches, never past max_queue."""
     return max(1, min(served.failure_policy.max_queue, max(4, 2 * served.batching.max_batch_size)))
+
+
+def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
+    """The n most likely tokens at one position, as {token text: log-probability}."""
+    import torch
+
+    values, ids = torch.log_softmax(logits.float(), dim=-1).topk(n)
+    return {tokenizer.decode([int(i)]): float(v) for v, i in zip(values.tolist(), ids.tolist(), strict=True)}
 
 
 def _as_list(values: Any) -> list[Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from servegate.contracts.errors import ServingError
@@ -39,6 +39,8 @@ class RequestState:
     streamed: bool = False
     """Whether any TokenEvent went out (a request that streamed cannot switch to the fallback)."""
     aborted: bool = False
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    """Per output token, the top alternatives (only when the request asks for top_logprobs)."""
 
     @property
     def params(self) -> SamplingParams:
@@ -61,6 +63,7 @@ class RequestState:
             finish_reason=out.finish_reason or "length",
             usage=Usage(self.seq.num_prompt_tokens, len(out.token_ids), self.truncated_tokens),
             logprobs=tuple(out.logprobs) if self.params.logprobs else None,
+            top_logprobs=tuple(self.top_logprobs) if self.params.top_logprobs > 0 else None,
             output_valid=valid,
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.arrival,
             e2e_s=now - self.arrival,

@@ -116,6 +116,15 @@ def test_logprobs_are_returned_only_when_the_manifest_offers_them() -> None:
     [result] = offered.generate([GenerationRequest("l", prompt_token_ids=[5, 6], params=params)])
     offered.shutdown_sync()
     assert len(result.logprobs) == 4 and all(lp <= 0 for lp in result.logprobs)
+    assert result.top_logprobs is None
+    top = SamplingParams(max_tokens=3, logprobs=True, top_logprobs=2, ignore_eos=True)
+    offered = toy_engine(toy_manifest(postprocess={"logprobs": True}))
+    [ranked] = offered.generate([GenerationRequest("k", prompt_token_ids=[5, 6], params=top)])
+    offered.shutdown_sync()
+    tok = ToyTokenizer()
+    assert len(ranked.top_logprobs) == 3
+    for chosen, logprob, alternatives in zip(ranked.token_ids, ranked.logprobs, ranked.top_logprobs, strict=True):
+        assert len(alternatives) == 2 and alternatives[tok.decode([chosen])] == pytest.approx(logprob)  # greedy: top 1
 
 
 def test_same_seed_same_sample_and_temperature_changes_it() -> None:

@@ -1,0 +1,352 @@
+"""Throughput and latency of servegate's continuous batching vs transformers, side by side.
+
+Workload: N requests (default 64) with prompts of 16-256 tokens and outputs of 8-128 tokens (exact
+lengths: EOS ignored), on the ~110M-parameter random Llama of benchmarks/runner_decode.py (hidden 768,
+12 layers) in float32 on CPU. Two arrival patterns: all at once, and Poisson at --rate requests/s.
+
+    (a) transformers `generate` in padded static batches of 16 (a batch starts when the previous one
+        ends, with up to 16 requests that have arrived; it runs to its longest output)
+    (b) transformers' own continuous batching (the manager behind `model.generate_batch`, fed each
+        request at its arrival time with its own max_new_tokens)
+    (c) servegate's reference engine, batching.mode=continuous
+
+For each: useful output tokens/s (the tokens the requests asked for; padding excluded), and p50/p99
+end-to-end latency (arrival to last token). Ratios (c)/(a) and (c)/(b) are printed, and the batch-1
+decode speed of the engine against the memory-bandwidth roofline.
+
+    .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate 0.5] [--max-batch 32]
+    .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import platform
+import queue
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import ContinuousBatchingConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).parent))
+from runner_decode import build_model, copy_bandwidth, weight_bytes_per_step  # noqa: E402
+
+from servegate.contracts.manifest import ServedModel  # noqa: E402
+from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
+from servegate.runtime.engine import ReferenceEngine  # noqa: E402
+from servegate.runtime.model_runner import PagedModelRunner  # noqa: E402
+
+KV_BUDGET_BYTES = 2 * 2**30
+"""KV-cache memory given to both continuous batchers."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request of the workload."""
+
+    index: int
+    prompt: list[int]
+    output_len: int
+    arrival_s: float
+    """Seconds after the start of the run."""
+
+
+@dataclass
+class Outcome:
+    """What one system achieved on one arrival pattern."""
+
+    system: str
+    pattern: str
+    useful_tokens: int
+    wall_s: float
+    e2e_s: list[float]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Useful output tokens per second."""
+        return self.useful_tokens / self.wall_s
+
+    def percentile(self, q: float) -> float:
+        """End-to-end latency percentile in seconds."""
+        ordered = sorted(self.e2e_s)
+        return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def workload(n: int, rate: float | None, vocab: int, seed: int = 0, prompt=(16, 256), out=(8, 128)) -> list[Job]:
+    """N jobs; arrival 0 for all (rate None) or Poisson at `rate` requests/s."""
+    rng = random.Random(seed)
+    t = 0.0
+    jobs = []
+    for i in range(n):
+        if rate is not None and i > 0:
+            t += rng.expovariate(rate)
+        prompt_ids = [rng.randrange(3, vocab) for _ in range(rng.randint(*prompt))]
+        jobs.append(Job(i, prompt_ids, rng.randint(*out), t if rate is not None else 0.0))
+    return jobs
+
+
+def wait_until(start: float, at_s: float) -> None:
+    delay = start + at_s - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+# --- (a) padded static batches of transformers generate ---------------------------------------------
+
+
+def run_static_generate(model: Any, jobs: list[Job], batch: int = 16) -> tuple[float, list[float]]:
+    """Serve jobs in arrival order with generate on left-padded batches; returns (wall_s, e2e per job)."""
+    e2e = [0.0] * len(jobs)
+    pending = sorted(jobs, key=lambda j: j.arrival_s)
+    start = time.perf_counter()
+    while pending:
+        wait_until(start, pending[0].arrival_s)
+        now = time.perf_counter() - start
+        group = [j for j in pending if j.arrival_s <= now][:batch]
+        pending = [j for j in pending if j not in group]
+        width = max(len(j.prompt) for j in group)
+        ids = torch.tensor([[0] * (width - len(j.prompt)) + j.prompt for j in group])
+        mask = torch.tensor([[0] * (width - len(j.prompt)) + [1] * len(j.prompt) for j in group])
+        with torch.inference_mode():
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max(j.output_len for j in group),
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        done = time.perf_counter() - start
+        for j in group:
+            e2e[j.index] = done - j.arrival_s
+    return time.perf_counter() - start, e2e
+
+
+# --- (b) transformers continuous batching ---------------------------------------------------------
+
+
+def run_transformers_cb(
+    model: Any, jobs: list[Job], max_batch_tokens: int, max_batch: int
+) -> tuple[float, list[float]]:
+    """Feed the transformers continuous-batching manager at arrival times; returns (wall_s, e2e per job)."""
+    config = GenerationConfig(do_sample=False, max_new_tokens=max(j.output_len for j in jobs), eos_token_id=-1)
+    # the same KV memory as servegate's pool (transformers would otherwise size it from free memory)
+    per_token = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * model.config.head_dim * 4
+    batching = ContinuousBatchingConfig(
+        max_batch_tokens=max_batch_tokens,
+        max_requests_per_batch=max_batch,
+        num_blocks=max(1, KV_BUDGET_BYTES // (256 * per_token)),
+    )
+    manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=batching)
+    manager.start()
+    e2e = [0.0] * len(jobs)
+    finished: queue.Queue[tuple[int, float]] = queue.Queue()
+    start = time.perf_counter()
+
+    def collect() -> None:
+        for _ in jobs:
+            result = None
+            while result is None:
+                result = manager.get_result(timeout=1)
+            finished.put((int(result.request_id.removeprefix("job-")), time.perf_counter() - start))
+
+    collector = threading.Thread(target=collect, daemon=True)
+    collector.start()
+    for job in sorted(jobs, key=lambda j: j.arrival_s):
+        wait_until(start, job.arrival_s)
+        manager.add_request(job.prompt, request_id=f"job-{job.index}", max_new_tokens=job.output_len, eos_token_id=-1)
+    collector.join()
+    wall = time.perf_counter() - start
+    manager.stop(block=True)
+    while not finished.empty():
+        index, at = finished.get()
+        e2e[index] = at - jobs[index].arrival_s
+    return wall, e2e
+
+
+# --- (c) servegate -------------------------------------------------------------------------------
+
+
+class IdsOnly:
+    """Prompt ids as given (the workload is pre-tokenized) and a decode that only counts tokens."""
+
+    def encode(self, request: GenerationRequest) -> Any:
+        """The request's token ids."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(token_ids=list(request.prompt_token_ids or []), truncated_tokens=0)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        """One character per token (text is not what this benchmark measures)."""
+        return "x" * len(ids)
+
+
+def servegate_engine(model: Any, mode: str, max_batch: int, budget_bytes: int, tokens_per_step: int) -> ReferenceEngine:
+    """A reference engine over a paged runner of `model`, configured as a manifest would."""
+    served = ServedModel.model_validate(
+        {
+            "name": "bench",
+            "weights": {"source": "zoo:tiny-primary"},
+            "preprocess": {"max_input_tokens": 512},
+            "postprocess": {"max_output_tokens": 512},
+            "runtime": {"max_model_len": 1024, "kv_cache": {"block_size": 16, "memory_budget": budget_bytes}},
+            "batching": {
+                "mode": mode,
+                "max_batch_size": max_batch,
+                "max_num_batched_tokens": tokens_per_step,
+                "chunked_prefill": mode == "continuous",
+            },
+            "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
+        }
+    )
+    runner = PagedModelRunner.from_budget(model, budget_bytes, 16)
+    try:
+        from servegate.runtime.sampling import sample_batch as sampler
+    except ImportError:  # part of the runtime still being written: greedy is all this benchmark needs
+
+        def sampler(logits: torch.Tensor, params: list[Any], generators: list[Any]) -> tuple[Any, Any]:
+            return logits.argmax(-1), torch.zeros(len(params))
+
+    ids = IdsOnly()
+    engine = ReferenceEngine(served, runner=runner, tokenizer=ids, preprocessor=ids, sampler=sampler)
+    engine.start_sync()
+    return engine
+
+
+def run_servegate(engine: ReferenceEngine, jobs: list[Job]) -> tuple[float, list[float]]:
+    """Submit each job at its arrival time; returns (wall_s, e2e per job)."""
+    e2e = [0.0] * len(jobs)
+
+    async def one(job: Job, start: float) -> None:
+        await asyncio.sleep(max(0.0, start + job.arrival_s - time.perf_counter()))
+        params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
+        request = GenerationRequest(f"job-{job.index}", prompt_token_ids=job.prompt, params=params)
+        async for event in engine.submit(request):
+            if isinstance(event, FinishEvent):
+                assert event.usage.completion_tokens == job.output_len
+            elif not hasattr(event, "token_ids"):
+                raise RuntimeError(f"job {job.index} failed: {event}")
+        e2e[job.index] = time.perf_counter() - start - job.arrival_s
+
+    async def all_jobs() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(one(job, start) for job in jobs))
+        return time.perf_counter() - start
+
+    return asyncio.run(all_jobs()), e2e
+
+
+def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> float:
+    """Output tokens/s of one request decoding alone through the whole engine (prefill of 16 excluded)."""
+    request = GenerationRequest(
+        "solo", prompt_token_ids=list(range(3, 19)), params=SamplingParams(max_tokens=tokens, ignore_eos=True)
+    )
+
+    async def go() -> tuple[float, float]:
+        first = last = 0.0
+        async for _event in engine.submit(request):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+        return first, last
+
+    first, last = asyncio.run(go())
+    return (tokens - 1) / (last - first)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--rate", type=float, default=0.5, help="Poisson arrival rate, requests/s")
+    parser.add_argument("--max-batch", type=int, default=32, help="servegate max_batch_size")
+    parser.add_argument("--tokens-per-step", type=int, default=512, help="max_num_batched_tokens (b and c)")
+    parser.add_argument("--patterns", nargs="+", default=["all-at-once", "poisson"])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for every system (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="tiny model and workload: checks the script only")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    if args.quick:
+        torch.manual_seed(0)
+        cfg = LlamaConfig(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=1024,
+        )
+        model = LlamaForCausalLM(cfg).eval()
+        shape = {"prompt": (4, 32), "out": (2, 16)}
+    else:
+        model = build_model(torch.float32)
+        shape = {"prompt": (16, 256), "out": (8, 128)}
+    vocab = model.config.vocab_size
+    params_m = sum(p.numel() for p in model.parameters()) / 1e6
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+        f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}"
+    )
+    print(
+        f"model: random Llama, {params_m:.0f}M parameters, float32; {args.requests} requests, prompts "
+        f"{shape['prompt'][0]}-{shape['prompt'][1]} tokens, outputs {shape['out'][0]}-{shape['out'][1]} tokens"
+    )
+
+    # the paged runner switches its model to servegate's attention: transformers runs on its own copy (sdpa)
+    engine = servegate_engine(copy.deepcopy(model), "continuous", args.max_batch, KV_BUDGET_BYTES, args.tokens_per_step)
+    warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
+    run_servegate(engine, warm)
+    run_static_generate(model, warm)
+
+    outcomes: list[Outcome] = []
+    for pattern in args.patterns:
+        jobs = workload(args.requests, args.rate if pattern == "poisson" else None, vocab, **shape)
+        useful = sum(j.output_len for j in jobs)
+        label = pattern if pattern != "poisson" else f"poisson {args.rate} req/s"
+        systems = {
+            "(a) transformers generate, static batches of 16": lambda jobs=jobs: run_static_generate(model, jobs),
+            "(b) transformers continuous batching": lambda jobs=jobs: run_transformers_cb(
+                model, jobs, args.tokens_per_step, args.max_batch
+            ),
+            "(c) servegate continuous": lambda jobs=jobs: run_servegate(engine, jobs),
+        }
+        for system, runner in systems.items():
+            wall, e2e = runner()
+            outcome = Outcome(system, label, useful, wall, e2e)
+            outcomes.append(outcome)
+            print(
+                f"{label:>22} | {system:<48} | {outcome.tokens_per_s:7.1f} output tokens/s | "
+                f"p50 {outcome.percentile(50):6.1f} s | p99 {outcome.percentile(99):6.1f} s | wall {wall:6.1f} s",
+                flush=True,
+            )
+        a, b, c = outcomes[-3:]
+        print(
+            f"{label:>22} | ratios: (c)/(a) {c.tokens_per_s / a.tokens_per_s:.2f}x tokens/s, "
+            f"(c)/(b) {c.tokens_per_s / b.tokens_per_s:.2f}x tokens/s; p99 (c) {c.percentile(99):.1f} s vs "
+            f"(a) {a.percentile(99):.1f} s, (b) {b.percentile(99):.1f} s",
+            flush=True,
+        )
+
+    solo = batch1_decode_tokens_per_s(engine)
+    bandwidth = copy_bandwidth()
+    roofline = bandwidth / weight_bytes_per_step(model)
+    engine.shutdown_sync()
+    print(
+        f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
+        f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline"
+    )
+
+
+if __name__ == "__main__":
+    main()
