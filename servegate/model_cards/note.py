@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -153,6 +153,19 @@ def _build_items(
     return items
 
 
+def capacity_gate_bench(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The bench figures the `capacity` gate measured inside `gate check` (None when it did not run)."""
+    for gate in (report or {}).get("gates", []):
+        m = gate.get("measurements") or {}
+        if (
+            gate.get("name") == "capacity"
+            and gate.get("verdict") in ("pass", "fail")
+            and isinstance(m.get("e2el_ms"), dict)
+        ):
+            return {k: m[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests") if k in m}
+    return None
+
+
 def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFilter | None = None) -> ServingNote:
     """The serving note for `served` from `evidence`; a NoteError names every item that lacks its source."""
     pf = public_filter or PublicFilter(served)
@@ -165,6 +178,10 @@ def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFil
                 f"{served.fingerprint[:12]}: rerun `gate check MANIFEST --json check.json` with the same --set options"
             )
         safe_report = pf.report(evidence.report)
+    if evidence.bench is None and (measured := capacity_gate_bench(safe_report)) is not None:
+        evidence = replace(
+            evidence, bench=measured, sources={**evidence.sources, "bench": "gate check (capacity gate)"}
+        )
     items = _build_items(served, evidence, safe_report, pf)
     digest, sections = manifest_digests(served)
     now = datetime.now(timezone.utc)

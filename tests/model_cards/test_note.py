@@ -138,3 +138,24 @@ def test_bench_plot_paths_as_gate_bench_records_them(
     )
     note = write_note_files(served, evidence, tmp_path / "SERVING.md")
     assert [(tmp_path / p["path"]).read_bytes() for p in note.plots] == [cdf, rate]
+
+
+def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel, tmp_path: Path) -> None:
+    bench = make_bench()
+    report = make_report(served)
+    report["gates"].append(
+        {
+            "name": "capacity",
+            "verdict": "pass",
+            "reason": "3 target(s) met at 5 requests/s",
+            "measurements": {
+                k: bench[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")
+            },
+        }
+    )
+    note = write_note(served, report, tmp_path / "SERVING.md")
+    capacity = note.items["capacity_target"]
+    assert capacity["sources"]["measured"] == "gate check (capacity gate)"
+    rows = {r["metric"]: r for r in capacity["rows"]}
+    assert rows["E2E latency p99"]["measured"] == 300 and rows["throughput"]["measured"] == 4.8
+    assert note.plots == []  # plots come with --bench only
