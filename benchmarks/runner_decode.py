@@ -1,0 +1,141 @@
+"""Decode speed of PagedModelRunner vs transformers `generate` (DynamicCache), side by side.
+
+A random ~110M-parameter Llama (hidden 768, 12 layers, vocab 32000) in float32. For each batch size,
+B sequences are prefilled with PROMPT tokens and then decoded for STEPS tokens, once through the
+paged runner (one `execute` per step, greedy) and once through `model.generate` on the same prompts
+(equal lengths, so no padding); the prefill is timed separately and subtracted from generate.
+The batch-1 figure is also compared with the memory-bandwidth roofline: weight bytes read per step
+divided by the measured copy bandwidth of this machine.
+
+    .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from servegate.runtime.api import SeqChunk
+from servegate.runtime.model_runner import PagedModelRunner
+
+
+def build_model(dtype: torch.dtype) -> LlamaForCausalLM:
+    """The ~110M-parameter random Llama of the runtime benchmarks."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=12,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
+    """Measured memory copy bandwidth in bytes/s (read + write counted once each)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def weight_bytes_per_step(model: LlamaForCausalLM) -> int:
+    """Bytes of weights one decode step reads (all parameters except the input embedding table)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    emb = model.get_input_embeddings().weight
+    return total - emb.numel() * emb.element_size()
+
+
+def runner_decode(
+    runner: PagedModelRunner, prompts: list[list[int]], steps: int, fragmented: bool = False
+) -> tuple[float, float]:
+    """(prefill seconds, decode seconds) for greedy decoding of `steps` tokens per sequence.
+
+    Each sequence owns consecutive blocks, or with `fragmented` every B-th block (no two consecutive).
+    """
+    bs, batch = runner.block_size, len(prompts)
+    need = (len(prompts[0]) + steps + bs - 1) // bs
+    if fragmented:
+        tables = [tuple(range(i, need * batch, batch)) for i in range(batch)]
+    else:
+        tables = [tuple(range(i * need, (i + 1) * need)) for i in range(batch)]
+    t0 = time.perf_counter()
+    logits = runner.execute([SeqChunk(i, tuple(p), 0, tables[i]) for i, p in enumerate(prompts)])
+    t1 = time.perf_counter()
+    last = logits.argmax(-1).tolist()
+    pos = len(prompts[0])
+    for _ in range(steps - 1):
+        chunks = [SeqChunk(i, (last[i],), pos, tables[i]) for i in range(len(prompts))]
+        last = runner.execute(chunks).argmax(-1).tolist()
+        pos += 1
+    return t1 - t0, time.perf_counter() - t1
+
+
+def hf_decode(model: LlamaForCausalLM, prompts: list[list[int]], steps: int) -> tuple[float, float]:
+    """(prefill seconds, decode seconds) of model.generate with its DynamicCache."""
+    ids = torch.tensor(prompts)
+    kwargs = {"do_sample": False, "eos_token_id": None, "pad_token_id": 0}
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, **kwargs)
+        prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        model.generate(ids, max_new_tokens=steps, **kwargs)
+        total = time.perf_counter() - t0
+    return prefill, total - prefill
+
+
+def main() -> None:
+    """Print decode tokens/s per batch size for both paths and the batch-1 roofline ratio."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16, 32])
+    parser.add_argument("--steps", type=int, default=32, help="decode tokens per sequence")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--fragmented", action="store_true", help="no two blocks of a sequence consecutive")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    model = build_model(dtype)
+    params = sum(p.numel() for p in model.parameters())
+    bandwidth = copy_bandwidth()
+    step_bytes = weight_bytes_per_step(model)
+    roofline = bandwidth / step_bytes
+    print(f"model: random Llama, {params / 1e6:.1f}M parameters, {args.dtype}, torch threads {torch.get_num_threads()}")
+    print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; weights read per step {step_bytes / 1e6:.0f} MB")
+    print(f"batch-1 roofline: {roofline:.1f} tokens/s")
+    max_batch = max(args.batches)
+    blocks = max_batch * ((args.prompt + args.steps + args.block_size - 1) // args.block_size)
+    runner = PagedModelRunner(model, num_blocks=blocks, block_size=args.block_size)
+    gen = torch.Generator().manual_seed(1)
+    header = f"{'batch':>5} {'servegate tok/s':>16} {'HF generate tok/s':>18} {'ratio':>6} {'step ms':>8}"
+    print(header)
+    for batch in args.batches:
+        prompts = torch.randint(10, 32000, (batch, args.prompt), generator=gen).tolist()
+        runner_decode(runner, prompts, 4, args.fragmented)  # warm-up
+        _, ours = runner_decode(runner, prompts, args.steps, args.fragmented)
+        _, theirs = hf_decode(model, prompts, args.steps)
+        ours_tps = batch * (args.steps - 1) / ours
+        theirs_tps = batch * (args.steps - 1) / theirs
+        step_ms = 1000 * ours / (args.steps - 1)
+        print(f"{batch:>5} {ours_tps:>16.1f} {theirs_tps:>18.1f} {ours_tps / theirs_tps:>6.2f} {step_ms:>8.1f}")
+        if batch == 1:
+            print(f"      batch-1 decode = {ours_tps / roofline:.0%} of the roofline")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+"""PagedModelRunner: greedy decoding through paged KV equals the model's own `generate`, token for token.
+
+Random tiny models of several architectures in float64 (so near-ties cannot flip an argmax), driven by
+a small scheduler written here: staggered arrivals, chunked prefill, mixed prefill/decode steps, blocks
+handed out consecutively or scattered, and prompts whose prefix KV sits in another sequence's blocks.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import transformers as hf
+
+from servegate.capacity.memory import num_kv_blocks
+from servegate.runtime.api import SeqChunk
+from servegate.runtime.model_runner import PagedModelRunner
+
+VOCAB = 101
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from threads; on a shared CPU, extra threads stall every op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_causal_lm(arch: str, seed: int = 0, **overrides: object) -> torch.nn.Module:
+    """A random 2-layer model of `arch` in float64 (GQA: 4 query heads over 2 KV heads where supported)."""
+    config_cls, model_cls = {
+        "llama": (hf.LlamaConfig, hf.LlamaForCausalLM),
+        "qwen2": (hf.Qwen2Config, hf.Qwen2ForCausalLM),
+        "mistral": (hf.MistralConfig, hf.MistralForCausalLM),
+        "gemma": (hf.GemmaConfig, hf.GemmaForCausalLM),
+        "gemma2": (hf.Gemma2Config, hf.Gemma2ForCausalLM),
+        "phi3": (hf.Phi3Config, hf.Phi3ForCausalLM),
+        "gpt_neox": (hf.GPTNeoXConfig, hf.GPTNeoXForCausalLM),
+    }[arch]
+    config: dict[str, object] = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    if arch != "gpt_neox":
+        config["num_key_value_heads"] = 2
+    if arch.startswith("gemma"):
+        config["head_dim"] = 16
+    config.update(overrides)
+    torch.manual_seed(seed)
+    return model_cls(config_cls(**config)).to(torch.float64).eval()
+
+
+def reference_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
+    """The model's own greedy continuation (EOS ignored so every output has new_tokens tokens)."""
+    out = model.generate(
+        torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+def block_tables(count: int, blocks_each: int, num_blocks: int, layout: str, rng: random.Random) -> list[tuple]:
+    """Per-sequence block tables: `consecutive` runs, or `scattered` (shuffled pool)."""
+    pool = list(range(num_blocks))
+    if layout == "scattered":
+        rng.shuffle(pool)
+    return [tuple(pool[i * blocks_each : (i + 1) * blocks_each]) for i in range(count)]
+
+
+def run_greedy(
+    runner: PagedModelRunner,
+    prompts: list[list[int]],
+    new_tokens: int,
+    tables: list[tuple],
+    *,
+    chunk: int = 7,
+    join_every: int = 1,
+    cached: list[int] | None = None,
+) -> list[list[int]]:
+    """Greedy decode every prompt through the runner; sequence i joins at step i * join_every.
+
+    Prompts are prefilled `chunk` tokens per step, alongside the decodes of earlier sequences.
+    `cached[i]` prompt tokens of sequence i are already in its blocks (prefix-cache hits).
+    """
+    done = list(cached) if cached is not None else [0] * len(prompts)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    step = 0
+    while any(len(o) < new_tokens for o in outputs):
+        chunks = []
+        for i, prompt in enumerate(prompts):
+            if i * join_every > step or len(outputs[i]) >= new_tokens:
+                continue
+            tokens = prompt[done[i] : done[i] + chunk] if done[i] < len(prompt) else outputs[i][-1:]
+            chunks.append(SeqChunk(i, tuple(tokens), done[i], tables[i]))
+        logits = runner.execute(chunks)
+        assert logits.dtype == torch.float32 and logits.shape == (len(chunks), runner.vocab_size)
+        for row, c in enumerate(chunks):
+            done[c.seq_id] += len(c.token_ids)
+            if done[c.seq_id] >= len(prompts[c.seq_id]):
+                outputs[c.seq_id].append(int(logits[row].argmax()))
+        step += 1
+    return outputs
+
+
+def random_prompts(rng: random.Random, lengths: tuple[int, ...]) -> list[list[int]]:
+    """Prompts of random token ids (3..VOCAB-1: no pad/bos/eos)."""
+    return [[rng.randrange(3, VOCAB) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("layout", ["consecutive", "scattered"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral", "gemma", "phi3", "gpt_neox"])
+def test_greedy_matches_generate(arch: str, layout: str) -> None:
+    model = tiny_causal_lm(arch)
+    rng = random.Random(hash((arch, layout)) % 1000)
+    prompts = random_prompts(rng, (1, 4, 9, 16, 23))
+    expected = [reference_greedy(model, p, 10) for p in prompts]
+    runner = PagedModelRunner(model, num_blocks=48, block_size=4)
+    tables = block_tables(len(prompts), 9, 48, layout, rng)
+    assert run_greedy(runner, prompts, 10, tables) == expected
+
+
+def test_whole_batch_at_once_and_one_token_prefill_chunks() -> None:
+    model = tiny_causal_lm("llama", seed=3)
+    rng = random.Random(3)
+    prompts = random_prompts(rng, (5, 12, 2, 17))
+    expected = [reference_greedy(model, p, 8) for p in prompts]
+    runner = PagedModelRunner(model, num_blocks=64, block_size=8)
+    tables = block_tables(len(prompts), 4, 64, "scattered", rng)
+    assert run_greedy(runner, prompts, 8, tables, chunk=64, join_every=0) == expected
+    runner = PagedModelRunner(model, num_blocks=64, block_size=8)
+    assert run_greedy(runner, prompts, 8, tables, chunk=1, join_every=2) == expected
+
+
+def test_multi_query_attention_matches_generate() -> None:
+    model = tiny_causal_lm("llama", seed=5, num_key_value_heads=1)
+    rng = random.Random(5)
+    prompts = random_prompts(rng, (6, 11))
+    expected = [reference_greedy(model, p, 8) for p in prompts]
+    runner = PagedModelRunner(model, num_blocks=16, block_size=4)
+    assert run_greedy(runner, prompts, 8, block_tables(2, 8, 16, "scattered", rng)) == expected
+
+
+def test_prompt_whose_prefix_kv_is_in_another_sequences_blocks() -> None:
+    model = tiny_causal_lm("qwen2", seed=1)
+    rng = random.Random(11)
+    shared = random_prompts(rng, (8,))[0]  # two full blocks of 4
+    first = shared + random_prompts(rng, (3,))[0]
+    second = shared + random_prompts(rng, (5,))[0]
+    runner = PagedModelRunner(model, num_blocks=32, block_size=4)
+    first_table = (20, 5, 9, 30, 12)
+    # the first sequence computes the shared prefix into blocks 20 and 5
+    assert run_greedy(runner, [first], 6, [first_table]) == [reference_greedy(model, first, 6)]
+    # the second reuses those two blocks: it starts at position 8 and feeds only its own suffix
+    second_table = (20, 5, 17, 3, 25)
+    got = run_greedy(runner, [second], 6, [second_table], chunk=2, cached=[8])
+    assert got == [reference_greedy(model, second, 6)]
+
+
+def test_sliding_window_attention_matches_generate() -> None:
+    model = tiny_causal_lm("mistral", seed=2, sliding_window=5)
+    rng = random.Random(2)
+    prompts = random_prompts(rng, (3, 14, 9))
+    expected = [reference_greedy(model, p, 9) for p in prompts]
+    for layout in ("consecutive", "scattered"):
+        runner = PagedModelRunner(model, num_blocks=32, block_size=4)
+        assert run_greedy(runner, prompts, 9, block_tables(3, 7, 32, layout, rng), chunk=4) == expected
+
+
+def test_softcapped_alternating_sliding_layers_match_generate() -> None:
+    # Gemma 2: attention logit soft-capping, and every other layer a sliding window
+    model = tiny_causal_lm("gemma2", seed=4, sliding_window=6)
+    rng = random.Random(4)
+    prompts = random_prompts(rng, (4, 13))
+    expected = [reference_greedy(model, p, 8) for p in prompts]
+    runner = PagedModelRunner(model, num_blocks=16, block_size=4)
+    assert run_greedy(runner, prompts, 8, block_tables(2, 6, 16, "scattered", rng), chunk=5) == expected
+
+
+def test_generate_still_works_on_a_model_the_runner_uses() -> None:
+    model = tiny_causal_lm("llama", seed=6)
+    prompt = random_prompts(random.Random(6), (7,))[0]
+    before = reference_greedy(model, prompt, 6)
+    PagedModelRunner(model, num_blocks=8, block_size=4)
+    assert model.config._attn_implementation == "servegate_paged"
+    assert reference_greedy(model, prompt, 6) == before
+
+
+def test_fp8_kv_cache_stores_one_byte_per_element_and_stays_close() -> None:
+    model = tiny_causal_lm("llama", seed=7).to(torch.float32)
+    exact = PagedModelRunner(model, num_blocks=8, block_size=4)
+    fp8 = PagedModelRunner(model, num_blocks=8, block_size=4, kv_dtype="fp8")
+    assert fp8.cache.keys[0].element_size() == 1
+    assert fp8.bytes_per_token() * 4 == exact.bytes_per_token()  # float32 -> 1 byte
+    assert fp8.cache.nbytes() * 4 == exact.cache.nbytes()
+    prompt = tuple(random_prompts(random.Random(7), (10,))[0])
+    table = (3, 1, 6)
+    steps = [SeqChunk(0, prompt[:6], 0, table), SeqChunk(0, prompt[6:], 6, table), SeqChunk(0, (9,), 10, table)]
+    for chunk in steps:
+        a, b = exact.execute([chunk])[0], fp8.execute([chunk])[0]
+        assert not torch.equal(a, b)  # the KV really was rounded
+        assert torch.nn.functional.cosine_similarity(a, b, dim=0) > 0.99
+
+
+def test_from_budget_uses_the_shared_block_arithmetic() -> None:
+    model = tiny_causal_lm("qwen2")  # 2 layers x 2 KV heads x head_dim 16, float64
+    runner = PagedModelRunner.from_budget(model, 1_000_000, block_size=16)
+    assert runner.bytes_per_token() == 2 * 2 * 2 * 16 * 8
+    assert runner.num_blocks == num_kv_blocks(1_000_000, 16, runner.bytes_per_token()) == 61
+    assert PagedModelRunner.from_budget(model, 1_000_000, 16, kv_dtype="fp8").num_blocks == 488
+    with pytest.raises(ValueError, match="memory_budget"):
+        PagedModelRunner.from_budget(model, 1000, block_size=16)
+
+
+def test_runner_describes_its_model() -> None:
+    model = tiny_causal_lm("phi3")
+    runner = PagedModelRunner(model, num_blocks=4, block_size=8)
+    assert (runner.vocab_size, runner.block_size, runner.num_blocks) == (VOCAB, 8, 4)
+    assert runner.eos_token_ids == frozenset({2})
+
+
+def test_bad_chunks_are_refused_with_the_reason() -> None:
+    runner = PagedModelRunner(tiny_causal_lm("llama"), num_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="cannot hold positions up to 6"):
+        runner.execute([SeqChunk(3, (5, 6, 7, 8, 9, 10), 0, (0,))])
+    with pytest.raises(ValueError, match="block id outside"):
+        runner.execute([SeqChunk(3, (5, 6), 0, (7,))])
+    with pytest.raises(ValueError, match="vocabulary"):
+        runner.execute([SeqChunk(3, (5, VOCAB), 0, (0,))])
+    assert runner.execute([]).shape == (0, VOCAB)
