@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from collections.abc import Sequence as Seq
 from typing import Any
 
@@ -52,6 +52,12 @@ class ReferenceEngine:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._current: SchedulerOutput | None = None
+        """The step being computed (its requests fail together if the model raises)."""
+        self._wake_at: float | None = None
+        self._news = 0
+        """Counts arrivals and aborts, so the loop never sleeps through one that came during a step."""
+        self._news_seen = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -205,6 +211,7 @@ class ReferenceEngine:
                 self._fail(self._requests[victim.seq_id], overloaded(policy), trigger="overload")
             self._requests[seq_id] = state
             parts.scheduler.add(state.seq)
+            self._news += 1
             self._cv.notify_all()
         return seq_id
 
@@ -214,6 +221,7 @@ class ReferenceEngine:
             state = self._requests.get(seq_id)
             if state is not None:
                 state.aborted = True
+                self._news += 1
                 self._cv.notify_all()
 
     # --- the loop -------------------------------------------------------------------------------
@@ -229,17 +237,15 @@ class ReferenceEngine:
 
     def step(self) -> bool:
         """One engine step: schedule -> run model -> postprocess. False when there was nothing to run."""
-        plan = self._schedule()
-        if plan is None:
+        if (plan := self._schedule()) is None:
             return False
-        self._current = plan
         logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
         self._postprocess(plan, logits)
-        self._current = None
         return True
 
     def _schedule(self) -> SchedulerOutput | None:
         with self._cv:
+            self._news_seen = self._news
             self._reap(time.monotonic())
             sched = self.parts.scheduler  # type: ignore[union-attr]
             if not sched.has_unfinished():
@@ -248,9 +254,10 @@ class ReferenceEngine:
             for seq_id in plan.rejected:
                 state = self._requests[seq_id]
                 detail = f"the request needs {state.seq.max_total_tokens} tokens of KV cache, more than the pool holds"
-                self._fail(state, ServingError("model_unavailable", detail=detail), trigger="error", scheduled=False)
+                self._fail(state, ServingError("model_unavailable", detail=detail), trigger="error")
             self._wake_at = plan.wake_at
-            return None if plan.is_empty else plan
+            self._current = None if plan.is_empty else plan
+            return self._current
 
     def _postprocess(self, plan: SchedulerOutput, logits: Any) -> None:
         """Sample the chunks that reached their last token, advance the scheduler, stream, finish."""
@@ -293,6 +300,7 @@ class ReferenceEngine:
                 state.streamed = True
                 if delta.finish_reason is not None:
                     self._complete(state, now)
+            self._current = None
 
     def _complete(self, state: RequestState, now: float) -> None:
         parts = self.parts
@@ -325,7 +333,6 @@ class ReferenceEngine:
         *,
         trigger: Trigger | None,
         registered: bool = True,
-        scheduled: bool = True,
     ) -> None:
         """End a request with `error`, or hand it to the fallback if the policy says so and nothing streamed."""
         if registered and self.parts is not None and self.parts.scheduler is not None:
@@ -339,8 +346,7 @@ class ReferenceEngine:
         self._cv.notify_all()
 
     def _fail_step(self, exc: Exception) -> None:
-        plan: SchedulerOutput | None = getattr(self, "_current", None)
-        self._current = None
+        plan, self._current = self._current, None
         incident = f"{type(exc).__name__}-{int(time.time())}"
         with self._cv:
             ids = [c.seq_id for c in plan.chunks] if plan is not None else list(self._requests)
@@ -351,12 +357,12 @@ class ReferenceEngine:
 
     def _wait_for_work(self) -> None:
         with self._cv:
-            if self._closed:
+            if self._closed or self._news != self._news_seen:
                 return
             now = time.monotonic()
             wake = [s.deadline for s in self._requests.values()]
-            if getattr(self, "_wake_at", None) is not None:
-                wake.append(self._wake_at)  # type: ignore[arg-type]
+            if self._wake_at is not None:
+                wake.append(self._wake_at)
             timeout = min([w - now for w in wake], default=1.0)
             if timeout > 0:
                 self._cv.wait(timeout=min(timeout, 1.0))
@@ -377,6 +383,3 @@ def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
 
 def _as_list(values: Any) -> list[Any]:
     return values.tolist() if hasattr(values, "tolist") else list(values)
-
-
-EngineFactory = Callable[[ServedModel], ReferenceEngine]
