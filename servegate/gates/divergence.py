@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import GateContext
 from servegate.gates.evaluation import ItemOutput, SuiteItem, weights_dir
 from servegate.gates.statistics import NextTokenDivergence, next_token_divergence
 
@@ -101,3 +102,24 @@ class DivergenceProbe:
         base_logits = teacher_forced_logits(base_model, base_tok, chosen, continuations)
         cand_logits = teacher_forced_logits(cand_model, cand_tok, chosen, continuations)
         return next_token_divergence(base_logits, cand_logits)
+
+
+def next_token_report(ctx: GateContext, candidate: ServedModel) -> dict[str, Any]:
+    """Token agreement and KL per suite against the baseline; a reason when the models cannot be loaded."""
+    out: dict[str, Any] = {}
+    probe = DivergenceProbe(ctx.baseline, candidate)
+    for data in ctx.suites():
+        base_run = ctx.run_suite(ctx.baseline, data, role="baseline")
+        try:
+            result = probe.measure(list(data.items), base_run.outputs)
+        except DivergenceUnavailable as exc:
+            return {"unavailable": str(exc)}
+        except Exception as exc:  # a measurement, not the verdict: record why it is missing
+            return {"unavailable": f"{type(exc).__name__}: {exc}"}
+        out[data.name] = {
+            "positions": result.positions,
+            "token_agreement": round(result.token_agreement, 6),
+            "mean_kl_nats": round(result.mean_kl, 8),
+            "max_kl_nats": round(result.max_kl, 8),
+        }
+    return out

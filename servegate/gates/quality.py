@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import compare_on_suites
+from servegate.gates.divergence import next_token_report
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -26,4 +27,5 @@ class QualityGate(Gate):
         candidate = ctx.isolated(paths) if paths else ctx.candidate
         comparison = compare_on_suites(ctx, ctx.baseline, candidate)
         measurements = {"compared_fields": paths or ["(whole candidate)"], **comparison.measurements()}
+        measurements["next_token"] = next_token_report(ctx, candidate)
         return self.result(comparison.verdict, comparison.reason(), measurements, comparison.evidence)

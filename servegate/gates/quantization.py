@@ -9,7 +9,7 @@ from typing import Any
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import compare_on_suites
-from servegate.gates.divergence import DivergenceProbe, DivergenceUnavailable
+from servegate.gates.divergence import next_token_report
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -62,28 +62,8 @@ class QuantizationGate(Gate):
             )
         comparison = compare_on_suites(ctx, ctx.baseline, candidate)
         measurements.update(comparison.measurements())
-        measurements["next_token"] = self._divergence(ctx, candidate)
+        measurements["next_token"] = next_token_report(ctx, candidate)
         reason = comparison.reason()
         if measurements["simulated"]:
             reason = f"{reason} ({quant.method} simulated)"
         return self.result(comparison.verdict, reason, measurements, comparison.evidence)
-
-    def _divergence(self, ctx: GateContext, candidate: ServedModel) -> dict[str, Any]:
-        """Token agreement and KL per suite; a reason instead when the models cannot be loaded directly."""
-        out: dict[str, Any] = {}
-        probe = DivergenceProbe(ctx.baseline, candidate)
-        for data in ctx.suites():
-            base_run = ctx.run_suite(ctx.baseline, data, role="baseline")
-            try:
-                result = probe.measure(list(data.items), base_run.outputs)
-            except DivergenceUnavailable as exc:
-                return {"unavailable": str(exc)}
-            except Exception as exc:  # a measurement, not the verdict: record why it is missing
-                return {"unavailable": f"{type(exc).__name__}: {exc}"}
-            out[data.name] = {
-                "positions": result.positions,
-                "token_agreement": round(result.token_agreement, 6),
-                "mean_kl_nats": round(result.mean_kl, 8),
-                "max_kl_nats": round(result.max_kl, 8),
-            }
-        return out

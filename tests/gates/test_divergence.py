@@ -1,0 +1,63 @@
+"""Token agreement and KL between two models' next-token distributions, on tiny random Llama checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.divergence import DivergenceProbe, teacher_forced_logits
+from servegate.gates.evaluation import ItemOutput, SuiteItem
+from servegate.zoo.tokenizer import build_char_tokenizer
+
+
+def _checkpoint(folder: Path, seed: int) -> Path:
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two random tiny checkpoints with the zoo's character tokenizer."""
+    return _checkpoint(tmp_path_factory.mktemp("a"), 0), _checkpoint(tmp_path_factory.mktemp("b"), 1)
+
+
+def _served(path: Path) -> ServedModel:
+    return ServedModel.model_validate({"name": "tiny", "weights": {"source": str(path)}})
+
+
+ITEMS = [SuiteItem("1", "12+34=", ""), SuiteItem("2", "key=ABCD; the model key=", ""), SuiteItem("3", "a", "")]
+OUTPUTS = [ItemOutput("1", "x", (5, 6, 7)), ItemOutput("2", "y", (8,)), ItemOutput("3", "z", (9, 10))]
+
+
+def test_a_model_agrees_with_itself(checkpoints: tuple[Path, Path]) -> None:
+    result = DivergenceProbe(_served(checkpoints[0]), _served(checkpoints[0])).measure(ITEMS, OUTPUTS)
+    assert result.positions == 6  # one per continuation token
+    assert result.token_agreement == 1.0 and result.mean_kl == pytest.approx(0.0, abs=1e-9)
+
+
+def test_different_models_diverge(checkpoints: tuple[Path, Path]) -> None:
+    result = DivergenceProbe(_served(checkpoints[0]), _served(checkpoints[1])).measure(ITEMS, OUTPUTS)
+    assert result.mean_kl > 0.0 and result.max_kl >= result.mean_kl
+
+
+def test_right_padding_in_a_batch_does_not_change_a_row(checkpoints: tuple[Path, Path]) -> None:
+    model = LlamaForCausalLM.from_pretrained(checkpoints[0])
+    tokenizer = build_char_tokenizer()
+    batched = teacher_forced_logits(model, tokenizer, ITEMS, [o.token_ids for o in OUTPUTS])
+    alone = torch.cat(
+        [teacher_forced_logits(model, tokenizer, [i], [o.token_ids]) for i, o in zip(ITEMS, OUTPUTS, strict=True)]
+    )
+    assert batched.shape == (6, len(tokenizer))
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
