@@ -144,8 +144,8 @@ class _GenerationRequest(_ApiRequest):
         return value
 
     def wants_logprobs(self) -> bool:
-        """Whether the client asked for log-probabilities."""
-        raise NotImplementedError
+        """Whether the client asked for log-probabilities (each endpoint spells it its own way)."""
+        return False
 
 
 class CompletionRequest(_GenerationRequest):

@@ -357,7 +357,7 @@ JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     field=st.sampled_from(["prompt", "max_tokens", "temperature", "stop", "seed", "stream", "messages", "x"]),
     value=JSON_VALUES,
