@@ -375,10 +375,10 @@ def feed_window(served: ServedModel) -> int:
 
 def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
     """The n most likely tokens at one position, as {token text: log-probability}."""
-    import torch
+    from servegate.runtime.sampling import top_logprobs
 
-    values, ids = torch.log_softmax(logits.float(), dim=-1).topk(n)
-    return {tokenizer.decode([int(i)]): float(v) for v, i in zip(values.tolist(), ids.tolist(), strict=True)}
+    values, ids = top_logprobs(logits[None], n)
+    return {tokenizer.decode([int(i)]): float(v) for v, i in zip(values[0].tolist(), ids[0].tolist(), strict=True)}
 
 
 def _as_list(values: Any) -> list[Any]:

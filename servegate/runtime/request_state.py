@@ -93,7 +93,7 @@ def new_request_state(
     served: ServedModel, parts: EngineParts, request: GenerationRequest, sink: Sink, seq_id: int
 ) -> RequestState:
     """Validate and encode a request into engine state (raises ServingError for a bad request)."""
-    import torch
+    from servegate.runtime.sampling import request_generator
 
     check_params(served, request.params)
     encoded = parts.preprocessor.encode(request)
@@ -112,7 +112,7 @@ def new_request_state(
     max_tokens = min(params.max_tokens, served.postprocess.max_output_tokens, room)
     stops = tuple(dict.fromkeys((*params.stop, *served.postprocess.stop)))
     seed = params.seed if params.seed is not None else served.runtime.seed
-    generator = torch.Generator(device=parts.device).manual_seed(seed)
+    generator = request_generator(seed, parts.device)
     output = OutputStream(
         parts.tokenizer,
         max_tokens=max_tokens,
