@@ -91,7 +91,8 @@ def _is_ours(result: Any) -> bool:
 
 def serving_section(note: ServingNote, link_prefix: str, note_link: str) -> str:
     """The card's section: the seven items in compact form, headings under `## Serving`."""
-    from servegate.model_cards.render_markdown import code, render_items
+    from servegate.model_cards.markdown_blocks import code
+    from servegate.model_cards.render_markdown import render_items
 
     lines = [
         START,

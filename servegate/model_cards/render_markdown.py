@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 from servegate.contracts.units import format_bytes
 from servegate.model_cards.evidence import NoteError
+from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, fmt, table
 from servegate.model_cards.note import ITEMS, ServingNote
 
 META_PREFIX = "<!-- servegate-note "
@@ -32,64 +32,6 @@ def read_metadata(markdown: str) -> dict[str, Any]:
     return data
 
 
-# --- cells ---------------------------------------------------------------------------------------
-
-
-def cell(value: Any) -> str:
-    """A value as one table cell: pipes escaped, line breaks as <br>, None as an em dash."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
-    return re.sub(r"\r?\n", "<br>", text)
-
-
-def code(value: Any) -> str:
-    """Inline code that survives backticks and pipes in the value (pipes escaped for table cells)."""
-    text = re.sub(r"\s*\n\s*", " ", str(value))
-    fence = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}".replace("|", "\\|")
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """A GitHub-flavoured Markdown table (cells already formatted are kept as they are)."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(v if isinstance(v, _Raw) else cell(v) for v in row) + " |")
-    return lines + [""]
-
-
-class _Raw(str):
-    """Cell text that is already Markdown."""
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f} ms"
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit == "bytes":
-        return f"{format_bytes(value)} ({int(value):,} bytes)"
-    if unit == "ms":
-        return _ms(value)
-    return f"{value:,.3g} {unit}"
-
-
-def _fence(language: str, text: str) -> list[str]:
-    fence = "`" * max(3, max((len(m) for m in re.findall(r"`{3,}", text)), default=0) + 1)
-    return [f"{fence}{language}", text, fence, ""]
-
-
-def _details(summary: str, body: list[str]) -> list[str]:
-    return ["<details>", f"<summary>{summary}</summary>", "", *body, "</details>", ""]
-
-
 # --- items ---------------------------------------------------------------------------------------
 
 
@@ -97,58 +39,24 @@ def _identity(item: dict[str, Any], h: str) -> list[str]:
     rows = [
         ("Public name", item.get("public_name")),
         ("Model class", item.get("model_class")),
-        ("API model id", _Raw(code(item["api_model_id"]))),
+        ("API model id", Raw(code(item["api_model_id"]))),
         ("Version", item["version"]),
-        ("Fingerprint", _Raw(code(item["fingerprint"]))),
+        ("Fingerprint", Raw(code(item["fingerprint"]))),
         ("Weights", f"{item['weights_source']} ({item['weights_format']}, dtype {item['weights_dtype']})"),
         ("Intended use", item.get("intended_use")),
         ("License", item.get("license")),
     ]
     out = table(("Field", "Value"), rows)
     out += [f"{h}# Weight checksums", "", f"sha256 of each weight file, {item['weight_checksums_origin']}.", ""]
-    out += table(("File", "sha256"), ((_Raw(code(f)), _Raw(code(d))) for f, d in item["weight_checksums"].items()))
+    out += table(("File", "sha256"), ((Raw(code(f)), Raw(code(d))) for f, d in item["weight_checksums"].items()))
     return out
 
 
 def _error_table(rows: list[dict[str, Any]]) -> list[str]:
     return table(
         ("Code", "HTTP status", "Type", "Retryable", "When", "Applies here"),
-        ((_Raw(code(r["code"])), r["status"], r["type"], r["retryable"], r["when"], r["applies"]) for r in rows),
+        ((Raw(code(r["code"])), r["status"], r["type"], r["retryable"], r["when"], r["applies"]) for r in rows),
     )
-
-
-def _type_of(spec: dict[str, Any]) -> str:
-    if "$ref" in spec:
-        return spec["$ref"].rsplit("/", 1)[-1]
-    if "anyOf" in spec:
-        return " or ".join(_type_of(s) for s in spec["anyOf"] if s.get("type") != "null")
-    if spec.get("type") == "array":
-        return f"list of {_type_of(spec.get('items', {}))}"
-    return str(spec.get("type", "any"))
-
-
-def _limits_of(spec: dict[str, Any]) -> str:
-    parts = []
-    for branch in [spec, *spec.get("anyOf", [])]:
-        for key, label in (("const", "="), ("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤")):
-            if key in branch:
-                parts.append(f"{label} {branch[key]}")
-        for key, label in (("minLength", "chars ≥"), ("maxLength", "chars ≤"), ("maxItems", "items ≤")):
-            if key in branch:
-                parts.append(f"{label} {branch[key]}")
-        if "enum" in branch:
-            parts.append("one of " + ", ".join(json.dumps(v) for v in branch["enum"]))
-    return "; ".join(dict.fromkeys(parts))
-
-
-def _field_rows(schema: dict[str, Any]) -> list[tuple[Any, ...]]:
-    required = set(schema.get("required", []))
-    rows = []
-    for name, spec in schema.get("properties", {}).items():
-        label = f"{code(name)} (required)" if name in required else code(name)
-        meaning = str(spec.get("description", "")).split("\n")[0]
-        rows.append((_Raw(label), _type_of(spec), _limits_of(spec) or None, meaning or None))
-    return rows
 
 
 def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
@@ -162,7 +70,7 @@ def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
             ("Request body", f"{limits['max_payload_bytes']:,} bytes ({format_bytes(limits['max_payload_bytes'])})"),
             ("Context (prompt + output)", f"{limits['max_model_len_tokens']:,} tokens"),
             ("Output length", f"{limits['max_output_tokens']:,} tokens"),
-            ("Truncation", _Raw(f"**{item['truncation']['policy']}**: {cell(item['truncation']['meaning'])}")),
+            ("Truncation", Raw(f"**{item['truncation']['policy']}**: {cell(item['truncation']['meaning'])}")),
             ("Unknown request fields", item["unknown_fields"]),
             ("Extra input schema", item["extra_input_schema"]),
             ("Tenant taken from", item["tenant_from"]),
@@ -174,11 +82,11 @@ def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     out += [f"{h}# Request fields", ""]
     for kind, schema in item["request_schemas"].items():
         out += [f"{kind.capitalize()} ({code(item['endpoints'][kind])}):", ""]
-        out += table(("Field", "Type", "Limits", "Meaning"), _field_rows(schema))
+        out += table(("Field", "Type", "Limits", "Meaning"), field_rows(schema))
     if not compact:
         out += [f"{h}# Request schema", ""]
         for kind, schema in item["request_schemas"].items():
-            out += _details(f"{kind} request (JSON Schema)", _fence("json", json.dumps(schema, indent=2)))
+            out += details(f"{kind} request (JSON Schema)", fence("json", json.dumps(schema, indent=2)))
     return out
 
 
@@ -199,7 +107,7 @@ def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     ]
     out = table(("Property", "Value"), rows)
     if item.get("output_schema"):
-        out += _details("output JSON Schema", _fence("json", json.dumps(item["output_schema"], indent=2)))
+        out += details("output JSON Schema", fence("json", json.dumps(item["output_schema"], indent=2)))
     err = item["error_format"]
     out += [
         f"{h}# Error format",
@@ -207,12 +115,12 @@ def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
         "Every error has this OpenAI-shaped body, e.g. for a prompt that is too long:",
         "",
     ]
-    out += _fence("json", json.dumps(err["example"], indent=2))
+    out += fence("json", json.dumps(err["example"], indent=2))
     out += [f"{h}# Server-side errors", ""]
     out += _error_table(item["errors"])
     if not compact:
         for kind, schema in item["response_schemas"].items():
-            out += _details(f"{kind} response (JSON Schema)", _fence("json", json.dumps(schema, indent=2)))
+            out += details(f"{kind} response (JSON Schema)", fence("json", json.dumps(schema, indent=2)))
     return out
 
 
@@ -265,11 +173,11 @@ def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_pr
         (
             (
                 r["metric"],
-                ("≥ " if r["higher_is_better"] else "≤ ") + _fmt(r["target"], r["unit"])
+                ("≥ " if r["higher_is_better"] else "≤ ") + fmt(r["target"], r["unit"])
                 if r["target"] is not None
                 else None,
-                _fmt(r["predicted"], r["unit"]),
-                _fmt(r["measured"], r["unit"]),
+                fmt(r["predicted"], r["unit"]),
+                fmt(r["measured"], r["unit"]),
                 r["met"],
             )
             for r in item["rows"]
@@ -294,7 +202,7 @@ def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_pr
     if plan:
         out += [f"{h}# Capacity plan", ""]
         rows: list[tuple[str, Any]] = [
-            ("Weights", _fmt(plan.get("weights_bytes"), "bytes")),
+            ("Weights", fmt(plan.get("weights_bytes"), "bytes")),
             (
                 "KV cache per token",
                 f"{plan['kv_bytes_per_token']:,.0f} bytes" if plan.get("kv_bytes_per_token") else None,
@@ -349,8 +257,8 @@ def _quality(item: dict[str, Any], h: str) -> list[str]:
         ("Gate", "Verdict", "Reason", "Failure examples", "of them public", "Simulated"),
         (
             (
-                _Raw(code(g["name"])),
-                _Raw(f"**{g['verdict']}**"),
+                Raw(code(g["name"])),
+                Raw(f"**{g['verdict']}**"),
                 g["reason"],
                 g["failure_examples"],
                 g["public_failure_examples"],
@@ -390,9 +298,9 @@ def _quality(item: dict[str, Any], h: str) -> list[str]:
         ("Field", "Reference form", "Served", "Gates", "Simulated"),
         (
             (
-                _Raw(code(o["field"])),
-                _Raw(code(json.dumps(o["reference"]))),
-                _Raw(code(json.dumps(o["served"]))),
+                Raw(code(o["field"])),
+                Raw(code(json.dumps(o["reference"]))),
+                Raw(code(json.dumps(o["served"]))),
                 ", ".join(f"{g} ({o['verdicts'][g]})" if g in o["verdicts"] else g for g in o["gates"]) or None,
                 "not reported" if o["simulated"] is None else o["simulated"],
             )
@@ -422,7 +330,7 @@ def _observability(item: dict[str, Any]) -> list[str]:
         out += table(
             ("Metric", "Type", "What it counts"),
             (
-                (_Raw(", ".join(code(x) for x in m.get("series") or [m["name"]])), m["type"], m["help"])
+                (Raw(", ".join(code(x) for x in m.get("series") or [m["name"]])), m["type"], m["help"])
                 for m in item["metrics"]
             ),
         )
