@@ -233,3 +233,26 @@ def test_shutdown_fails_what_is_left_with_model_unavailable() -> None:
     late = Results()
     engine.enqueue(request("late"), late.sink("late"))
     assert late.final("late").error.code == "model_unavailable"
+
+
+def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) -> None:
+    from servegate.contracts.loading import load_manifest
+    from servegate.runtime import build
+    from servegate.runtime.endpoint import EndpointEngine
+
+    (tmp_path / "backup.yaml").write_text("name: backup\nweights: {source: zoo:tiny-fallback}\n")
+    (tmp_path / "primary.yaml").write_text(
+        "name: primary\nweights: {source: zoo:tiny-primary}\n"
+        "failure_policy: {fallback: {manifest: backup.yaml, on: [overload, timeout]}}\n"
+    )
+    engine = build(load_manifest(tmp_path / "primary.yaml"))
+    assert isinstance(engine, ReferenceEngine) and engine.served.name == "primary"
+    route = engine._fallback
+    assert route is not None and route.engine.served.name == "backup" and route.triggers == {"overload", "timeout"}
+    alone = build(load_manifest(tmp_path / "primary.yaml"), fallback=False)
+    assert alone._fallback is None
+    (tmp_path / "remote.yaml").write_text(
+        "name: remote\nweights: {source: zoo:tiny-primary}\n"
+        "runtime: {backend: endpoint, endpoint_url: 'http://127.0.0.1:9/v1'}\n"
+    )
+    assert isinstance(build(load_manifest(tmp_path / "remote.yaml")), EndpointEngine)
