@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servegate.contracts.manifest import ServedModel
+from servegate.contracts.manifest import SIX_ELEMENTS, ServedModel
 from servegate.model_cards.evidence import NoteError, parse_time
 from servegate.model_cards.note import CLOCK_SLACK, manifest_digests, twin_path
 
@@ -53,10 +53,13 @@ def stale_reasons(meta: dict[str, Any], served: ServedModel) -> list[str]:
     if meta.get("manifest_sha256") and meta["manifest_sha256"] != digest:
         old = meta.get("section_sha256") or {}
         changed = sorted(k for k in set(old) | set(sections) if old.get(k) != sections.get(k))
-        reasons.append(
-            f"gate results are older than the manifest: it changed after the note was written "
-            f"(section(s): {', '.join(changed) or 'unknown'})"
-        )
+        if reasons:  # the fingerprint reason already covers the six elements
+            changed = [k for k in changed if k not in SIX_ELEMENTS]
+        if changed or not reasons:
+            reasons.append(
+                "gate results are older than the manifest: it changed after the note was written "
+                f"(section(s): {', '.join(changed) or 'unknown'})"
+            )
     elif results_at and modified_then and results_at + CLOCK_SLACK < modified_then:
         reasons.append(
             f"gate results ({results_at.isoformat(timespec='seconds')}) are older than the manifest "

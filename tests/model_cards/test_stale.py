@@ -32,7 +32,12 @@ def test_changed_fingerprint_is_stale(quickstart_copy: Path, tmp_path: Path) -> 
     _write(quickstart_copy, out)
     changed = load_manifest(quickstart_copy, [*quickstart_sets(), "runtime.quantization.method=int4-weight"])
     reasons = check_note(out, changed)
-    assert any(r.startswith("fingerprint changed") for r in reasons)
+    assert len(reasons) == 1 and reasons[0].startswith("fingerprint changed")
+    both = load_manifest(
+        quickstart_copy, [*quickstart_sets(), "runtime.quantization.method=int4-weight", "card.license=MIT"]
+    )
+    reasons = check_note(out, both)
+    assert len(reasons) == 2 and "section(s): card" in reasons[1]
 
 
 def test_manifest_edited_after_the_note_is_stale(quickstart_copy: Path, tmp_path: Path) -> None:
