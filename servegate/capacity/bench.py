@@ -23,7 +23,9 @@ from servegate.contracts.evaluation import Workload
 Progress = Callable[[int], None]
 """Called with the number of requests just completed (1), to drive a progress bar."""
 
-_SPIN_S = 0.0015  # the last stretch before a scheduled send is spun, not slept: epoll wakes late by up to 1 ms
+_SPIN_S = 0.0015
+"""The last stretch before a scheduled send is spun, not slept: epoll wakes late by up to 1 ms. Not for
+targets in this process (EngineTarget): spinning there takes the interpreter lock from the engine."""
 
 
 @dataclass
@@ -85,10 +87,10 @@ def across_runs(summaries: Sequence[dict[str, Any]], confidence: float = 0.95) -
     return out
 
 
-async def _sleep_until(deadline: float) -> None:
+async def _sleep_until(deadline: float, spin_s: float) -> None:
     delay = deadline - time.perf_counter()
-    if delay > _SPIN_S:
-        await asyncio.sleep(delay - _SPIN_S)
+    if delay > spin_s:
+        await asyncio.sleep(delay - spin_s)
     while time.perf_counter() < deadline:
         await asyncio.sleep(0)
 
@@ -106,12 +108,13 @@ async def run_open_loop(
             progress(1)
 
     texts = [prompts.text(spec.prompt_tokens) for spec in specs]  # built before the clock starts
+    spin = 0.0 if getattr(target, "in_process", False) else _SPIN_S
     start = time.perf_counter() + 0.005
     for spec, prompt in zip(specs, texts, strict=True):
         assert spec.arrival_s is not None, "open-loop requests need scheduled arrivals"
         record = RequestRecord(scheduled=start + spec.arrival_s, prompt_tokens=spec.prompt_tokens)
         records.append(record)
-        await _sleep_until(record.scheduled)
+        await _sleep_until(record.scheduled, spin)
         tasks.append(asyncio.create_task(one(spec, prompt, record)))
     await asyncio.gather(*tasks)
     return records

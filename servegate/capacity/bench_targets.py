@@ -151,6 +151,9 @@ class HttpTarget:
 class EngineTarget:
     """An Engine in this process (no HTTP): for profiling and for checking the simulator against the runtime."""
 
+    in_process = True
+    """Shares the interpreter with the bench: the bench must not spin while waiting to send."""
+
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self._next = 0

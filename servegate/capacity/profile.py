@@ -142,25 +142,35 @@ def fit_runner(samples: Sequence[StepSample]) -> LatencyModel:
 
 
 async def measure_serving(
-    target: BenchTarget, prompts: PromptFactory, prompt_tokens: Sequence[int], burst: int, output_tokens: int = 16
+    target: BenchTarget,
+    prompts: PromptFactory,
+    prompt_tokens: Sequence[int],
+    burst: int,
+    output_tokens: int = 16,
+    repeats: int = 5,
 ) -> dict[str, list[RequestRecord]]:
     """Requests through the serving path: one at a time for each prompt length, then `burst` at once."""
     single: list[RequestRecord] = []
-    for p in prompt_tokens:
-        for _ in range(3):
+    for _ in range(repeats):
+        for p in prompt_tokens:
             single += await run_open_loop(target, [RequestSpec(p, output_tokens, 0.0)], prompts)
     bursts: list[RequestRecord] = []
     if burst > 1:
-        for _ in range(2):
+        for _ in range(max(2, repeats // 2)):
             specs = [RequestSpec(prompt_tokens[0], output_tokens, 0.0) for _ in range(burst)]
             bursts += await run_open_loop(target, specs, prompts)
     return {"single": single, "burst": bursts}
 
 
 def calibrate(
-    model: LatencyModel, runs: dict[str, list[RequestRecord]], burst: int, output_tokens: int = 16
+    model: LatencyModel, runs: dict[str, list[RequestRecord]], burst: int, batch_wait_s: float = 0.0
 ) -> LatencyModel:
-    """Add the serving overheads that the measured requests show beyond the model-step prediction."""
+    """Add the serving overheads that the measured requests show beyond the model-step prediction.
+
+    Means, not medians, are matched for inter-token gaps: an end-to-end latency is a sum of gaps, so
+    occasional slow steps count in full. `batch_wait_s` is the batching window a lone request waited.
+    The step jitter becomes the spread of measured gaps around the calibrated prediction.
+    """
     single = [r for r in runs["single"] if r.ok and len(r.token_times) >= 2]
     if not single:
         raise RuntimeError("no request of the calibration run completed: cannot measure serving overheads")
@@ -175,10 +185,17 @@ def calibrate(
     coefficients["c_step"] += e0
     coefficients["c_decode_seq"] += e1
     coefficients["c_prefill_chunk"] += e1
-    out = LatencyModel(coefficients, step_jitter=model.step_jitter, fit=dict(model.fit))
-    ttft_extra = [r.ttft - out.prefill_time(max(2, r.prompt_tokens)) for r in single]
+    out = LatencyModel(coefficients, fit=dict(model.fit))
+    ttft_extra = [r.ttft - batch_wait_s - out.prefill_time(max(2, r.prompt_tokens)) for r in single]
     out.request_overhead_s = max(0.0, statistics.median(ttft_extra))
     out.finish_overhead_s = max(0.0, statistics.median([r.end - r.token_times[-1] for r in single if r.end]))
+    ratios = [
+        gap / out.decode_time(batch, max(2, r.prompt_tokens) + i + 1)
+        for batch, records in ((1, single), (burst, bursts))
+        for r in records
+        for i, gap in enumerate(r.itls)
+    ]
+    out.step_jitter = max(model.step_jitter, float(np.std(ratios) / max(np.mean(ratios), 1e-9)))
     out.fit.update(
         {
             "serving_step_overhead_s": e0,
@@ -190,14 +207,14 @@ def calibrate(
 
 
 def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batch: int) -> float:
-    """Median measured inter-token gap minus the predicted decode step for `batch` sequences, seconds."""
+    """Mean measured inter-token gap minus the mean predicted decode step for `batch` sequences, seconds."""
     gaps, predicted = [], []
     for r in records:
         p = max(2, r.prompt_tokens)
         for i, gap in enumerate(r.itls):
             gaps.append(gap)
             predicted.append(model.decode_time(batch, p + i + 1))
-    return statistics.median(gaps) - statistics.median(predicted)
+    return statistics.fmean(gaps) - statistics.fmean(predicted)
 
 
 PROFILE_BATCH = 64
@@ -276,9 +293,10 @@ def profile_manifest(
         finally:
             await target.aclose()
 
-    with LocalServer(profiling_variant(served, burst)) as server:
+    calibration = profiling_variant(served, burst)
+    with LocalServer(calibration) as server:
         runs = asyncio.run(serve_and_measure(server.url))
-    model = calibrate(model, runs, burst)
+    model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
     model.runtime_overhead_bytes = overhead
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint
