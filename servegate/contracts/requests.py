@@ -128,6 +128,8 @@ class _GenerationRequest(_ApiRequest):
     """Options of the stream (only with stream: true)."""
     n: int = Field(default=1, ge=1, le=128, json_schema_extra={"const": 1})
     """Number of choices; only 1 is supported."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token up to max_tokens (as vLLM; for exact-length benchmarks)."""
 
     @field_validator("n")
     @classmethod

@@ -43,6 +43,7 @@ def engine_request(
         stop=tuple(request.stop or ()),
         logprobs=request.wants_logprobs(),
         top_logprobs=top_logprobs,
+        ignore_eos=request.ignore_eos,
     )
     generation = GenerationRequest(id=request_id, params=params, tenant=tenant, arrival_time=time.monotonic())
     if isinstance(request, ChatCompletionRequest):
