@@ -100,6 +100,9 @@ class PagedModelRunner:
         step, input_ids, positions, last = self._prepare(chunks)
         out = self.model(
             input_ids=input_ids,
+            # no padding in the flattened step; an explicit all-ones mask also spares transformers from
+            # building a [T, T] packed-sequence mask that paged attention would not read anyway
+            attention_mask=torch.ones_like(input_ids),
             position_ids=positions,
             use_cache=False,
             logits_to_keep=last,
