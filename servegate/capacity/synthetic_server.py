@@ -131,3 +131,15 @@ class SyntheticServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+if __name__ == "__main__":  # `python -m servegate.capacity.synthetic_server PORT [TTFT_MS ITL_MS]`: serve until killed
+    import sys
+
+    args = sys.argv[1:]
+    server = SyntheticServer(
+        Delays(float(args[1]) if len(args) > 1 else 0.0, float(args[2]) if len(args) > 2 else 0.0),
+        port=int(args[0]),
+    ).start()
+    print(server.url, flush=True)
+    threading.Event().wait()
