@@ -54,13 +54,13 @@ def tenant_of(state: ServerState, request: Request, user: str | None) -> str | N
 async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any, str | None]:
     state = _state(request)
     state.refuse_unless_ready()
-    parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
     task = state.served.preprocess.task
-    if _TASK_OF[endpoint] != task:
+    if _TASK_OF[endpoint] != task:  # the endpoint itself is wrong, whatever the body says
         use = "/v1/embeddings" if task == "embed" else "/v1/completions or /v1/chat/completions"
         raise ServingError(
             "invalid_request", param="model", detail=f"model '{state.served.name}' serves task {task}: use {use}"
         )
+    parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
     return state, parsed, tenant_of(state, request, parsed.user)
 
 
@@ -122,9 +122,20 @@ async def _embed(state: ServerState, parsed: EmbeddingRequest, tenant: str | Non
         raise normalize(error, state.served) from None
     except Exception as exc:
         raise internal_error(exc) from None
+    return 200, embeddings_body(state.served.name, vectors, parsed.encoding_format, _prompt_tokens(state, texts))
+
+
+def _prompt_tokens(state: ServerState, texts: list[str]) -> int:
+    """Input tokens of an embeddings request, from the engine's own tokenizer (0 when it exposes none)."""
     counter = getattr(state.engine, "count_tokens", None)
-    prompt_tokens = sum(counter(t) for t in texts) if callable(counter) else 0
-    return 200, embeddings_body(state.served.name, vectors, parsed.encoding_format, prompt_tokens)
+    if counter is None:  # the reference engine keeps its tokenizer on the embedding model
+        embedder = getattr(getattr(state.engine, "parts", None), "embedder", None)
+        tokenize = getattr(embedder, "tokenize", None)
+        counter = (lambda text: len(tokenize(text)[0])) if callable(tokenize) else None
+    try:
+        return sum(int(counter(text)) for text in texts) if callable(counter) else 0
+    except Exception:  # counting is reporting only; it must not fail a request that already succeeded
+        return 0
 
 
 @router.post("/v1/embeddings")

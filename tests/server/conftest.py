@@ -34,6 +34,65 @@ def write_manifest(folder: Path, data: dict[str, Any], name: str = "manifest.jso
     return path
 
 
+def tiny_llama(folder: Path) -> Path:
+    """A tiny random Llama (2 layers, hidden 32) with the zoo's character tokenizer, saved as safetensors."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from servegate.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer, vocabulary
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(vocabulary()),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    build_char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def weights_source(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The zoo's tiny-primary when it is built, else a tiny random Llama with the same tokenizer."""
+    from servegate.zoo import ZooError, zoo_model_path
+
+    try:
+        zoo_model_path("tiny-primary")
+        return "zoo:tiny-primary"
+    except ZooError:
+        return str(tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
+
+
+def real_manifest(weights: str, **sections: Any) -> dict[str, Any]:
+    """A manifest for the reference engine: continuous batching over a paged KV cache, small limits."""
+    data: dict[str, Any] = {
+        "apiVersion": "servegate/v1",
+        "kind": "ServedModel",
+        "name": "tiny",
+        "weights": {"source": weights},
+        "preprocess": {"chat_template": "none", "max_input_tokens": 64, "max_payload_bytes": 4096},
+        "runtime": {
+            "max_model_len": 128,
+            "threads": 1,
+            "kv_cache": {"block_size": 16, "memory_budget": "4MiB"},
+        },
+        "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 256},
+        "postprocess": {"max_output_tokens": 32, "logprobs": True},
+        "failure_policy": {"max_queue": 64, "request_timeout_s": 30},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
 def fake_manifest(**sections: Any) -> dict[str, Any]:
     """A manifest for the fake engine (the weights are never loaded); sections override the defaults."""
     data: dict[str, Any] = {

@@ -1,6 +1,7 @@
 """The API as clients see it: the official `openai` package unmodified, every invalid request class, no leaks.
 
-One server process for the whole module, started and stopped by the fixture.
+One `gate serve` process on the reference engine (the zoo's tiny-primary, or a tiny random Llama while the zoo
+is not built) for the whole module, on 127.0.0.1 and a free port, started and stopped by the fixture.
 """
 
 from __future__ import annotations
@@ -14,23 +15,23 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import ServerProcess, fake_manifest, start_fake_server
+from conftest import ServerProcess, real_manifest, start_gate_serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 TENANT = {"X-Tenant": "tenant-a"}
-MODEL = "fake-model"
+MODEL = "tiny"
 MAX_INPUT = 64
 MAX_PAYLOAD = 4096
 MAX_OUTPUT = 32
 
 
 @pytest.fixture(scope="module")
-def server(module_dir: Path) -> Iterator[ServerProcess]:
-    """The API server for this module: header tenants, logprobs offered, small limits."""
-    manifest = fake_manifest(preprocess={"tenant_from": "header"})
-    process = start_fake_server(module_dir, manifest)
-    process.wait_until("/ready", 200)
+def server(module_dir: Path, weights_source: str) -> Iterator[ServerProcess]:
+    """`gate serve` for this module: header tenants, logprobs offered, small limits."""
+    manifest = real_manifest(weights_source, preprocess={"tenant_from": "header"})
+    process = start_gate_serve(module_dir, manifest)
+    process.wait_until("/ready", 200, timeout_s=240)
     yield process
     assert process.stop() == 0
 
@@ -341,7 +342,7 @@ def test_oversized_body_is_refused_before_it_is_read(server: ServerProcess) -> N
     """No Content-Length (chunked upload): the guard stops reading as soon as the limit is passed."""
 
     def chunks() -> Iterator[bytes]:
-        yield b'{"model": "fake-model", "prompt": "'
+        yield b'{"model": "tiny", "prompt": "'
         for _ in range(64):
             yield b"a" * 1024
         yield b'"}'

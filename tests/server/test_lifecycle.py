@@ -11,7 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import GATE, ServerProcess, fake_manifest, start_fake_server, write_manifest
+from conftest import (
+    GATE,
+    ServerProcess,
+    fake_manifest,
+    real_manifest,
+    start_fake_server,
+    start_gate_serve,
+    write_manifest,
+)
 from server_fakes import fake_text
 
 MODEL = "fake-model"
@@ -97,22 +105,26 @@ def test_warmup_with_the_expected_output_makes_the_server_ready(server_factory: 
     assert "warm-up passed: 1 prompt(s)" in good.log()
 
 
-def test_warmup_mismatch_keeps_the_server_not_ready_and_says_why(server_factory: Any) -> None:
-    expected = fake_text("2+2=", 0.0, 0, 6)
-    broken = server_factory(_warmup_manifest(expected), {"wrong_outputs": True})
-    broken.wait_until("/health", 200)
-    deadline = time.monotonic() + 20
-    while "warm-up prompt 1 of 1" not in broken.log():
-        assert time.monotonic() < deadline, broken.log()
-        time.sleep(0.1)
-    ready = httpx.get(broken.url("/ready"))
-    assert ready.status_code == 503 and "warm-up failed" in ready.json()["reason"]
-    assert f"expected {expected!r}, got" in broken.log()
-    refused = httpx.post(broken.url("/v1/completions"), json={"model": MODEL, "prompt": "x", "max_tokens": 2})
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
-    assert "warm-up failed" in refused.json()["error"]["message"]
-    metrics = httpx.get(broken.url("/metrics")).text
-    assert "servegate_ready 0.0" in metrics
+def test_warmup_mismatch_keeps_the_server_not_ready_and_says_why(tmp_path: Path, weights_source: str) -> None:
+    """`gate serve` on the reference engine, with an expectation the model cannot meet: a broken deploy."""
+    expected = "this is not what the model says"
+    warmup = [{"prompt": "12+34=", "expect": expected, "max_tokens": 4}]
+    broken = start_gate_serve(tmp_path, real_manifest(weights_source, runtime={"warmup": warmup}))
+    try:
+        broken.wait_until("/health", 200, timeout_s=240)
+        deadline = time.monotonic() + 240
+        while "warm-up prompt 1 of 1" not in broken.log():
+            assert time.monotonic() < deadline and broken.process.poll() is None, broken.log()
+            time.sleep(0.2)
+        ready = httpx.get(broken.url("/ready"))
+        assert ready.status_code == 503 and "warm-up failed" in ready.json()["reason"]
+        assert f"warm-up prompt 1 of 1: expected {expected!r}, got" in broken.log()
+        refused = httpx.post(broken.url("/v1/completions"), json={"model": "tiny", "prompt": "x", "max_tokens": 2})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
+        assert "warm-up failed" in refused.json()["error"]["message"] and "Retry-After" in refused.headers
+        assert "servegate_ready 0.0" in httpx.get(broken.url("/metrics")).text
+    finally:
+        assert broken.stop() == 0
 
 
 # --- the command line --------------------------------------------------------------------------------------
