@@ -199,3 +199,32 @@ def test_bad_requests_get_catalogued_errors() -> None:
         "input_too_long",
     ]
     assert [r.error.status for r in results] == [400, 400, 400, 400]
+
+
+def test_a_generation_engine_serves_no_embeddings_and_vice_versa() -> None:
+    from pathlib import Path
+
+    from servegate.contracts.errors import ServingError
+    from servegate.contracts.loading import load_manifest
+    from servegate.runtime import build
+
+    engine = toy_engine()
+    with pytest.raises(ServingError) as refused:
+        asyncio.run(engine.embed(["text"]))
+    engine.shutdown_sync()
+    assert refused.value.code == "invalid_request"
+
+    minilm = build(load_manifest(Path(__file__).parents[2] / "examples/minilm/manifest.yaml"))
+
+    async def use() -> tuple[list[list[float]], list[object]]:
+        await minilm.start()
+        try:
+            vectors = await minilm.embed(["a cat sat", "a dog ran"])
+            events = [e async for e in minilm.submit(GenerationRequest("g", prompt="hi"))]
+        finally:
+            await minilm.shutdown()
+        return vectors, events
+
+    vectors, events = asyncio.run(use())
+    assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) > 0 and vectors[0] != vectors[1]
+    assert len(events) == 1 and events[0].error.code == "invalid_request"
