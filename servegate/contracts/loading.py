@@ -40,7 +40,10 @@ def _plain(node: Any, origin: str, path: Path_, positions: dict[Path_, Position]
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for key in node:
-            line, col = node.lc.key(key)
+            try:
+                line, col = node.lc.key(key)
+            except (KeyError, TypeError):  # keys merged in by `<<:` have no position: point at their mapping
+                line, col = node.lc.line, node.lc.col
             positions[(*path, key)] = (origin, line + 1, col + 1)
             out[key] = _plain(node[key], origin, (*path, key), positions)
         return out
@@ -112,7 +115,7 @@ def read_located(path: Path, _stack: tuple[Path, ...] = ()) -> Located:
     if include is None:
         return located
     includes = [include] if isinstance(include, str) else include
-    if not isinstance(includes, list) or not all(isinstance(i, str) and i for i in includes):
+    if not isinstance(includes, list) or not all(isinstance(i, str) and i and "\0" not in i for i in includes):
         line, col = located.positions[("include",)][1:]
         raise ManifestError([f"{origin}:{line}:{col}: include: must be a file path or a list of paths"])
     merged: dict[str, Any] = {}
@@ -194,7 +197,10 @@ def _fields_at(loc: Path_) -> list[str]:
 
 
 def _got(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    try:
+        text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    except (TypeError, ValueError):  # mappings with non-string keys (YAML complex keys)
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -293,9 +299,11 @@ def load_manifest(
     served._source = path.resolve()
     fallback = served.failure_policy.fallback
     if check_fallback and fallback is not None:
+        where = _position_for(("failure_policy", "fallback", "manifest"), "", located, _display(path))
+        if "\0" in fallback.manifest:
+            raise ManifestError([_format(where, ("failure_policy", "fallback", "manifest"), "not a file path")])
         target = served.resolve_path(fallback.manifest).resolve()
         seen = {*_seen, path.resolve()}
-        where = _position_for(("failure_policy", "fallback", "manifest"), "", located, _display(path))
         if target in seen:
             raise ManifestError([_format(where, ("failure_policy", "fallback", "manifest"), "fallback cycle")])
         try:
