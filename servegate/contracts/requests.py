@@ -340,7 +340,7 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
     assert isinstance(request, CompletionRequest | ChatCompletionRequest)
     cap = served.postprocess.max_output_tokens
     for name in ("max_tokens", "max_completion_tokens"):
-        asked = getattr(request, name, None)
+        asked = getattr(request, name, None) if name in type(request).model_fields else None  # not ignored extras
         if asked is not None and asked > cap:
             raise ServingError(
                 "invalid_request",
