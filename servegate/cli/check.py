@@ -63,7 +63,9 @@ def check(
         raise ServegateError("give a MANIFEST, or both --baseline A and --candidate B (see gate check --help)")
 
     from servegate.gates.check import check_manifest, plan_gates, run_check
-    from servegate.gates.reports import RichProgress, print_table, write_reports
+    from servegate.gates.reports import RichProgress, print_table, quiet_libraries, write_reports
+
+    quiet_libraries()
 
     console = console_for(json_out)
     cache = OutputCache(cache_dir(), enabled=not no_cache)

@@ -25,9 +25,10 @@ def evaluate(
     import difflib
 
     from servegate.gates.base import EnginePool, GateContext
-    from servegate.gates.reports import RichProgress
+    from servegate.gates.reports import RichProgress, quiet_libraries
     from servegate.gates.statistics import score_interval
 
+    quiet_libraries()
     served = load(manifest, set_)
     declared = [s.name for s in served.quality.suites]
     if not declared:

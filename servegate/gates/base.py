@@ -113,6 +113,8 @@ class GateContext:
     """The changed fields that made the current gate run (empty when it was forced with --gate)."""
     forced: bool = False
     """Whether the current gate runs because --gate named it."""
+    reference: ServedModel | None = None
+    """The reference form as declared (batching `none`); `baseline` may run it batched (see check.py)."""
     engines: EnginePool = field(default_factory=EnginePool)
     cache: OutputCache = field(default_factory=OutputCache)
     progress: ProgressHook = field(default_factory=ProgressHook)
@@ -121,6 +123,14 @@ class GateContext:
     _runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
     # --- manifests ------------------------------------------------------------------------------
+
+    @property
+    def unbatched(self) -> ServedModel:
+        """The baseline run one request at a time: what every batching mode must reproduce."""
+        reference = self.reference or self.baseline
+        if reference.batching.mode == "none":
+            return reference
+        return reference.with_changes(batching={"mode": "none", "max_batch_size": 1})
 
     def isolated(self, paths: Iterable[str], source: ServedModel | None = None) -> ServedModel:
         """The baseline with the values at `paths` (dotted) taken from the candidate (or `source`)."""

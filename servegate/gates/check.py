@@ -25,7 +25,7 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
     quantization,
     truncation,
 )
-from servegate.gates.base import EngineFactory, EnginePool, GateContext, GateSetupError, ProgressHook, timed
+from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, timed
 from servegate.gates.evaluation import OutputCache
 from servegate.gates.registry import GATES
 from servegate.gates.result import GateReport, GateResult
@@ -98,6 +98,23 @@ def plan_gates(
     return planned
 
 
+def evaluation_baseline(reference: ServedModel, candidate: ServedModel) -> ServedModel:
+    """The baseline that quality comparisons run on: the reference form under the candidate's batching.
+
+    Both sides of every paired comparison then run under the same batching, so the gated fields are the
+    only difference, and suites run batched instead of one request at a time. That batching gives the
+    unbatched reference's outputs token for token is what the batching gate checks, against `batching:
+    none`, in the same run. When the candidate's batching does not fit the reference form, the reference
+    form itself is used.
+    """
+    if candidate.batching.mode == "none":
+        return reference
+    try:
+        return reference.with_changes(batching=candidate.batching)
+    except ValueError:  # pydantic's ValidationError: e.g. a token budget below the reference's input limit
+        return reference
+
+
 def run_check(
     baseline: ServedModel,
     candidate: ServedModel,
@@ -108,13 +125,26 @@ def run_check(
     cache: OutputCache | None = None,
     progress: ProgressHook | None = None,
 ) -> GateReport:
-    """Plan, run every selected gate on shared engines and suites, and collect the report."""
+    """Plan, run every selected gate on shared engines and suites, and collect the report.
+
+    In reference mode `baseline` is the reference form; quality comparisons run on its
+    `evaluation_baseline`, and the batching gate compares with it unbatched.
+    """
     began = time.perf_counter()
     planned = plan_gates(baseline, candidate, mode=mode, forced=forced)
     pool = EnginePool(engine_factory)
+    evaluated = evaluation_baseline(baseline, candidate) if mode == "reference" else baseline
     ctx = GateContext(
-        baseline, candidate, mode, engines=pool, cache=cache or OutputCache(), progress=progress or ProgressHook()
+        evaluated,
+        candidate,
+        mode,
+        reference=baseline,
+        engines=pool,
+        cache=cache or OutputCache(),
+        progress=progress or ProgressHook(),
     )
+    if any(p.run for p in planned):
+        ctx.suites()  # a suite that cannot be loaded is a manifest error (exit 2), not a gate failure
     results: list[GateResult] = []
     try:
         for plan in planned:
@@ -125,17 +155,20 @@ def run_check(
             gate_ctx = replace(ctx, changed_paths=list(plan.changed_paths), forced=plan.forced)
             try:
                 result = timed(gate, gate_ctx)
-            except GateSetupError as exc:  # pragma: no cover - timed() already converts these
-                result = GateResult(plan.name, "fail", f"could not run: {exc}")
             except Exception as exc:
                 if os.environ.get("SERVEGATE_DEBUG") == "1" or not _is_runtime_failure(exc):
                     raise
-                result = GateResult(plan.name, "fail", f"crashed: {type(exc).__name__}: {exc}")
+                result = GateResult(plan.name, "fail", f"could not run: {type(exc).__name__}: {exc}")
             result.triggered_by = [plan.why]
             results.append(result)
     finally:
         pool.close()
     notes = []
+    if evaluated is not baseline:
+        notes.append(
+            f"suites ran under batching {evaluated.batching.mode} on both sides of every comparison; "
+            "the batching gate compares that batching with the unbatched reference"
+        )
     if ctx.cache.enabled:
         notes.append(f"baseline cache {ctx.cache.directory}: {ctx.cache.hits} hit(s), {ctx.cache.misses} miss(es)")
     return GateReport(
@@ -149,10 +182,11 @@ def run_check(
 
 
 def _is_runtime_failure(exc: Exception) -> bool:
-    """Errors raised by the engine or model while a gate runs: reported as that gate's failure."""
-    from servegate.contracts.errors import ServegateError
+    """Errors raised while a gate runs (the engine, the model, a server, a bench): that gate's failure.
 
-    return not isinstance(exc, (ServegateError, AssertionError, TypeError, NameError, AttributeError))
+    Programming errors still propagate, so a bug in a gate is never mistaken for a verdict.
+    """
+    return not isinstance(exc, (AssertionError, TypeError, NameError, AttributeError, KeyError, IndexError))
 
 
 def _identity(served: ServedModel, form: str) -> dict[str, str]:

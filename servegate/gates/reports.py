@@ -18,6 +18,16 @@ from servegate.gates.result import GateReport
 STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow", "skipped": "dim"}
 
 
+def quiet_libraries() -> None:
+    """Silence the progress bars and warnings of datasets and transformers: our own progress bar is the one shown."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 class RichProgress(ProgressHook):
     """A rich progress bar: one line per piece of work a gate starts."""
 

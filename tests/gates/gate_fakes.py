@@ -193,8 +193,9 @@ class FakeEngine:
     # --- the Engine API ---------------------------------------------------------------------------
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
-        """All requests as one batch (position matters only with the batch-order fault)."""
-        return [self._run(r, i) for i, r in enumerate(requests)]
+        """Requests in batches of max_batch_size (one at a time for `none`); position matters only to the fault."""
+        size = 1 if self.served.batching.mode == "none" else self.served.batching.max_batch_size
+        return [self._run(r, i % size) for i, r in enumerate(requests)]
 
     async def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Token events then the result; past max_queue requests in flight, the overload policy applies."""
