@@ -64,8 +64,6 @@ class ReferenceEngine:
     async def start(self) -> None:
         """Load weights, allocate the KV pool and start the scheduling loop."""
         await asyncio.to_thread(self.start_sync)
-        if self._fallback is not None:
-            await self._fallback.start()
 
     def start_sync(self) -> None:
         """start() for synchronous callers (generate, `gate run`); a second call does nothing."""
@@ -73,6 +71,8 @@ class ReferenceEngine:
             if self.parts is not None:
                 return
             self.parts = build_parts(self.served, **self._given_parts)
+            if self._fallback is not None:
+                self._fallback.start_sync()
             self._accepting = True
             if self.served.preprocess.task == "generate":
                 self._thread = threading.Thread(target=self._loop, name="servegate-engine", daemon=True)
@@ -81,8 +81,6 @@ class ReferenceEngine:
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish within grace_s, fail the rest, stop the loop."""
         await asyncio.to_thread(self.shutdown_sync, grace_s)
-        if self._fallback is not None:
-            await self._fallback.shutdown(grace_s)
 
     def shutdown_sync(self, grace_s: float = 10.0) -> None:
         """shutdown() for synchronous callers."""
@@ -97,6 +95,8 @@ class ReferenceEngine:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        if self._fallback is not None:
+            self._fallback.shutdown_sync(grace_s)
 
     # --- requests -------------------------------------------------------------------------------
 

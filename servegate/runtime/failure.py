@@ -86,13 +86,19 @@ class FallbackRoute:
                 threading.Thread(target=self._loop.run_forever, name="servegate-fallback", daemon=True).start()
             return self._loop
 
-    async def start(self) -> None:
-        """Start the fallback engine."""
-        await self.engine.start()
+    def start_sync(self) -> None:
+        """Start the fallback engine (an endpoint engine is started on the relay loop it will run on)."""
+        if hasattr(self.engine, "start_sync"):
+            self.engine.start_sync()
+        else:
+            asyncio.run_coroutine_threadsafe(self.engine.start(), self._event_loop()).result()
 
-    async def shutdown(self, grace_s: float) -> None:
+    def shutdown_sync(self, grace_s: float) -> None:
         """Shut the fallback engine down and stop the relay loop."""
-        await self.engine.shutdown(grace_s)
+        if hasattr(self.engine, "shutdown_sync"):
+            self.engine.shutdown_sync(grace_s)
+        elif self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self.engine.shutdown(grace_s), self._loop).result()
         with self._lock:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)

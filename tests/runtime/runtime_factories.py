@@ -275,9 +275,7 @@ def toy_engine(
         preprocessor=ToyPreprocessor(),
         sampler=toy_sampler,
     )
-    engine.start_sync()
-    if fallback is not None:
-        fallback.start_sync()
+    engine.start_sync()  # starts the fallback engine too
     return engine
 
 

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from runtime_factories import GatedRunner, toy_engine, toy_manifest
+from runtime_factories import GatedRunner, ToyPreprocessor, ToyTokenizer, toy_engine, toy_manifest, toy_sampler
 
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine import ReferenceEngine
@@ -148,7 +148,13 @@ def test_a_model_failure_ends_its_requests_with_internal_and_the_engine_carries_
 
 
 def fallback_pair(on: list[str], **failure_policy: object) -> tuple[ReferenceEngine, GatedRunner, ReferenceEngine]:
-    backup = toy_engine(toy_manifest(name="backup"))
+    backup = ReferenceEngine(
+        toy_manifest(name="backup"),
+        runner=GatedRunner(256, 4),
+        tokenizer=ToyTokenizer(),
+        preprocessor=ToyPreprocessor(),
+        sampler=toy_sampler,
+    )  # not started: the primary starts (and stops) its fallback
     runner = GatedRunner(256, 4)
     served = toy_manifest(
         batching={"max_batch_size": 1},
@@ -168,10 +174,10 @@ def test_overload_goes_to_the_fallback_and_is_marked() -> None:
     runner.gate.set()
     results.wait_all()
     engine.shutdown_sync()
-    backup.shutdown_sync()
     assert results.final("q2").fallback_used is True
     assert results.final("q1").fallback_used is False
     assert engine.stats().fallback_uses == 1
+    assert backup._closed  # the primary started its fallback and shut it down with itself
 
 
 def test_timeout_and_error_triggers_go_to_the_fallback() -> None:
@@ -185,7 +191,6 @@ def test_timeout_and_error_triggers_go_to_the_fallback() -> None:
     runner.fail_next = 1
     broken = engine.generate([request("broken")])[0]
     engine.shutdown_sync()
-    backup.shutdown_sync()
     assert results.final("late").fallback_used is True
     assert isinstance(broken, FinishEvent) and broken.fallback_used
     assert engine.stats().fallback_uses >= 2
@@ -200,7 +205,6 @@ def test_a_trigger_not_declared_is_answered_with_the_error() -> None:
     runner.gate.set()
     results.wait_all()
     engine.shutdown_sync()
-    backup.shutdown_sync()
     assert results.final("q2").error.code == "overloaded"
 
 
