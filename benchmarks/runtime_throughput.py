@@ -1,8 +1,9 @@
 """Throughput and latency of servegate's continuous batching vs transformers, side by side.
 
 Workload: N requests (default 64) with prompts of 16-256 tokens and outputs of 8-128 tokens (exact
-lengths: EOS ignored), on the ~110M-parameter random Llama of benchmarks/runner_decode.py (hidden 768,
-12 layers) in float32 on CPU. Two arrival patterns: all at once, and Poisson at --rate requests/s.
+lengths: EOS ignored), on the random Llama of benchmarks/runner_decode.py (hidden 768, 12 layers, vocab
+32000: 134M parameters) in float32 on CPU. Two arrival patterns: all at once, and Poisson at --rate requests/s
+(default: half the request rate servegate reached all at once, so every system sees the same moderate load).
 
     (a) transformers `generate` in padded static batches of 16 (a batch starts when the previous one
         ends, with up to 16 requests that have arrived; it runs to its longest output)
@@ -14,7 +15,7 @@ For each: useful output tokens/s (the tokens the requests asked for; padding exc
 end-to-end latency (arrival to last token). Ratios (c)/(a) and (c)/(b) are printed, and the batch-1
 decode speed of the engine against the memory-bandwidth roofline.
 
-    .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate 0.5] [--max-batch 32]
+    .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate R] [--max-batch 32] [--threads 1]
     .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
 """
 
@@ -266,7 +267,12 @@ def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--rate", type=float, default=0.5, help="Poisson arrival rate, requests/s")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="Poisson arrival rate, requests/s (default: half of servegate's all-at-once requests/s)",
+    )
     parser.add_argument("--max-batch", type=int, default=32, help="servegate max_batch_size")
     parser.add_argument("--tokens-per-step", type=int, default=512, help="max_num_batched_tokens (b and c)")
     parser.add_argument("--patterns", nargs="+", default=["all-at-once", "poisson"])
@@ -310,10 +316,14 @@ def main() -> None:
     run_static_generate(model, warm)
 
     outcomes: list[Outcome] = []
+    rate = args.rate
     for pattern in args.patterns:
-        jobs = workload(args.requests, args.rate if pattern == "poisson" else None, vocab, **shape)
+        if pattern == "poisson" and rate is None:
+            served = [o for o in outcomes if o.system.startswith("(c)")]
+            rate = 0.5 * args.requests / served[0].wall_s if served else 0.5
+        jobs = workload(args.requests, rate if pattern == "poisson" else None, vocab, **shape)
         useful = sum(j.output_len for j in jobs)
-        label = pattern if pattern != "poisson" else f"poisson {args.rate} req/s"
+        label = pattern if pattern != "poisson" else f"poisson {rate:.3f} req/s"
         systems = {
             "(a) transformers generate, static batches of 16": lambda jobs=jobs: run_static_generate(model, jobs),
             "(b) transformers continuous batching": lambda jobs=jobs: run_transformers_cb(
