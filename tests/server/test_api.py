@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import ServerProcess, real_manifest, start_gate_serve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from server_harness import ServerProcess, real_manifest, start_gate_serve
 
 TENANT = {"X-Tenant": "tenant-a"}
 MODEL = "tiny"

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import ServerProcess, start_gate_serve
+from server_harness import ServerProcess, start_gate_serve
 
 MODEL = "minilm"
 

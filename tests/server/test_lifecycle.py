@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import (
+from server_fakes import fake_text
+from server_harness import (
     GATE,
     ServerProcess,
     fake_manifest,
@@ -20,7 +21,6 @@ from conftest import (
     start_gate_serve,
     write_manifest,
 )
-from server_fakes import fake_text
 
 MODEL = "fake-model"
 TTL_S = 1.5

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess, fake_manifest, start_fake_server
+from server_harness import ServerProcess, fake_manifest, start_fake_server
 
 MODEL = "fake-model"
 JSON = {"Content-Type": "application/json"}
