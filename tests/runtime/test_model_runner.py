@@ -188,10 +188,16 @@ def test_softcapped_alternating_sliding_layers_match_generate() -> None:
 def test_generate_still_works_on_a_model_the_runner_uses() -> None:
     model = tiny_causal_lm("llama", seed=6)
     prompt = random_prompts(random.Random(6), (7,))[0]
-    before = reference_greedy(model, prompt, 6)
+    padded = torch.tensor([[0, 0, 0] + prompt[:4], prompt])  # left-padded batch: the mask matters
+    mask = (padded != 0).long()
+    with torch.inference_mode():
+        before = reference_greedy(model, prompt, 6), model(padded, attention_mask=mask).logits
     PagedModelRunner(model, num_blocks=8, block_size=4)
     assert model.config._attn_implementation == "servegate_paged"
-    assert reference_greedy(model, prompt, 6) == before
+    with torch.inference_mode():
+        after = reference_greedy(model, prompt, 6), model(padded, attention_mask=mask).logits
+    assert after[0] == before[0]
+    assert torch.allclose(after[1][:, 3:], before[1][:, 3:])
 
 
 def test_fp8_kv_cache_stores_one_byte_per_element_and_stays_close() -> None:
