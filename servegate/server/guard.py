@@ -2,18 +2,23 @@
 
 It refuses non-JSON content types (415) and bodies over preprocess.max_payload_bytes (413: from
 Content-Length without reading, or as soon as the streamed body passes the limit), answers 503 while
-the server drains, counts requests in flight for the graceful shutdown, and counts every response by
-endpoint and status for the metrics.
+the server drains, counts requests in flight for the graceful shutdown, and counts and logs every
+response by endpoint label and status (uvicorn's own access log is off: it prints raw paths and queries).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from servegate.contracts.errors import ServingError
 from servegate.server.state import ServerState, error_response
+
+access = logging.getLogger("servegate.access")
+_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"})
 
 ENDPOINT_LABELS = {
     "/v1/completions": "completions",
@@ -73,10 +78,15 @@ class BodyGuard:
             return
         label = endpoint_label(scope["path"])
         metrics = self.state.metrics
+        started = time.monotonic()
+        method = scope["method"] if scope["method"] in _METHODS else "OTHER"
 
         async def counted_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 metrics.request_done(label, message["status"])
+                # The access line names the endpoint label, never the raw path or query: both are client text.
+                elapsed_ms = (time.monotonic() - started) * 1000
+                access.info("%s %s -> %d (%.1f ms to first byte)", method, label, message["status"], elapsed_ms)
             await send(message)
 
         if scope["method"] != "POST" or not scope["path"].startswith("/v1/"):

@@ -85,5 +85,6 @@ def serve(app: FastAPI, host: str, port: int, grace_s: float, log_level: str = "
         timeout_graceful_shutdown=2,
         timeout_keep_alive=5,
         server_header=False,
+        access_log=False,  # servegate.access logs each request by endpoint label, never its path or query
     )
     DrainingServer(config, app.state.serving, grace_s).run()

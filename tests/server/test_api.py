@@ -421,6 +421,8 @@ def test_planted_secret_is_in_no_log_line_and_no_metric(server: ServerProcess, c
     ):
         response = httpx.post(server.url("/v1/completions"), json=bad, headers=tenant, timeout=10)
         assert 400 <= response.status_code < 500
+    for path in (f"/v1/{secret}", f"/v1/completions?q={secret}", f"/v1/requests/{secret}"):
+        assert httpx.get(server.url(path), headers=tenant, timeout=10).status_code in (404, 405)
     metrics = httpx.get(server.url("/metrics"), timeout=10).text
     assert "servegate_requests_total" in metrics and "servegate_completion_tokens_total" in metrics
     for text in (server.log(), metrics):
