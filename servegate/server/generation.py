@@ -80,9 +80,9 @@ class EngineRun:
         remaining = self.deadline - time.monotonic()
         try:
             if remaining <= 0:
-                raise TimeoutError
+                raise asyncio.TimeoutError
             event = await asyncio.wait_for(anext(self._events), remaining)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # an alias of TimeoutError from Python 3.11 on
             await self.close()
             timeout = self.state.served.failure_policy.request_timeout_s
             raise ServingError("deadline_exceeded", timeout_s=timeout) from None

@@ -116,7 +116,7 @@ async def _embed(state: ServerState, parsed: EmbeddingRequest, tenant: str | Non
     timeout = state.served.failure_policy.request_timeout_s
     try:
         vectors = await asyncio.wait_for(state.engine.embed(texts, tenant=tenant), timeout)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # an alias of TimeoutError from Python 3.11 on
         raise ServingError("deadline_exceeded", timeout_s=timeout) from None
     except ServingError as error:
         raise normalize(error, state.served) from None

@@ -155,7 +155,7 @@ class FakeEngine:
         self._waiting.append(ticket)
         try:
             await asyncio.wait_for(self._admit(ticket), max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
+        except asyncio.TimeoutError:  # an alias of TimeoutError from Python 3.11 on
             yield ErrorEvent(request.id, ServingError("deadline_exceeded", timeout_s=fail.request_timeout_s))
             return
         except ServingError as error:
