@@ -51,7 +51,9 @@ class PromptFactory:
         """
         if self.tokenizer is None:
             return self._filler(max(1, round(tokens * self.chars_per_token)))
-        base = self._filler(max(8, tokens * 8))
+        base = self._filler(max(8, tokens * 2))
+        while self._count(base) <= tokens:  # grow until the text holds more than `tokens` tokens
+            base += " " + self._filler(len(base))
         lo, hi = 1, len(base)  # binary search the longest prefix with <= tokens tokens
         while lo < hi:
             mid = (lo + hi + 1) // 2

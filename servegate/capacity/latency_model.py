@@ -11,7 +11,8 @@ time is modelled as a non-negative combination of what the step does:
            + c_decode_attn    x sum of (s_i + 1) over decode chunks            (keys read)
 
 plus, per request, `request_overhead_s` before its first token (HTTP, tokenization, queue hand-off)
-and `finish_overhead_s` after its last one. So a request costs
+and `finish_overhead_s` after its last one, and `arrival_overhead_s` added to a step that is running
+while a request is being admitted (the server's CPU time for it competes with the engine's). So a request costs
 t_queue + t_prefill(T_in) + T_out x t_decode + t_post, with t_prefill and t_decode read off the steps
 the scheduler actually forms. Models are saved as JSON keyed by the served model and the hardware.
 """
@@ -22,6 +23,7 @@ import json
 import os
 import platform
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,6 +77,8 @@ class LatencyModel:
     """Seconds added before a request's first token (client, HTTP, tokenization, hand-off)."""
     finish_overhead_s: float = 0.0
     """Seconds from a request's last token to the end of its response."""
+    arrival_overhead_s: float = 0.0
+    """Seconds a request's admission (HTTP parsing, validation, tokenization) adds to the step in flight."""
     runtime_overhead_bytes: int | None = None
     """Memory the largest profiled step needed beyond weights and KV pool (process RSS growth), bytes."""
     step_jitter: float = 0.0
@@ -159,7 +163,7 @@ def residual_spread(model: LatencyModel, samples: Sequence[StepSample]) -> float
 
 
 def hardware_id() -> dict[str, Any]:
-    """What the latency was measured on: CPU model, cores, torch threads, accelerator."""
+    """What the latency was measured on: CPU model, cores, accelerator (read without importing torch)."""
     cpu = platform.processor() or platform.machine()
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -168,14 +172,13 @@ def hardware_id() -> dict[str, Any]:
     except OSError:
         pass
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count() or 1, "machine": platform.machine()}
-    try:
-        import torch
-
+    gpus = sorted(Path("/proc/driver/nvidia/gpus").glob("*/information"))
+    if gpus:
+        match = re.search(r"Model:\s*(.+)", gpus[0].read_text(encoding="utf-8", errors="replace"))
+        info["accelerator"] = match.group(1).strip() if match else "nvidia"
+    torch = sys.modules.get("torch")  # recorded when already loaded (profiling), never imported just for this
+    if torch is not None:
         info["torch_threads"] = torch.get_num_threads()
-        if torch.cuda.is_available():
-            info["accelerator"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
     return info
 
 

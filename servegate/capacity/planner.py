@@ -241,7 +241,9 @@ def plan(
         prediction = predict(setup, model, workload, n, seed)
         checks = check_targets(targets, prediction.summary, memory)
         cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
-        if regime == "throughput-bound" or (targets and targets.throughput):
+        needs_capacity = regime == "throughput-bound" or (targets is not None and targets.throughput is not None)
+        latency_ok = all(c.met for c in checks if c.unit == "ms")
+        if needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
             cand.capacity_rps = saturation_throughput(setup, model, workload, seed=seed)
         candidates.append(cand)
     if progress:

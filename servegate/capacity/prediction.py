@@ -76,12 +76,12 @@ def predict(
 
 
 def saturation_throughput(
-    setup: SimSetup, model: LatencyModel, workload: Workload, num_requests: int = 200, seed: int = 0
+    setup: SimSetup, model: LatencyModel, workload: Workload, num_requests: int = 60, seed: int = 0
 ) -> float:
-    """Requests/s the policy sustains when requests are always waiting (closed loop well above its batch size)."""
-    concurrency = max(8, 4 * setup.max_batch_size)
+    """Requests/s the policy sustains when requests are always waiting (closed loop at twice its batch size)."""
+    concurrency = max(4, 2 * setup.max_batch_size)
     closed = workload.model_copy(update={"arrival": "closed", "concurrency": concurrency, "rate_rps": None})
-    specs = make_requests(closed, seed, num_requests=max(num_requests, 2 * concurrency))
+    specs = make_requests(closed, seed, num_requests=max(num_requests, 3 * concurrency))
     timeless = SimSetup(**{**setup.__dict__, "timeout_s": float("inf"), "max_queue": 1_000_000})
     result = simulate(timeless, model, specs, concurrency=concurrency, seed=seed)
     return float(result.summary()["throughput"]["requests_per_s"])

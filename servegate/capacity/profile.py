@@ -10,6 +10,9 @@ Two stages.
    inter-token gaps exceed the model-step prediction by is the engine's per-step and per-sequence work
    (scheduling, sampling, detokenizing, streaming); TTFT beyond the prefill step is the per-request
    overhead; the gap from the last token to the end of the response is the finishing overhead.
+3. Admission under load. An open-loop run at half the predicted capacity: the per-request admission
+   cost that the server's HTTP work adds to the engine's steps is the one value that makes the simulated
+   mean end-to-end latency match the measured one.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from servegate.capacity.latency_model import (
     residual_spread,
 )
 from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.simulate import SimSetup, simulate
+from servegate.capacity.workload import RequestSpec, make_requests, with_rate
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 
 Tick = Callable[[], None]
@@ -217,6 +222,35 @@ def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batc
     return statistics.fmean(gaps) - statistics.fmean(predicted)
 
 
+def fit_arrival_overhead(
+    model: LatencyModel, setup: SimSetup, specs: Sequence[RequestSpec], measured: Sequence[RequestRecord]
+) -> float:
+    """The per-request admission cost that makes simulated mean end-to-end latency match a measured open-loop run.
+
+    One parameter, found by bisection (latency grows with it); 0 when the run is already predicted as slow or
+    slower than it was.
+    """
+    done = [r.e2el for r in measured if r.ok]
+    if not done:
+        return 0.0
+    target = statistics.fmean(done)
+
+    def predicted(cost: float) -> float:
+        trial = LatencyModel(**{**model.__dict__, "arrival_overhead_s": cost})
+        means = [simulate(setup, trial, specs, seed=s).summary()["e2el_ms"]["mean"] / 1000 for s in range(3)]
+        return statistics.median(means)
+
+    lo, hi = 0.0, 0.05
+    if predicted(lo) >= target:
+        return 0.0
+    if predicted(hi) < target:
+        return hi
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
 PROFILE_BATCH = 64
 """Largest batch the step grid measures (the planner searches up to this)."""
 CALIBRATION_BURST = 8
@@ -253,7 +287,7 @@ def profile_manifest(
 
     from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.prediction import profile_key
+    from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
     from servegate.runtime.engine_setup import build_parts
 
     if served.runtime.backend != "reference":
@@ -285,18 +319,34 @@ def profile_manifest(
     prompt_lengths = sorted({max(2, served.preprocess.max_input_tokens // 4), served.preprocess.max_input_tokens})
     output = max(2, min(16, served.postprocess.max_output_tokens))
 
-    async def serve_and_measure(url: str) -> dict[str, list[RequestRecord]]:
+    async def through(url: str, action: Callable[[HttpTarget], Any]) -> Any:
         target = HttpTarget(url, model=served.name)
         try:
             await target.probe()
-            return await measure_serving(target, PromptFactory(tokenizer), prompt_lengths, burst, output)
+            return await action(target)
         finally:
             await target.aclose()
 
+    prompts = PromptFactory(tokenizer)
     calibration = profiling_variant(served, burst)
     with LocalServer(calibration) as server:
-        runs = asyncio.run(serve_and_measure(server.url))
-    model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
+        runs = asyncio.run(through(server.url, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output)))
+        model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
+        if stage:
+            stage("measuring admission overhead under load", 0)
+        setup = sim_setup(calibration)
+        shape = Workload(
+            input_tokens=LengthDistribution(distribution="uniform", mean=sum(prompt_lengths) // 2, min=2,
+                                            max=max(prompt_lengths)),
+            output_tokens=LengthDistribution(mean=output, max=output),
+            rate_rps=1.0,
+            num_requests=48,
+        )  # fmt: skip
+        rate = 0.5 * saturation_throughput(setup, model, shape)
+        specs = make_requests(with_rate(shape, rate), seed=7)
+        under_load = asyncio.run(through(server.url, lambda t: run_open_loop(t, specs, prompts)))
+    model.arrival_overhead_s = fit_arrival_overhead(model, setup, specs, under_load)
+    model.fit["arrival_calibration_rps"] = rate
     model.runtime_overhead_bytes = overhead
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint

@@ -5,12 +5,14 @@ so admission, batching windows, block accounting and preemption are exactly the 
 model is replaced: each step lasts what the latency model predicts for the chunks the scheduler
 chose (times a log-normal jitter with the spread measured when profiling). Requests reach the
 scheduler `request_overhead_s` after they are scheduled, a token is seen when its step ends, and a
-response ends `finish_overhead_s` after its last token. The failure policy's queue bound and deadline
+response ends `finish_overhead_s` after its last token; a step running while requests are sent to the
+server lasts `arrival_overhead_s` longer per request. The failure policy's queue bound and deadline
 apply as in the engine. Prefix caching is not simulated (prompts are distinct).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Sequence
@@ -114,6 +116,7 @@ def simulate(
     pre, post = model.request_overhead_s, model.finish_overhead_s
 
     records: list[RequestRecord] = []
+    sends: list[float] = []  # every send time so far, sorted
     by_seq: dict[int, tuple[Seq, RequestRecord]] = {}
     arrivals: list[tuple[float, int]] = []  # (time at the scheduler, spec index), a heap
     pending = list(range(len(specs)))[::-1]  # closed loop: specs not yet sent
@@ -122,6 +125,7 @@ def simulate(
     def send(index: int, at: float) -> None:
         record = RequestRecord(scheduled=at, sent=at, prompt_tokens=specs[index].prompt_tokens)
         records.append(record)
+        bisect.insort(sends, at)
         by_seq[index] = (None, record)  # type: ignore[assignment]
         heapq.heappush(arrivals, (at + pre, index))
 
@@ -142,6 +146,7 @@ def simulate(
             send(pending.pop(), record.end)
 
     now = 0.0
+    timeouts = not math.isinf(setup.timeout_s)
     while arrivals or scheduler.has_unfinished():
         while arrivals and arrivals[0][0] <= now:
             t, index = heapq.heappop(arrivals)
@@ -158,7 +163,7 @@ def simulate(
                     continue
                 close(victim, by_seq[victim.seq_id][1], t, "overloaded")
             scheduler.add(seq)
-        for seq in [*scheduler.waiting, *scheduler.running]:
+        for seq in [*scheduler.waiting, *scheduler.running] if timeouts else ():
             if now - seq.arrival_time > setup.timeout_s:
                 close(seq, by_seq[seq.seq_id][1], now, "deadline_exceeded")
         output = scheduler.schedule(now)
@@ -178,6 +183,9 @@ def simulate(
         duration = model.step_time((c.num_tokens, c.start_pos) for c in output.chunks)
         if sigma:
             duration *= float(rng.lognormal(-sigma * sigma / 2, sigma))
+        if model.arrival_overhead_s:  # requests sent while this step runs are admitted on the same CPU
+            during = bisect.bisect_left(sends, now + duration) - bisect.bisect_left(sends, now)
+            duration += during * model.arrival_overhead_s
         now += duration
         result.steps += 1
         result.preemptions += len(output.preempted)

@@ -57,7 +57,8 @@ def profile(
     console.print(
         f"serving overheads: {1000 * model.request_overhead_s:.2f} ms before the first token, "
         f"{1000 * model.finish_overhead_s:.2f} ms after the last, {step_ms:.3f} ms per step, "
-        f"{seq_ms:.3f} ms per sequence per step"
+        f"{seq_ms:.3f} ms per sequence per step, {1000 * model.arrival_overhead_s:.3f} ms per request admitted "
+        "during a step"
     )
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
     console.print(f"saved: {path}")

@@ -88,3 +88,10 @@ def test_jitter_keeps_the_mean_step_time() -> None:
     runs = [simulate(setup("none"), noisy, specs, concurrency=1, seed=s).records[0].e2el for s in range(30)]
     assert sum(runs) / len(runs) == pytest.approx(base, rel=0.05)
     assert max(runs) > min(runs)
+
+
+def test_a_request_sent_during_a_step_lengthens_it_by_the_arrival_overhead() -> None:
+    busy = LatencyModel(MODEL.coefficients, request_overhead_s=0.005, finish_overhead_s=0.001, arrival_overhead_s=0.005)
+    a, _ = simulate(setup("none"), busy, [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.030)], jitter=False).records
+    # the second request is sent at 30 ms, inside the first decode step [25, 37] ms, which ends 5 ms later
+    assert a.token_times == pytest.approx([0.025, 0.042, 0.054, 0.066])

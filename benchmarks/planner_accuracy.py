@@ -1,0 +1,120 @@
+"""Planner accuracy: predicted against measured end-to-end latency at three loads (low, near the knee, overload).
+
+1. The latency model of the manifest on this machine (`gate profile`; loaded if saved, --reprofile to redo).
+2. The knee: the requests/s the manifest's own batching policy sustains in simulation (closed loop, requests
+   always waiting). Loads: 0.3x (low), 0.8x (near the knee) and 1.3x (overload) of it.
+3. At each load the simulator predicts p50 and p99 end-to-end latency for the exact requests (same seed,
+   arrivals and lengths) that `gate bench` then sends to the manifest's own server (open loop, Poisson).
+Targets below the knee: |error| <= 10% at p50 and <= 15% at p99.
+
+    python benchmarks/planner_accuracy.py [--manifest examples/quickstart/manifest.yaml] [--set runtime.threads=1]
+                                          [--requests 150] [--reprofile] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from servegate.capacity.bench import run_once
+from servegate.capacity.bench_targets import HttpTarget, PromptFactory
+from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.local_server import LocalServer
+from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
+from servegate.capacity.profile import profile_manifest
+from servegate.capacity.simulate import simulate
+from servegate.capacity.workload import make_requests, with_rate
+from servegate.cli.bench import manifest_tokenizer
+from servegate.contracts.loading import load_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOADS = (("low", 0.3), ("near knee", 0.8), ("overload", 1.3))
+TARGETS = {"p50": 0.10, "p99": 0.15}
+
+
+def latency_model(served: Any, reprofile: bool) -> LatencyModel:
+    """The saved profile, or a fresh one (saved for gate plan too)."""
+    path = profile_path(profile_key(served), hardware_id())
+    if path.is_file() and not reprofile:
+        print(f"latency model: {path}")
+        return LatencyModel.load(path)
+    print("profiling (model steps, then serving overheads through the manifest's server)...")
+    model = profile_manifest(served)
+    model.save(profile_path(model.key, model.hardware))
+    return model
+
+
+async def measure(url: str, served: Any, workload: Any, seed: int) -> dict[str, Any]:
+    target = HttpTarget(url, model=served.name)
+    try:
+        await target.probe()
+        run = await run_once(target, workload, PromptFactory(manifest_tokenizer(served), seed=seed), seed=seed)
+    finally:
+        await target.aclose()
+    return run.summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", default=str(ROOT / "examples/quickstart/manifest.yaml"))
+    parser.add_argument("--set", action="append", default=[], dest="sets", help="PATH=VALUE override (repeatable)")
+    parser.add_argument("--requests", type=int, default=150, help="requests per load")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reprofile", action="store_true")
+    parser.add_argument("--json", help="write the table as JSON to this path")
+    args = parser.parse_args()
+
+    served = load_manifest(Path(args.manifest), args.sets)
+    if served.capacity.workload is None:
+        raise SystemExit("the manifest declares no capacity.workload")
+    began = time.time()
+    model = latency_model(served, args.reprofile)
+    setup = sim_setup(served)
+    base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
+    knee = saturation_throughput(setup, model, base, num_requests=max(200, args.requests))
+    print(f"manifest {served.name} ({served.batching.mode}, max_batch_size {served.batching.max_batch_size}); "
+          f"predicted knee {knee:.2f} requests/s")  # fmt: skip
+
+    rows: list[dict[str, Any]] = []
+    with LocalServer(served) as server:
+        for name, factor in LOADS:
+            workload = with_rate(base, round(factor * knee, 3))
+            specs = make_requests(workload, args.seed)
+            sims = [simulate(setup, model, specs, seed=s).summary()["e2el_ms"] for s in range(5)]
+            predicted = {p: statistics.median(s[p] for s in sims) for p in TARGETS}
+            measured = asyncio.run(measure(server.url, served, workload, args.seed))
+            row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "completed": measured["requests"]}
+            for p in TARGETS:
+                got = measured["e2el_ms"][p]
+                row[f"predicted_{p}_ms"] = predicted[p]
+                row[f"measured_{p}_ms"] = got
+                row[f"error_{p}"] = (predicted[p] - got) / got
+            row["within_target"] = all(abs(row[f"error_{p}"]) <= t for p, t in TARGETS.items())
+            rows.append(row)
+            print(f"  {name}: done")
+
+    print(f"\nplanner accuracy, end-to-end latency, {args.requests} requests per load ({time.time() - began:.0f} s)")
+    columns = (("load", "<11"), ("req/s", ">7"), ("pred p50", ">10"), ("meas p50", ">10"), ("err", ">8"))
+    columns += (("pred p99", ">10"), ("meas p99", ">10"), ("err", ">8"))
+    print("".join(f"{name:{fmt}}" for name, fmt in columns))
+    for r in rows:
+        print(
+            f"{r['load']:<11}{r['rate_rps']:>7.2f}{r['predicted_p50_ms']:>10.1f}{r['measured_p50_ms']:>10.1f}"
+            f"{100 * r['error_p50']:>+7.1f}%{r['predicted_p99_ms']:>10.1f}{r['measured_p99_ms']:>10.1f}"
+            f"{100 * r['error_p99']:>+7.1f}%"
+        )
+    below = [r for r in rows if r["load"] != "overload"]
+    ok = all(r["within_target"] for r in below)
+    print(f"below the knee: p50 within 10% and p99 within 15%: {'yes' if ok else 'NO'}")
+    if args.json:
+        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": model.hardware, "rows": rows}
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
