@@ -14,6 +14,9 @@ from servegate.gates.base import GateContext
 from servegate.gates.evaluation import ItemOutput, SuiteItem, weights_dir
 from servegate.gates.statistics import NextTokenDivergence, next_token_divergence
 
+DIVERGENCE_ITEMS = 64
+"""Suite items (the first ones) whose continuations are teacher-forced through both models."""
+
 
 class DivergenceUnavailable(Exception):
     """The model behind a manifest cannot be loaded directly (e.g. an endpoint backend)."""
@@ -111,12 +114,14 @@ def next_token_report(ctx: GateContext, candidate: ServedModel) -> dict[str, Any
     for data in ctx.suites():
         base_run = ctx.run_suite(ctx.baseline, data, role="baseline")
         try:
-            result = probe.measure(list(data.items), base_run.outputs)
+            # a sample is enough for a diagnostic; the verdict rests on the paired tests over every item
+            result = probe.measure(list(data.items[:DIVERGENCE_ITEMS]), base_run.outputs[:DIVERGENCE_ITEMS])
         except DivergenceUnavailable as exc:
             return {"unavailable": str(exc)}
         except Exception as exc:  # a measurement, not the verdict: record why it is missing
             return {"unavailable": f"{type(exc).__name__}: {exc}"}
         out[data.name] = {
+            "items": min(len(data.items), DIVERGENCE_ITEMS),
             "positions": result.positions,
             "token_agreement": round(result.token_agreement, 6),
             "mean_kl_nats": round(result.mean_kl, 8),
