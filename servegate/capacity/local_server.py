@@ -77,6 +77,19 @@ class LocalServer:
         self.stop()
         raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
 
+    def peak_rss_bytes(self) -> int | None:
+        """Peak resident memory of the server process so far (Linux VmHWM), bytes; None when unknown."""
+        if self._proc is None:
+            return None
+        try:
+            text = Path(f"/proc/{self._proc.pid}/status").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+        return None
+
     def _tail(self) -> str:
         if self._tmp is None:
             return ""

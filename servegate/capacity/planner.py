@@ -16,6 +16,7 @@ the prediction, the target and by how much it is missed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -229,6 +230,12 @@ def plan(
     notes: list[str] = []
     if served.runtime.kv_cache is None:
         notes.append("continuous batching not searched: the manifest declares no runtime.kv_cache")
+    then, now = model.fit.get("load_average_1m"), os.getloadavg()[0]
+    if then is not None and abs(now - then) > max(1.0, 0.5 * then):
+        notes.append(
+            f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
+            "step times, so predictions hold for the conditions of the profile (re-run gate profile)"
+        )
     n = min(num_requests, workload.num_requests)
     for i, batching in enumerate(policies):
         if progress:

@@ -17,6 +17,7 @@ Two stages.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -351,5 +352,7 @@ def profile_manifest(
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint
     model.hardware = hardware_id()
+    model.fit["load_average_1m"] = os.getloadavg()[0]  # other work on the machine while it was measured
+    model.fit["profiled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     model.fit["step_samples"] = [{"chunks": list(s.chunks), "seconds": s.seconds} for s in samples]
     return model

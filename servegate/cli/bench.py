@@ -222,6 +222,7 @@ def bench(
     )
     if url is None and served is not None and served.runtime.backend == "endpoint":
         url = served.runtime.endpoint_url
+    peak = None
     if url is not None:
         result = run_bench_against(url, name, workload, **kwargs)
     else:
@@ -229,8 +230,16 @@ def bench(
         console.print(f"starting {served.name}'s server...")
         with LocalServer(served) as server:
             result = run_bench_against(server.url, name, workload, **kwargs)
+            peak = server.peak_rss_bytes()
     report = result.as_dict()
+    if url is None and peak is not None:
+        report["peak_memory_bytes"] = peak
+        report["peak_memory_note"] = "peak resident memory of the local server process (weights, KV pool, runtime)"
     print_result(console, report)
+    if "peak_memory_bytes" in report:
+        from servegate.contracts.units import format_bytes
+
+        console.print(f"server peak memory: {format_bytes(report['peak_memory_bytes'])} (resident, whole process)")
     if plots is not None:
         from servegate.capacity.bench_plots import write_plots
 
