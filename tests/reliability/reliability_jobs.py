@@ -1,0 +1,75 @@
+"""Processes the reliability tests start, kill and restart: `gate serve`, `gate run`, a slowed server.
+
+Each job is a real OS process (its own pid, memory, signals and exit code) forked from a multiprocessing
+fork server that imported torch, transformers and servegate once, so a kill-and-restart costs a fork,
+not the ~10 s of CPU a fresh interpreter spends importing them. The jobs run the CLI's own entry point
+(`servegate.cli.app.main` with the same argv a user types) or, for the slowed server, the same app and
+runner `gate serve` uses. stdout and stderr go to a log file; the working directory is set per job.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import torch  # noqa: F401 - preloaded once in the fork server
+import transformers  # noqa: F401
+
+import servegate.cli.app  # noqa: F401
+import servegate.runtime.engine  # noqa: F401
+import servegate.runtime.model_runner  # noqa: F401
+import servegate.runtime.weights  # noqa: F401
+import servegate.server  # noqa: F401
+
+_CONTEXT: ForkServerContext | None = None
+
+
+def _context() -> ForkServerContext:
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")  # type: ignore[assignment]
+        sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fork server imports this module
+        _CONTEXT.set_forkserver_preload([__name__])  # type: ignore[union-attr]
+    return _CONTEXT  # type: ignore[return-value]
+
+
+def _redirect(log_path: str, cwd: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.chdir(cwd)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    os.environ.pop("SERVEGATE_DEBUG", None)
+
+
+def gate_main(argv: list[str], log_path: str, cwd: str) -> None:
+    """`gate ARGV...` exactly as typed (exit code: the command's)."""
+    _redirect(log_path, cwd)
+    sys.argv = ["gate", *argv]
+    from servegate.cli.app import main
+
+    main()
+
+
+def serve_slowed(manifest: str, port: int, step_delay_s: float, log_path: str, cwd: str) -> None:
+    """`gate serve MANIFEST` on `port`, every model step `step_delay_s` slower (same app, runner and drain)."""
+    _redirect(log_path, cwd)
+    from reliability_engine import reference_engine
+
+    from servegate.contracts.loading import load_manifest
+    from servegate.server import create_app, serve
+
+    served = load_manifest(manifest, [])
+    grace = served.failure_policy.request_timeout_s
+    serve(create_app(served, reference_engine(served, step_delay_s=step_delay_s)), "127.0.0.1", port, grace)
+
+
+def start(target: str, *args: object) -> BaseProcess:
+    """Start job `target` (a function of this module) with `args` in a new process."""
+    process = _context().Process(target=globals()[target], args=args, daemon=False)
+    process.start()
+    return process
