@@ -36,7 +36,11 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
         "regime_reason": plan.regime_reason,
         "single_request_ms": plan.single_request_ms,
         "feasible": plan.feasible,
-        "recommended": {"batching": best.served.batching.model_dump(mode="json"), "kv_blocks": best.num_blocks},
+        "recommended": {
+            "batching": best.served.batching.model_dump(mode="json"),
+            "kv_cache": best.served.runtime.kv_cache.model_dump(mode="json") if best.served.runtime.kv_cache else None,
+            "kv_blocks": best.num_blocks,
+        },
         "predicted": {
             **{k: s[k] for k in PERCENTILE_KEYS},
             "throughput": s["throughput"],

@@ -16,6 +16,7 @@ the prediction, the target and by how much it is missed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -212,6 +213,35 @@ def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:
     return {"name": "none", "detail": "no target declared and nothing saturated"}
 
 
+def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> tuple[ServedModel, MemoryPlan]:
+    """With a memory target, give the KV pool everything the weights and runtime leave (the runtime's block count)."""
+    targets, kv = served.capacity.targets, served.runtime.kv_cache
+    if targets is None or targets.memory is None or kv is None:
+        return served, memory
+    pool = targets.memory - memory.weights_bytes - memory.runtime_overhead_bytes
+    if pool <= 0 or pool == kv.memory_budget:
+        return served, memory
+    runtime = served.runtime.model_dump(mode="python")
+    runtime["kv_cache"] = {**runtime["kv_cache"], "memory_budget": pool}
+    try:
+        sized = served.with_changes(runtime=runtime)
+    except ValidationError:
+        return served, memory
+    blocks = pool // (memory.block_size * memory.kv_bytes_per_token)
+    memory = dataclasses.replace(
+        memory,
+        kv_pool_bytes=pool,
+        num_kv_blocks=blocks,
+        max_concurrent_sequences=blocks // memory.blocks_per_sequence,
+        total_bytes=memory.weights_bytes + memory.runtime_overhead_bytes + pool,
+    )
+    notes.append(
+        f"KV pool sized to the memory target: runtime.kv_cache.memory_budget {pool:,} bytes ({blocks:,} blocks; "
+        f"declared {kv.memory_budget:,} bytes)"
+    )
+    return sized, memory
+
+
 def plan(
     served: ServedModel,
     workload: Workload,
@@ -236,6 +266,7 @@ def plan(
             f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
             "step times, so predictions hold for the conditions of the profile (re-run gate profile)"
         )
+    served, memory = _size_kv_pool(served, memory, notes)
     n = min(num_requests, workload.num_requests)
     for i, batching in enumerate(policies):
         if progress:

@@ -84,3 +84,15 @@ def test_write_keeps_comments_and_other_sections(tmp_path: Path, model_dir: Path
     assert "# my manifest" in text and "# the name" in text and "# keep me" in text
     served = load_manifest(path)
     assert (served.batching.mode, served.batching.max_batch_size, served.batching.max_wait_ms) == ("dynamic", 16, 2.0)
+
+
+def test_a_memory_target_sizes_the_kv_pool(model_dir: Path) -> None:
+    result, data = run_plan(model_dir, 2.0, {"memory": "64MiB", "e2e_ms": {"p99": 1000}})
+    mem = data["memory"]
+    pool = 64 * 2**20 - mem["weights_bytes"] - mem["runtime_overhead_bytes"]
+    assert data["recommended"]["kv_cache"]["memory_budget"] == pool
+    assert mem["kv_pool_bytes"] == pool and mem["total_bytes"] == 64 * 2**20
+    assert data["recommended"]["kv_blocks"] == pool // (16 * 256)
+    assert any("KV pool sized to the memory target" in n for n in data["notes"])
+    [memory_check] = [t for t in data["targets"] if t["name"] == "memory"]
+    assert memory_check["met"]
