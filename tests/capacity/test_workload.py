@@ -63,3 +63,12 @@ def test_workload_file_standalone_or_inside_a_manifest(tmp_path) -> None:
     f.write_text("arrival: closed\n")
     with pytest.raises(ManifestError, match="concurrency"):
         load_workload(f)
+
+
+def test_prompt_lengths_from_a_zoo_suite() -> None:
+    from servegate.capacity.workload import suite_prompt_lengths
+    from servegate.zoo import load_suite
+
+    items = load_suite("arith", "test", 5)
+    # the zoo's character tokenizer: one token per character plus <bos>
+    assert suite_prompt_lengths("arith", limit=5) == [len(item["prompt"]) + 1 for item in items]
