@@ -172,31 +172,26 @@ def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tup
     p, o = workload.input_tokens.mean, workload.output_tokens.mean
     service = model.request_overhead_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
     service += model.finish_overhead_s
+    ms = 1000 * service
+    if workload.arrival == "closed":
+        # a closed loop of C keeps C - 1 requests waiting behind the one a batch of one serves
+        load = float((workload.concurrency or 1) - 1)
+        what = f"{workload.concurrency} requests kept in flight ({load:.0f} waiting behind one served alone)"
+    else:
+        load = (workload.rate_rps or 0.0) * service
+        what = f"{workload.rate_rps:g} requests/s offered x {ms:.1f} ms per request served alone"
     targets = served.capacity.targets
     floor = targets.throughput if targets else None
-    floor_rps = None
     if floor is not None:
         floor_rps = floor.value if floor.unit == "requests/s" else floor.value / max(o, 1)
-    if workload.arrival == "closed":
-        load, what = float(workload.concurrency or 1), f"{workload.concurrency} requests kept in flight"
-    else:
-        load, what = (workload.rate_rps or 0.0) * service, f"{workload.rate_rps:g} requests/s offered"
-    if floor_rps is not None and floor_rps * service > load:
-        load, what = floor_rps * service, f"a throughput floor of {floor.value:g} {floor.unit}"  # type: ignore[union-attr]
-    ms = 1000 * service
+        if floor_rps * service > load:
+            load = floor_rps * service
+            what = f"a throughput floor of {floor.value:g} {floor.unit} x {ms:.1f} ms per request served alone"
     if load >= THROUGHPUT_BOUND_LOAD:
-        return (
-            "throughput-bound",
-            f"{what} x {ms:.1f} ms per request served alone = load {load:.2f} >= {THROUGHPUT_BOUND_LOAD}: "
-            "one request at a time cannot keep up, batch efficiency decides",
-            service,
-        )
-    return (
-        "latency-bound",
-        f"{what} x {ms:.1f} ms per request served alone = load {load:.2f} < {THROUGHPUT_BOUND_LOAD}: "
-        "requests rarely overlap, single-request latency decides",
-        service,
-    )
+        why = "one request at a time cannot keep up, batch efficiency decides"
+        return "throughput-bound", f"{what} = load {load:.2f} >= {THROUGHPUT_BOUND_LOAD}: {why}", service
+    why = "requests rarely overlap, single-request latency decides"
+    return "latency-bound", f"{what} = load {load:.2f} < {THROUGHPUT_BOUND_LOAD}: {why}", service
 
 
 def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:

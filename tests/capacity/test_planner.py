@@ -96,3 +96,16 @@ def test_a_memory_target_sizes_the_kv_pool(model_dir: Path) -> None:
     assert any("KV pool sized to the memory target" in n for n in data["notes"])
     [memory_check] = [t for t in data["targets"] if t["name"] == "memory"]
     assert memory_check["met"]
+
+
+def test_closed_loop_regime_depends_on_how_many_wait(model_dir: Path) -> None:
+    from servegate.capacity.planner import _regime
+    from servegate.contracts.evaluation import Workload
+
+    served = manifest(model_dir)
+    one = Workload.model_validate({**WORKLOAD, "arrival": "closed", "concurrency": 1})
+    many = Workload.model_validate({**WORKLOAD, "arrival": "closed", "concurrency": 16})
+    assert _regime(served, one, STEP_MODEL)[0] == "latency-bound"
+    regime, why, service = _regime(served, many, STEP_MODEL)
+    assert regime == "throughput-bound" and "15 waiting behind one served alone" in why
+    assert service == pytest.approx(0.0522)
