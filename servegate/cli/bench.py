@@ -207,6 +207,8 @@ def bench(
     from servegate.capacity.workload import suite_prompt_lengths
 
     served = load(manifest, set_) if manifest is not None else None
+    if served is not None and served.preprocess.task == "embed":
+        raise ServegateError("gate bench measures text generation; this manifest serves embeddings (task: embed)")
     if served is None and url is None:
         raise ServegateError("give a MANIFEST (its own server is started) or --url of a running server")
     workload = resolve_workload(served, workload_file, rate, concurrency, requests)

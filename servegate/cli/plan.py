@@ -113,6 +113,8 @@ def plan(
     if manifest is None:
         raise ServegateError("give a MANIFEST, or --model-config CONFIG.json --memory-budget SIZE --context TOKENS")
     served = load(manifest, set_)
+    if served.preprocess.task == "embed":
+        raise ServegateError("gate plan models text generation; for an embedding manifest use --model-config")
     workload = resolve_workload(served, workload_file)
     model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
