@@ -211,44 +211,57 @@ def generate(
     return results
 
 
-def burst(
-    engine: Engine, requests: Sequence[GenerationRequest], timeout_s: float = 120.0
-) -> list[FinishEvent | ErrorEvent]:
-    """Submit every request at once (no feed window), so a bounded queue can overflow; results in order."""
-    enqueue = getattr(engine, "enqueue", None)
-    if enqueue is not None:  # the reference engine takes a sink directly: all requests land in one go
+@dataclass(frozen=True)
+class Delivered:
+    """How one request of a burst ended, and whether any tokens reached the client before that."""
+
+    result: FinishEvent | ErrorEvent
+    streamed: bool
+
+
+def burst(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: float = 120.0) -> list[Delivered | None]:
+    """Submit every request at once (no feed window), so a bounded queue can overflow.
+
+    One entry per request, in order; None for a request that never ended (lost).
+    """
+    if getattr(engine, "enqueue", None) is not None:  # the reference engine takes a sink: all land in one go
         import threading
 
-        results: list[FinishEvent | ErrorEvent | None] = [None] * len(requests)
+        delivered: list[Delivered | None] = [None] * len(requests)
+        streamed = [False] * len(requests)
         done = threading.Semaphore(0)
 
         def sink_for(i: int) -> Callable[[Any], None]:
             def sink(event: Any) -> None:
                 if isinstance(event, (FinishEvent, ErrorEvent)):
-                    results[i] = event
+                    delivered[i] = Delivered(event, streamed[i])
                     done.release()
+                else:
+                    streamed[i] = True
 
             return sink
 
         for i, request in enumerate(requests):
-            enqueue(request, sink_for(i))
+            engine.enqueue(request, sink_for(i))  # type: ignore[attr-defined]
         for _ in requests:
             if not done.acquire(timeout=timeout_s):
                 break
-        return [r for r in results if r is not None]
+        return delivered
 
     import asyncio
 
-    async def one(request: GenerationRequest) -> FinishEvent | ErrorEvent | None:
-        last = None
+    async def one(request: GenerationRequest) -> Delivered | None:
+        tokens = False
         async for event in engine.submit(request):
-            last = event
-        return last if isinstance(last, (FinishEvent, ErrorEvent)) else None
+            if isinstance(event, (FinishEvent, ErrorEvent)):
+                return Delivered(event, tokens)
+            tokens = True
+        return None
 
-    async def everything() -> list[FinishEvent | ErrorEvent | None]:
+    async def everything() -> list[Delivered | None]:
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
-    return [r for r in asyncio.run(everything()) if r is not None]
+    return asyncio.run(everything())
 
 
 def run_items(

@@ -17,11 +17,11 @@ from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.comparison import QualityComparison, compare_runs
-from servegate.gates.evaluation import SuiteRun, burst, generate, make_suite_data, requests_for
+from servegate.gates.evaluation import SuiteRun, burst, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, Verdict, worst
 from servegate.gates.statistics import boundary_check
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.runtime.api import ErrorEvent, FinishEvent
 
 FORCED_REQUESTS = 16
 
@@ -127,49 +127,58 @@ class FallbackGate(Gate):
         return self.result(verdict, reason, measurements, contract.evidence)
 
     def _routing(self, ctx: GateContext, primary: ServedModel, on: list[str]) -> dict[str, Any]:
-        """Force overload (a queue of 1) and deadlines (1 ms) on the primary; see who answers."""
-        forced = primary.with_changes(
-            failure_policy={**primary.failure_policy.model_dump(mode="python"), "max_queue": 1}
-        )
-        engine = ctx.engines.fresh(forced)
+        """Force overload (a queue of 1) and missed deadlines (a 1 ms request_timeout_s) on the primary.
+
+        The deadline is the primary's manifest setting, not the requests' own, so a request handed to the
+        fallback gets the fallback's deadline, as in production.
+        """
         suites = ctx.suites(primary)
         if not suites or not suites[0].items:
             return {"checks": [("warn", "no suite items to send as forced requests")]}
         data = suites[0]
         items = [data.items[i % len(data.items)] for i in range(FORCED_REQUESTS)]
+        policy = primary.failure_policy.model_dump(mode="python")
         out: dict[str, Any] = {"checks": []}
-        expiring = [
-            GenerationRequest(id=f"deadline/{r.id}", prompt=r.prompt, params=r.params, timeout_s=0.001)
-            for r in requests_for(data, items)
-        ]
-        for trigger, code, requests in (
-            ("overload", "overloaded", requests_for(data, items)),
-            ("timeout", "deadline_exceeded", expiring),
+        for trigger, code, change in (
+            ("overload", "overloaded", {"max_queue": 1}),
+            ("timeout", "deadline_exceeded", {"request_timeout_s": 0.001}),
         ):
             ctx.progress.start(f"fallback: forced {trigger}", 1)
-            results = burst(engine, requests) if trigger == "overload" else generate(engine, requests)
+            engine = ctx.engines.fresh(primary.with_changes(failure_policy={**policy, **change}))
+            requests = requests_for(data, items)
+            delivered = burst(engine, requests)
             ctx.progress.advance()
-            routed = sum(isinstance(r, FinishEvent) and r.fallback_used for r in results)
+            ended = [d for d in delivered if d is not None]
+            routed = sum(isinstance(d.result, FinishEvent) and d.result.fallback_used for d in ended)
             errors: dict[str, int] = {}
-            for r in results:
-                if isinstance(r, ErrorEvent):
-                    errors[r.error.code] = errors.get(r.error.code, 0) + 1
+            for d in ended:
+                if isinstance(d.result, ErrorEvent):
+                    errors[d.result.error.code] = errors.get(d.result.error.code, 0) + 1
+            # once tokens reached the client, switching models would mix two outputs: the error is right then
+            unrouted = sum(
+                isinstance(d.result, ErrorEvent) and d.result.error.code == code and not d.streamed for d in ended
+            )
             provoked = routed + errors.get(code, 0)
             out[trigger] = {
                 "sent": len(requests),
-                "answered": len(results),
+                "answered": len(ended),
                 "routed_to_fallback": routed,
                 "errors": errors,
+                "errors_after_first_token": errors.get(code, 0) - unrouted,
             }
             uncatalogued = [c for c in errors if c not in CATALOGUE]
-            if len(results) != len(requests) or uncatalogued:
-                out["checks"].append(("fail", f"forced {trigger}: requests lost or uncatalogued errors {uncatalogued}"))
+            if len(ended) != len(requests) or uncatalogued:
+                lost = len(requests) - len(ended)
+                out["checks"].append(
+                    ("fail", f"forced {trigger}: {lost} request(s) lost, uncatalogued errors {uncatalogued}")
+                )
             elif provoked == 0:
                 out["checks"].append(("warn", f"forced {trigger} was not provoked: every request finished normally"))
-            elif trigger in on and errors.get(code, 0):
+            elif trigger in on and unrouted:
                 out["checks"].append(
-                    ("fail", f"{errors[code]} {code} error(s) although failure_policy.fallback.on includes {trigger}")
-                )
+                    ("fail", f"{unrouted} {code} error(s) before any token although failure_policy.fallback.on "
+                     f"includes {trigger}")
+                )  # fmt: skip
             elif trigger not in on and routed:
                 out["checks"].append(
                     ("fail", f"{routed} request(s) routed to the fallback on {trigger}, which is not declared")
