@@ -10,7 +10,7 @@ Two stages.
    inter-token gaps exceed the model-step prediction by is the engine's per-step and per-sequence work
    (scheduling, sampling, detokenizing, streaming); TTFT beyond the prefill step is the per-request
    overhead; the gap from the last token to the end of the response is the finishing overhead.
-3. Admission under load. An open-loop run at half the predicted capacity: the per-request admission
+3. Admission under load. An open-loop run at 3/4 of the predicted capacity: the per-request admission
    cost that the server's HTTP work adds to the engine's steps is the one value that makes the simulated
    mean end-to-end latency match the measured one.
 """
@@ -343,7 +343,7 @@ def profile_manifest(
             rate_rps=1.0,
             num_requests=48,
         )  # fmt: skip
-        rate = 0.5 * saturation_throughput(setup, model, shape)
+        rate = 0.75 * saturation_throughput(setup, model, shape)
         specs = make_requests(with_rate(shape, rate), seed=7)
         under_load = asyncio.run(through(server.url, lambda t: run_open_loop(t, specs, prompts)))
     model.arrival_overhead_s = fit_arrival_overhead(model, setup, specs, under_load)
