@@ -50,7 +50,7 @@ def latency_model(served: Any, reprofile: bool) -> LatencyModel:
 
 
 async def measure(url: str, served: Any, workload: Any, seed: int) -> dict[str, Any]:
-    target = HttpTarget(url, model=served.name)
+    target = HttpTarget.for_manifest(url, served)
     try:
         await target.probe()
         run = await run_once(target, workload, PromptFactory(manifest_tokenizer(served), seed=seed), seed=seed)

@@ -81,13 +81,32 @@ class HttpTarget:
     finds out), so outputs have the requested length and the token count comes from the server.
     """
 
-    def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        user: str | None = None,
+    ) -> None:
         base = base_url.rstrip("/")
         self.url = base + ("/completions" if base.endswith("/v1") else "/v1/completions")
         self.model = model
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self.client = SSEClient(self.url.rsplit("/completions", 1)[0], headers)
+        sent = dict(headers or {})
+        if api_key:
+            sent["Authorization"] = f"Bearer {api_key}"
+        self.client = SSEClient(self.url.rsplit("/completions", 1)[0], sent)
         self.extras: dict[str, Any] = {"ignore_eos": True, "stream_options": {"include_usage": True}}
+        if user:
+            self.extras["user"] = user
+
+    @classmethod
+    def for_manifest(cls, base_url: str, served: Any, tenant: str = "bench") -> HttpTarget:
+        """A target sending what the manifest's server expects: its model name and, when it reads one, a tenant."""
+        model = served.runtime.endpoint_model or served.name
+        tenant_from = served.preprocess.tenant_from
+        headers = {"X-Tenant": tenant} if tenant_from == "header" else None
+        return cls(base_url, model, headers=headers, user=tenant if tenant_from == "user" else None)
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         """The JSON body of one streamed completion request."""
@@ -103,7 +122,7 @@ class HttpTarget:
             await self.send(RequestSpec(4, 2, 0.0), "probe", record)
             if record.ok:
                 return
-            refused = [k for k in self.extras if record.error and k in record.error]
+            refused = [k for k in self.extras if k != "user" and record.error and k in record.error]
             if not refused:
                 raise ConnectionError(f"{self.url}: the probe request failed: {record.error}")
             for key in refused:

@@ -321,7 +321,7 @@ def profile_manifest(
     output = max(2, min(16, served.postprocess.max_output_tokens))
 
     async def through(url: str, action: Callable[[HttpTarget], Any]) -> Any:
-        target = HttpTarget(url, model=served.name)
+        target = HttpTarget.for_manifest(url, served)
         try:
             await target.probe()
             return await action(target)

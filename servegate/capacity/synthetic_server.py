@@ -34,6 +34,8 @@ class SyntheticServer:
         self.delays = delays or Delays()
         self.host, self.port = host, port
         self.requests_seen = 0
+        self.last_headers: dict[str, str] = {}
+        """Headers of the latest request (lower-case names)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -57,6 +59,7 @@ class SyntheticServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 received = time.perf_counter()
                 self.requests_seen += 1
+                self.last_headers = headers
                 await self._respond(json.loads(body or b"{}"), received, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass

@@ -134,8 +134,12 @@ def run_bench_against(
     prompt_lengths: list[int] | None = None,
     console: Console | None = None,
     seed: int = 0,
+    served: ServedModel | None = None,
 ) -> Any:
-    """Probe the server, then run the bench with a progress bar; returns the BenchResult."""
+    """Probe the server, then run the bench with a progress bar; returns the BenchResult.
+
+    With `served`, requests carry what its server expects (a tenant when it reads one from a header or `user`).
+    """
     from servegate.capacity.bench import run_bench
     from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 
@@ -143,7 +147,8 @@ def run_bench_against(
     total = workload.num_requests * repeats * loads
 
     async def go() -> Any:
-        target = HttpTarget(url, model=model_name)
+        target = HttpTarget.for_manifest(url, served) if served is not None else HttpTarget(url)
+        target.model = model_name or target.model
         try:
             await target.probe()
             columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -222,6 +227,7 @@ def bench(
     kwargs = dict(
         tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, console=console, seed=seed
     )
+    kwargs["served"] = served
     if url is None and served is not None and served.runtime.backend == "endpoint":
         url = served.runtime.endpoint_url
     peak = None

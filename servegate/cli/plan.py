@@ -53,7 +53,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, console: Console) 
     console.print("verifying: benchmarking the recommended policy...")
     with LocalServer(policy) as server:
         result = run_bench_against(
-            server.url, policy.name, workload, tokenizer=manifest_tokenizer(policy), console=console
+            server.url, policy.name, workload, tokenizer=manifest_tokenizer(policy), console=console, served=policy
         )
     measured = result.as_dict()
     rows = []

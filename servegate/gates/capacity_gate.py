@@ -101,7 +101,7 @@ class CapacityGate(Gate):
     async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> dict[str, Any]:
         from servegate.cli.bench import manifest_tokenizer
 
-        target = HttpTarget(url, model=served.runtime.endpoint_model or served.name)
+        target = HttpTarget.for_manifest(url, served)
         try:
             await target.probe()
             prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)

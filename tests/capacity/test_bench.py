@@ -81,3 +81,22 @@ def test_rate_sweep_and_plots(tmp_path) -> None:
 def test_unreachable_server_fails_the_probe_with_a_message() -> None:
     with pytest.raises(ConnectionError, match="probe"):
         bench(f"http://127.0.0.1:{free_port()}/v1", workload(rate_rps=1, num_requests=1))
+
+
+def test_requests_carry_the_tenant_the_manifest_reads() -> None:
+    from servegate.contracts.manifest import ServedModel
+
+    served = ServedModel.model_validate(
+        {"name": "m", "weights": {"source": "zoo:tiny-primary"}, "preprocess": {"tenant_from": "header"}}
+    )
+    with SyntheticServer(Delays()) as server:
+
+        async def go() -> None:
+            target = HttpTarget.for_manifest(server.url, served)
+            await target.probe()
+            await target.aclose()
+
+        asyncio.run(go())
+        assert server.last_headers.get("x-tenant") == "bench"
+    by_user = served.with_changes(preprocess={"tenant_from": "user"})
+    assert HttpTarget.for_manifest("http://h/v1", by_user).body("p", 1)["user"] == "bench"
