@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
             local_files_only=True,
         )
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, pickle.UnpicklingError) as exc:  # unpickling: torch's weights_only refusal
         raise ServegateError(f"cannot load a causal LM from {directory}: {str(exc).splitlines()[0]}") from None
     # weights.dtype rounds the stored weights; runtime.dtype is what they compute in
     model = model.to(device=device, dtype=dtype).eval()
