@@ -113,26 +113,31 @@ def model_dir_of(served: ServedModel) -> Path:
 
 
 class SlowRunner:
-    """A model runner whose every step takes `delay_s` longer (sleeping: no core is used)."""
+    """A model runner whose steps take longer: `delay_s` per step plus `per_token_s` per token computed.
 
-    def __init__(self, inner: Any, delay_s: float) -> None:
+    It sleeps (no core is used). The per-token part gives a step the cost structure of a bigger model,
+    where a prompt served from the prefix cache is measurably faster than one computed in full.
+    """
+
+    def __init__(self, inner: Any, delay_s: float, per_token_s: float = 0.0) -> None:
         self.inner = inner
         self.delay_s = delay_s
+        self.per_token_s = per_token_s
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def execute(self, chunks: Sequence[Any]) -> Any:
         """Sleep, then run the real step."""
-        time.sleep(self.delay_s)
+        time.sleep(self.delay_s + self.per_token_s * sum(len(c.token_ids) for c in chunks))
         return self.inner.execute(chunks)
 
 
-def reference_engine(served: ServedModel, *, step_delay_s: float = 0.0) -> Any:
-    """The (not yet started) engine `gate serve` builds for the manifest; with step_delay_s, its steps slowed."""
+def reference_engine(served: ServedModel, *, step_delay_s: float = 0.0, per_token_s: float = 0.0) -> Any:
+    """The (not yet started) engine `gate serve` builds for the manifest; its steps slowed as SlowRunner says."""
     from servegate.runtime import build
 
-    if step_delay_s <= 0:
+    if step_delay_s <= 0 and per_token_s <= 0:
         return build(served)
     from servegate.runtime.engine import ReferenceEngine
     from servegate.runtime.engine_setup import build_parts
@@ -140,7 +145,7 @@ def reference_engine(served: ServedModel, *, step_delay_s: float = 0.0) -> Any:
     parts = build_parts(served)
     return ReferenceEngine(
         served,
-        runner=SlowRunner(parts.runner, step_delay_s),
+        runner=SlowRunner(parts.runner, step_delay_s, per_token_s),
         tokenizer=parts.tokenizer,
         preprocessor=parts.preprocessor,
         sampler=parts.sampler,
