@@ -53,7 +53,7 @@ async def measure(url: str, served: Any, workload: Any, seed: int) -> dict[str, 
     target = HttpTarget.for_manifest(url, served)
     try:
         await target.probe()
-        run = await run_once(target, workload, PromptFactory(manifest_tokenizer(served), seed=seed), seed=seed)
+        run = await run_once(target, workload, PromptFactory(manifest_tokenizer(served)), seed=seed)
     finally:
         await target.aclose()
     return run.summary

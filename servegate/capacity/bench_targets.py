@@ -27,9 +27,11 @@ class PromptFactory:
     without one, `chars_per_token` characters per token are sent and the server's usage gives the count.
     """
 
-    def __init__(self, tokenizer: Any | None = None, chars_per_token: float = 4.0, seed: int = 0) -> None:
+    def __init__(self, tokenizer: Any | None = None, chars_per_token: float = 4.0, seed: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.chars_per_token = chars_per_token
+        # No seed: fresh text on every run, so a server's response or prefix cache that outlives one bench
+        # run never answers the next (arrivals and lengths stay reproducible through the workload's seed).
         self._rng = random.Random(seed)
 
     def _filler(self, n_chars: int) -> str:

@@ -157,7 +157,7 @@ def run_bench_against(
                 return await run_bench(
                     target,
                     workload,
-                    PromptFactory(tokenizer, seed=seed),
+                    PromptFactory(tokenizer),
                     repeats=repeats,
                     rates=rates,
                     slo=slo,

@@ -87,7 +87,7 @@ def test_simulation_matches_the_runtime_on_the_tiny_model_at_two_loads(tmp_path:
         live = build(served, fallback=False)
         live.start_sync()  # type: ignore[attr-defined]
         try:
-            records = asyncio.run(run_open_loop(EngineTarget(live), specs, PromptFactory(tokenizer, seed=5)))
+            records = asyncio.run(run_open_loop(EngineTarget(live), specs, PromptFactory(tokenizer)))
         finally:
             live.shutdown_sync(1.0)  # type: ignore[attr-defined]
         measured = summarize(records)["e2el_ms"]
