@@ -9,6 +9,7 @@ Inputs follow the manifest's `max_input_tokens` and `truncation` like prompts do
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ class EmbeddingModel:
                 directory, dtype=load_dtype, use_safetensors=use_safetensors, local_files_only=True
             )
             self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, pickle.UnpicklingError) as exc:  # unpickling: weights_only refusal
             raise ServegateError(f"cannot load an encoder from {directory}: {str(exc).splitlines()[0]}") from None
         self.model: Any = model.to(device=self.device, dtype=self.dtype).eval()
         self.quantization = None
