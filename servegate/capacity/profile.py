@@ -160,33 +160,40 @@ async def measure_serving(
     for _ in range(repeats):
         for p in prompt_tokens:
             single += await run_open_loop(target, [RequestSpec(p, output_tokens, 0.0)], prompts)
-    bursts: list[RequestRecord] = []
-    if burst > 1:
+    bursts: dict[int, list[RequestRecord]] = {}
+    for size in sorted({b for b in (2, 4, burst) if 1 < b <= burst}):
         for _ in range(max(2, repeats // 2)):
-            specs = [RequestSpec(prompt_tokens[0], output_tokens, 0.0) for _ in range(burst)]
-            bursts += await run_open_loop(target, specs, prompts)
-    return {"single": single, "burst": bursts}
+            specs = [RequestSpec(prompt_tokens[0], output_tokens, 0.0) for _ in range(size)]
+            bursts.setdefault(size, []).extend(await run_open_loop(target, specs, prompts))
+    return {"single": single, "bursts": bursts}
 
 
-def calibrate(
-    model: LatencyModel, runs: dict[str, list[RequestRecord]], burst: int, batch_wait_s: float = 0.0
-) -> LatencyModel:
+def calibrate(model: LatencyModel, runs: dict[str, Any], burst: int = 0, batch_wait_s: float = 0.0) -> LatencyModel:
     """Add the serving overheads that the measured requests show beyond the model-step prediction.
 
-    Means, not medians, are matched for inter-token gaps: an end-to-end latency is a sum of gaps, so
-    occasional slow steps count in full. `batch_wait_s` is the batching window a lone request waited.
-    The step jitter becomes the spread of measured gaps around the calibrated prediction.
+    `runs` holds "single" requests and "bursts" (batch size -> requests batched together; or one "burst"
+    list of `burst` requests). The gap residual (measured minus predicted decode step) against batch size
+    is fitted as a line: its intercept is the per-step overhead, its slope the per-sequence overhead.
+    Means, not medians, are matched: an end-to-end latency is a sum of gaps, so occasional slow steps count
+    in full. `batch_wait_s` is the batching window a lone request waited. The step jitter becomes the
+    spread of measured gaps around the calibrated prediction.
     """
     single = [r for r in runs["single"] if r.ok and len(r.token_times) >= 2]
     if not single:
         raise RuntimeError("no request of the calibration run completed: cannot measure serving overheads")
-    r1 = _decode_residual(model, single, 1)
-    e1 = 0.0
-    bursts = [r for r in runs.get("burst", []) if r.ok and len(r.token_times) >= 2]
-    if bursts and burst > 1:
-        rb = _decode_residual(model, bursts, burst)
-        e1 = max(0.0, (rb - r1) / (burst - 1))
-    e0 = max(0.0, r1 - e1)
+    groups: dict[int, list[RequestRecord]] = {1: single}
+    raw = runs.get("bursts") or ({burst: runs.get("burst", [])} if burst > 1 else {})
+    for size, records in raw.items():
+        done = [r for r in records if r.ok and len(r.token_times) >= 2]
+        if done and size > 1:
+            groups[int(size)] = done
+    points = [(size, _decode_residual(model, records, size)) for size, records in sorted(groups.items())]
+    if len(points) > 1:
+        slope, intercept = np.polyfit([b for b, _ in points], [r for _, r in points], 1)
+        e1 = max(0.0, float(slope))
+        e0 = max(0.0, float(intercept) + (float(slope) - e1))  # a clipped slope moves its share to the intercept
+    else:
+        e1, e0 = 0.0, max(0.0, points[0][1])
     coefficients = dict(model.coefficients)
     coefficients["c_step"] += e0
     coefficients["c_decode_seq"] += e1
@@ -197,7 +204,7 @@ def calibrate(
     out.finish_overhead_s = max(0.0, statistics.median([r.end - r.token_times[-1] for r in single if r.end]))
     ratios = [
         gap / out.decode_time(batch, max(2, r.prompt_tokens) + i + 1)
-        for batch, records in ((1, single), (burst, bursts))
+        for batch, records in groups.items()
         for r in records
         for i, gap in enumerate(r.itls)
     ]
@@ -206,7 +213,8 @@ def calibrate(
         {
             "serving_step_overhead_s": e0,
             "serving_per_sequence_overhead_s": e1,
-            "calibration_requests": len(single) + len(bursts),
+            "calibration_requests": sum(len(records) for records in groups.values()),
+            "gap_residual_by_batch_s": {str(b): r for b, r in points},
         }
     )
     return out
