@@ -123,8 +123,10 @@ async def _wait_ready(client: Any, timeout_s: float = READY_TIMEOUT_S) -> None:
         response = await client.get("/ready")
         if response.status_code == 200:
             return
+        reason = response.json().get("reason", "") if response.status_code == 503 else str(response.status_code)
+        if not reason.startswith("starting"):  # a failed warm-up or load: waiting longer cannot help
+            raise GateSetupError(f"the server is not ready: {reason}")
         if loop.time() > end:
-            reason = response.json().get("reason", "") if response.status_code == 503 else response.status_code
             raise GateSetupError(f"the server did not become ready within {timeout_s:.0f} s: {reason}")
         await asyncio.sleep(0.05)
 

@@ -184,10 +184,12 @@ def tenant_fields(served: ServedModel, tenant: str = PROBE_TENANT) -> dict[str, 
 def variant_manifest(served: ServedModel, variant: Variant) -> ServedModel:
     """The manifest behind a probe's server variant."""
     fail = served.failure_policy.model_dump(mode="python")
+    # the warm-up is checked on the main server; with a queue of 1 or a 1 ms deadline it could never pass
+    no_warmup = {**served.runtime.model_dump(mode="python"), "warmup": []}
     if variant == "overload":
-        return served.with_changes(failure_policy={**fail, "max_queue": 1})
+        return served.with_changes(failure_policy={**fail, "max_queue": 1}, runtime=no_warmup)
     if variant == "deadline":
-        return served.with_changes(failure_policy={**fail, "request_timeout_s": 0.001})
+        return served.with_changes(failure_policy={**fail, "request_timeout_s": 0.001}, runtime=no_warmup)
     if variant == "unready":
         runtime = served.runtime.model_dump(mode="python")
         runtime["warmup"] = [{"prompt": "1+1=", "expect": "\u0000servegate-never", "max_tokens": 1}]
