@@ -21,11 +21,13 @@ from servegate.zoo import tasks
 from servegate.zoo.catalog import MODELS_DIR, TRAINED_MODELS, record_model
 from servegate.zoo.datasheet import render_datasheet
 from servegate.zoo.errors import check_name
+from servegate.zoo.eval_suites import load_suite
 from servegate.zoo.measurement import measure
 from servegate.zoo.recipes import RECIPES
+from servegate.zoo.scoring import exact_match_rate, greedy_completions
 from servegate.zoo.suite_generator import held_out_keys
 from servegate.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer
-from servegate.zoo.training import train
+from servegate.zoo.training import ProgressCallback, train
 
 Log = Callable[[str], None]
 
@@ -59,16 +61,34 @@ def save_model(model: PreTrainedModel, out_dir: Path) -> None:
     build_char_tokenizer().save_pretrained(out_dir)
 
 
-def build_model(name: str, out_dir: Path | None = None, log: Log = print) -> BuildResult:
+def _monitor(recipe_steps: int, started: float, log: Log, every: int) -> ProgressCallback:
+    """Log the loss, and every ``every`` steps exact match on 64 calibration items per task."""
+    tokenizer = build_char_tokenizer()
+    probes = {suite: load_suite(suite, "calibration", limit=64) for suite in tasks.TASKS}
+
+    def progress(step: int, loss: float, model: PreTrainedModel) -> None:
+        line = f"step {step}/{recipe_steps}  loss {loss:.4f}  {time.perf_counter() - started:.0f}s"
+        if every and step % every == 0:
+            scores = {
+                suite: exact_match_rate(
+                    greedy_completions(model, tokenizer, [i["prompt"] for i in items]),
+                    [i["reference"] for i in items],
+                )
+                for suite, items in probes.items()
+            }
+            line += "  calibration exact match " + ", ".join(f"{s} {100 * v:.0f}%" for s, v in scores.items())
+        log(line)
+
+    return progress
+
+
+def build_model(name: str, out_dir: Path | None = None, log: Log = print, monitor_every: int = 500) -> BuildResult:
     """Train zoo model ``name`` from scratch into ``out_dir`` (default: the zoo itself, recorded in the index)."""
     check_name("trainable model", name, TRAINED_MODELS)
     recipe = RECIPES[name]
     target = out_dir if out_dir is not None else MODELS_DIR / name
     started = time.perf_counter()
-
-    def progress(step: int, loss: float, _model: PreTrainedModel) -> None:
-        log(f"step {step}/{recipe.steps}  loss {loss:.4f}  {time.perf_counter() - started:.0f}s")
-
+    progress = _monitor(recipe.steps, started, log, monitor_every)
     model, training_seconds = train(recipe, held_out_keys(), progress=progress)
     save_model(model, target)
     log(f"trained {name} in {training_seconds:.1f}s; measuring on the test suites")

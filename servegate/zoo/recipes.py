@@ -33,12 +33,14 @@ class Recipe:
     weight_decay: float
     seed: int
     # Share of training examples drawn from each task.
-    task_mix: dict[str, float] = field(default_factory=lambda: {"arith": 0.4, "recall": 0.3, "json": 0.3})
+    task_mix: dict[str, float] = field(default_factory=lambda: {"arith": 0.35, "recall": 0.35, "json": 0.3})
     # Share of arith examples trained without <bos>, as left truncation may have removed it.
     no_bos_share: float = 0.25
     # Share of arith and recall examples drawn from the shortest lengths (cheap; the rest cover all).
     short_share: float = 0.5
-    threads: int = 2
+    # One thread: the same float operations in the same order on any machine, and no lost time
+    # when other processes share the cores.
+    threads: int = 1
     boundary: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -49,10 +51,10 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     "tiny-primary": Recipe(
         name="tiny-primary",
-        architecture=Architecture(128, 512, 4, 4, 2),
+        architecture=Architecture(192, 768, 2, 6, 2),
         steps=3000,
         batch_size=32,
-        learning_rate=2e-3,
+        learning_rate=3e-3,
         warmup_steps=100,
         weight_decay=0.01,
         seed=1234,
@@ -60,11 +62,13 @@ RECIPES: dict[str, Recipe] = {
     "tiny-fallback": Recipe(
         name="tiny-fallback",
         architecture=Architecture(64, 256, 2, 4, 2),
-        steps=3000,
+        steps=4000,
         batch_size=32,
         learning_rate=3e-3,
         warmup_steps=100,
         weight_decay=0.01,
         seed=4321,
+        # What the fallback promises (fp32 exact match on each test split); measured values are higher.
+        boundary={"arith": 0.9, "recall": 0.95, "json": 0.9},
     ),
 }

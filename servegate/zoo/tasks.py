@@ -32,7 +32,8 @@ TIGHT_MAX_INPUT_TOKENS: int = 24
 # The longest completion (json) is 14 characters; one more token for <eos>.
 MAX_NEW_TOKENS: int = 16
 
-# Training draws many short prompts: the answer never depends on the filler, and tokens cost time.
+# Training draws many short prompts (up to this many tokens over the shortest possible):
+# the answer never depends on the filler, and every token costs training time.
 SHORT_SPAN = 16
 
 CODE_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -158,16 +159,20 @@ def random_code(rng: random.Random) -> str:
 
 
 def sample(task: str, rng: random.Random, short: bool = False) -> Example:
-    """Draw one example of ``task``, its length uniform over the task's range (or its shortest 17)."""
+    """Draw one example of ``task`` with a length uniform over the task's range.
 
-    def length(bounds: tuple[int, int]) -> int:
-        low, high = bounds
-        return rng.randint(low, min(high, low + SHORT_SPAN) if short else high)
+    ``short`` draws from the shortest lengths instead, down to no filler at all: training uses
+    these cheap examples to learn the mechanism (copy the code, add the operands) quickly.
+    """
+
+    def length(bounds: tuple[int, int], shortest: int) -> int:
+        return rng.randint(shortest, shortest + SHORT_SPAN) if short else rng.randint(*bounds)
 
     if task == "arith":
-        return arith(rng.randrange(1000), rng.randrange(1000), length(ARITH_PROMPT_TOKENS), rng)
+        return arith(rng.randrange(1000), rng.randrange(1000), length(ARITH_PROMPT_TOKENS, 9), rng)
     if task == "recall":
-        return recall(random_code(rng), length(RECALL_PROMPT_TOKENS), rng)
+        shortest = 1 + _RECALL_PREFIX_CHARS + len(_RECALL_SUFFIX)
+        return recall(random_code(rng), length(RECALL_PROMPT_TOKENS, shortest), rng)
     if task == "json":
         return json_sum(rng.randrange(1000), rng.randrange(1000))
     raise ValueError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}")
