@@ -80,7 +80,8 @@ class LatencyModel:
     arrival_overhead_s: float = 0.0
     """Seconds a request's admission (HTTP parsing, validation, tokenization) adds to the step in flight."""
     runtime_overhead_bytes: int | None = None
-    """Memory the largest profiled step needed beyond weights and KV pool (process RSS growth), bytes."""
+    """Peak resident memory of the profiling process beyond weights and KV pool (interpreter, torch, the
+    largest step's activations), bytes."""
     step_jitter: float = 0.0
     """Relative spread (coefficient of variation) of measured step times around the fit."""
     key: str = ""

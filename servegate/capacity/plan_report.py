@@ -16,6 +16,7 @@ from ruamel.yaml.comments import CommentedMap
 from servegate.capacity.latency_model import LatencyModel
 from servegate.capacity.planner import Plan
 from servegate.contracts.errors import ManifestError
+from servegate.contracts.units import format_bytes
 
 PERCENTILE_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 
@@ -95,9 +96,13 @@ def plan_lines(data: dict[str, Any]) -> list[str]:
         f"{(p['capacity_requests_per_s'] or 0):.2f} requests/s"
     )
     for t in data["targets"]:
+
+        def show(x: float, unit: str = t["unit"]) -> str:
+            return format_bytes(x) if unit == "bytes" else f"{x:.4g} {unit}"
+
         lines.append(
-            f"target {t['name']}: predicted {t['predicted']:.4g} vs {t['target']:.4g} {t['unit']} - "
-            + ("met" if t["met"] else f"MISSED by {t['missed_by']:.4g} {t['unit']} ({t['missed_by_pct']:.1f}%)")
+            f"target {t['name']}: predicted {show(t['predicted'])} vs {show(t['target'])} - "
+            + ("met" if t["met"] else f"MISSED by {show(t['missed_by'])} ({t['missed_by_pct']:.1f}%)")
         )
     lines += [f"why: {w}" for w in data["why"]]
     lines += [f"note: {n}" for n in data["notes"]]

@@ -30,6 +30,7 @@ from servegate.capacity.prediction import Prediction, predict, saturation_throug
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Targets, Workload
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.units import format_bytes
 
 THROUGHPUT_BOUND_LOAD = 0.7
 """Offered load (x single-request service time) above which one-at-a-time serving queues too much."""
@@ -77,11 +78,12 @@ class TargetCheck:
     def sentence(self) -> str:
         """One line a human reads."""
         kind = "at most" if self.upper else "at least"
-        verdict = "met" if self.met else f"MISSED by {abs(self.predicted - self.target):.4g} {self.unit}"
-        return (
-            f"{self.name}: predicted {self.predicted:.4g} {self.unit}, target {kind} {self.target:.4g} {self.unit}"
-            f" ({verdict})"
-        )
+
+        def show(x: float) -> str:
+            return format_bytes(x) if self.unit == "bytes" else f"{x:.4g} {self.unit}"
+
+        verdict = "met" if self.met else f"MISSED by {show(abs(self.predicted - self.target))}"
+        return f"{self.name}: predicted {show(self.predicted)}, target {kind} {show(self.target)} ({verdict})"
 
 
 @dataclass
@@ -200,8 +202,10 @@ def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:
     run_max = s["running"]["max"]
     if s["preemptions"] > 0 or (s["kv_blocks_used"]["max"] >= 0.95 * best.num_blocks):
         return {"name": "kv_memory", "detail": f"the KV pool ran full ({s['preemptions']} preemptions predicted)"}
-    if best.checks:
-        tight = max(best.checks, key=lambda c: c.ratio)
+    # the KV pool is sized to fill a memory target, so memory binds only when it is missed
+    ranked = [c for c in best.checks if c.name != "memory" or not c.met]
+    if ranked:
+        tight = max(ranked, key=lambda c: c.ratio)
         return {"name": tight.name, "detail": tight.sentence(), "ratio": tight.ratio}
     if run_max >= best.batching.get("max_batch_size", 1) and s["queue_length"]["max"] > 0:
         return {"name": "max_batch_size", "detail": "batches ran full while requests queued"}
@@ -261,6 +265,8 @@ def plan(
             f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
             "step times, so predictions hold for the conditions of the profile (re-run gate profile)"
         )
+    if served.failure_policy.fallback is not None:
+        notes.append("the fallback manifest's engine runs in the same server: its memory is not in this plan")
     served, memory = _size_kv_pool(served, memory, notes)
     n = min(num_requests, workload.num_requests)
     for i, batching in enumerate(policies):

@@ -296,6 +296,7 @@ def profile_manifest(
 
     from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.memory_plan import manifest_memory
     from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
     from servegate.runtime.engine_setup import build_parts
 
@@ -317,9 +318,11 @@ def profile_manifest(
     grid = step_grid(limits, runner.num_blocks, runner.block_size)
     if stage:
         stage("timing model steps", len(grid))
-    loaded = _max_rss_bytes()
     samples = time_steps(runner, grid, repeats, tick)
-    overhead = max(0, _max_rss_bytes() - loaded)
+    # everything the process holds beyond weights and KV pool: interpreter, torch, activations of the largest step
+    kv_pool = runner.num_blocks * runner.block_size * runner.bytes_per_token()
+    weights = manifest_memory(variant).weights_bytes
+    overhead = max(0, _max_rss_bytes() - weights - kv_pool)
     model = fit_runner(samples)
     del parts, runner
 

@@ -118,8 +118,6 @@ def plan(
     workload = resolve_workload(served, workload_file)
     model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
-    for line in memory.lines():
-        console.print(line, highlight=False)
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("plan", total=None)
@@ -131,6 +129,8 @@ def plan(
             num_requests=requests,
             progress=lambda i, n: bar.update(task, completed=i, total=n),
         )
+    for line in result.memory.lines():
+        console.print(line, highlight=False)
     data = plan_json(result, model, workload.model_dump(mode="json"), served.fingerprint)
     for line in plan_lines(data):
         console.print(line, highlight=False)
