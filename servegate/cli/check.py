@@ -10,7 +10,7 @@ from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load
 from servegate.contracts.errors import ServegateError
-from servegate.gates.evaluation import OutputCache, cache_dir
+from servegate.gates.output_cache import OutputCache, cache_dir
 
 
 def _list_gates(json_out: str | None) -> None:

@@ -18,17 +18,8 @@ from pydantic import ValidationError
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.evaluation import (
-    ItemOutput,
-    OutputCache,
-    SuiteData,
-    SuiteItem,
-    SuiteRun,
-    cache_key,
-    load_suite_data,
-    run_items,
-    score_run,
-)
+from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, load_suite_data, run_items, score_run
+from servegate.gates.output_cache import OutputCache, cache_key
 from servegate.gates.result import GateResult, Verdict
 from servegate.runtime.api import Engine
 

@@ -26,7 +26,7 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
     truncation,
 )
 from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, timed
-from servegate.gates.evaluation import OutputCache
+from servegate.gates.output_cache import OutputCache
 from servegate.gates.registry import GATES
 from servegate.gates.result import GateReport, GateResult
 

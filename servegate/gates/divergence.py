@@ -11,7 +11,8 @@ from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
-from servegate.gates.evaluation import ItemOutput, SuiteItem, weights_dir
+from servegate.gates.evaluation import ItemOutput, SuiteItem
+from servegate.gates.output_cache import weights_dir
 from servegate.gates.statistics import NextTokenDivergence, next_token_divergence
 
 DIVERGENCE_ITEMS = 64

@@ -16,7 +16,7 @@ from gate_fakes import Faults, fake_factory
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
-from servegate.gates.evaluation import OutputCache
+from servegate.gates.output_cache import OutputCache
 from servegate.gates.result import GateReport
 
 BASE = """\

@@ -9,15 +9,8 @@ import pytest
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Suite
-from servegate.gates.evaluation import (
-    ItemOutput,
-    OutputCache,
-    SuiteItem,
-    cache_dir,
-    load_suite_data,
-    make_suite_data,
-    score_run,
-)
+from servegate.gates.evaluation import ItemOutput, SuiteItem, load_suite_data, make_suite_data, score_run
+from servegate.gates.output_cache import OutputCache, cache_dir
 
 
 def _data(**suite: object):  # noqa: ANN202
