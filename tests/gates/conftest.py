@@ -113,9 +113,3 @@ def check(tmp_path: Path) -> Callable[..., GateReport]:
         return run_check(baseline, candidate, mode="change", forced=gates, engine_factory=factory, cache=cache)
 
     return _check
-
-
-def gate_result(report: GateReport, name: str):  # noqa: ANN201 - a GateResult
-    """The named gate's result in a report."""
-    (result,) = [g for g in report.gates if g.name == name]
-    return result

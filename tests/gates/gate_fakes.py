@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from servegate.contracts.errors import ServingError
 from servegate.contracts.loading import load_fallback
 from servegate.contracts.manifest import ServedModel
+from servegate.gates.result import GateReport, GateResult
 from servegate.runtime.api import (
     EngineStats,
     ErrorEvent,
@@ -229,3 +230,9 @@ def fake_factory(faults: Faults = Faults(), fallback_faults: Faults = Faults(wea
         return FakeEngine(served, faults, FakeEngine(backup, fallback_faults) if backup is not None else None)
 
     return build
+
+
+def gate_result(report: GateReport, name: str) -> GateResult:
+    """The named gate's result in a report."""
+    (result,) = [g for g in report.gates if g.name == name]
+    return result
