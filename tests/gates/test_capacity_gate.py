@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,13 +16,12 @@ from servegate.gates.registry import GATES
 
 @pytest.fixture
 def gate_class() -> Iterator[type]:
-    """The registered capacity gate; unregistered afterwards so other tests see the registry they expect."""
-    sys.modules.pop("servegate.gates.capacity_gate", None)
-    GATES.remove("capacity")
-    module = importlib.import_module("servegate.gates.capacity_gate")
-    assert GATES.get("capacity") is module.CapacityGate
-    yield module.CapacityGate
-    GATES.remove("capacity")
+    """The capacity gate as registered by `gate check` (imported through the check orchestration)."""
+    importlib.import_module("servegate.gates.check")
+    entry = GATES.entry("capacity")
+    assert entry.obj.__module__ == "servegate.gates.capacity_gate"
+    assert "capacity" in entry.metadata["watches"] and entry.metadata["purpose"]
+    yield entry.obj
 
 
 def served(url: str, targets: dict[str, Any] | None) -> ServedModel:
