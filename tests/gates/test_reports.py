@@ -1,0 +1,81 @@
+"""The report files a CI system reads: JUnit XML (parsed back), JSON and Markdown, from a known report."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+from servegate.gates.reports import json_text, junit_xml, markdown
+from servegate.gates.result import GateReport, GateResult, example, worst
+
+IDENTITY = {"name": "m", "version": "1", "fingerprint": "ab" * 32, "form": "reference form", "source": ""}
+
+
+def _report() -> GateReport:
+    failing = GateResult(
+        "truncation",
+        "fail",
+        'recall/exact_match: inferior <by> "a lot" & more',
+        {"limit_tokens": 24},
+        [example("r1", True, suite="recall", prompt="key=AB", baseline="AB", candidate="ZZ", reference="AB")],
+        ["changed: preprocess.max_input_tokens"],
+        1.25,
+    )
+    return GateReport(
+        baseline=IDENTITY,
+        candidate=IDENTITY,
+        gates=[
+            GateResult("contract", "pass", "13 probes answered as declared", triggered_by=["every manifest"]),
+            failing,
+            GateResult("caching", "warn", "the warm passes never hit a cache"),
+            GateResult("batching", "skipped", "no watched field changed"),
+        ],
+        duration_s=3.5,
+    )
+
+
+def test_junit_has_one_testcase_per_gate_with_the_reason_as_failure_message() -> None:
+    root = ET.fromstring(junit_xml(_report()).split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "1", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == ["contract", "truncation", "caching", "batching"]
+    failure = cases["truncation"].find("failure")
+    assert failure is not None and failure.get("message") == 'recall/exact_match: inferior <by> "a lot" & more'
+    assert json.loads(failure.text or "")["measurements"] == {"limit_tokens": 24}
+    assert cases["caching"].find("failure") is None  # a warning is not a failure ...
+    assert "warn: the warm passes never hit a cache" in (cases["caching"].findtext("system-out") or "")
+    assert cases["batching"].find("skipped") is not None
+    assert cases["truncation"].get("time") == "1.250"
+
+
+def test_strict_junit_fails_warnings_too() -> None:
+    suite = ET.fromstring(junit_xml(_report(), strict=True).split("\n", 1)[1]).find("testsuite")
+    assert suite is not None and suite.get("failures") == "2"
+
+
+def test_json_has_the_documented_shape() -> None:
+    data = json.loads(json_text(_report()))
+    assert data["verdict"] == "fail" and data["fingerprint"] == "ab" * 32
+    assert [g["name"] for g in data["gates"]] == ["contract", "truncation", "caching", "batching"]
+    assert all({"name", "verdict", "reason", "measurements"} <= set(g) for g in data["gates"])
+    assert data["counts"] == {"pass": 1, "fail": 1, "warn": 1, "skipped": 1}
+
+
+def test_markdown_lists_verdicts_and_the_failure_examples() -> None:
+    text = markdown(_report())
+    assert "**FAIL**" in text
+    assert "| truncation | fail | recall/exact_match: inferior" in text
+    assert '"candidate": "ZZ"' in text
+
+
+def test_private_examples_carry_only_ids_and_lengths() -> None:
+    private = example("7", False, suite="s", prompt="secret prompt", baseline="secret", candidate="other")
+    assert private == {"suite": "s", "id": "7", "prompt_chars": 13, "baseline_chars": 6, "candidate_chars": 5}
+
+
+def test_worst_orders_verdicts() -> None:
+    assert worst(["pass", "warn", "skipped"]) == "warn"
+    assert worst(["pass", "fail", "warn"]) == "fail"
+    assert worst([]) == "skipped"
