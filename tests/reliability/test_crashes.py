@@ -32,10 +32,10 @@ def job_lines(n: int) -> list[dict[str, Any]]:
     for i in range(n):
         rid: int | str = i if i % 3 else f"req-{i}"
         if i % 5 == 4:
-            lines.append({"id": rid, "messages": [{"role": "user", "content": f"chat {i}"}], "max_tokens": 24,
+            lines.append({"id": rid, "messages": [{"role": "user", "content": f"chat {i}"}], "max_tokens": 16,
                           "temperature": 0})  # fmt: skip
         else:
-            lines.append({"id": rid, "prompt": f"line {i}: tell me", "max_tokens": 24, "temperature": 0})
+            lines.append({"id": rid, "prompt": f"line {i}: tell me", "max_tokens": 16, "temperature": 0})
     lines[7] = {"id": "bad-temperature", "prompt": "x", "temperature": 9}
     lines[13] = {"id": "bad-field", "prompt": "x", "colour": "blue"}
     return lines
@@ -68,7 +68,7 @@ def wait_for_lines(process: Any, out: Path, target: int, timeout_s: float = 300.
 
 
 @pytest.mark.parametrize(
-    ("lines", "kills"), [pytest.param(60, 6, id="fast"), pytest.param(200, 20, id="long", marks=pytest.mark.slow)]
+    ("lines", "kills"), [pytest.param(40, 6, id="fast"), pytest.param(200, 20, id="long", marks=pytest.mark.slow)]
 )
 def test_gate_run_killed_at_random_points_resumes_without_loss_or_repeat(
     tmp_path: Path, figures: Any, lines: int, kills: int

@@ -185,7 +185,8 @@ def test_reports_and_note_never_show_a_private_suites_secret(
     )
     written = {p.name: p.read_text(encoding="utf-8") for p in sorted(out.iterdir()) if p.is_file()}
     report = json.loads(written["check.json"])
-    figures.set("gate check exit / gates run", f"{check_code} / {', '.join(g['name'] for g in report['gates'])}")
+    verdicts = ", ".join(f"{g['name']}: {g['verdict']}" for g in report["gates"] if g["verdict"] != "skipped")
+    figures.set("gate check exit / verdicts", f"{check_code} / {verdicts}")
     figures.set("gate note exit", note_code)
     figures.set("files checked", sorted(written) + ["console output"])
     leaks = {name for name, text in {**written, "console": check_console + note_console}.items() if SECRET in text}
