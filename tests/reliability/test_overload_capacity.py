@@ -7,7 +7,7 @@ the very runner the server uses (`time_steps` + `fit_runner`, as `gate profile` 
 slowed by STEP_DELAY_S (sleeping, as a bigger model would take on this CPU) so that 4x capacity is a rate
 a Python client on two shared cores can really send. Arrivals are open-loop Poisson; one request in four
 streams. The instant 100-request burst against the queue bound is tests/server/test_api.py; the fake-engine
-burst with the server's own counts is tests/server/test_overload.py.
+burst with the server's own counts is tests/server/test_server_overload.py.
 """
 
 from __future__ import annotations
