@@ -332,12 +332,14 @@ def main() -> None:
             "(c) servegate continuous": lambda jobs=jobs: run_servegate(engine, jobs),
         }
         for system, runner in systems.items():
+            load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
             wall, e2e = runner()
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
             print(
                 f"{label:>22} | {system:<48} | {outcome.tokens_per_s:7.1f} output tokens/s | "
-                f"p50 {outcome.percentile(50):6.1f} s | p99 {outcome.percentile(99):6.1f} s | wall {wall:6.1f} s",
+                f"p50 {outcome.percentile(50):6.1f} s | p99 {outcome.percentile(99):6.1f} s | wall {wall:6.1f} s | "
+                f"load {load:.1f}",
                 flush=True,
             )
         a, b, c = outcomes[-3:]
