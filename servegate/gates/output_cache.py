@@ -21,6 +21,16 @@ if TYPE_CHECKING:  # evaluation.py re-exports this module, so import it lazily
 
 CACHE_ENV = "SERVEGATE_CACHE"
 DEFAULT_CACHE_DIR = ".servegate-cache"
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".model"})
+CONFIG_FILES = frozenset({"config.json", "generation_config.json", "special_tokens_map.json", "merges.txt"})
+TOKENIZER_PREFIXES = ("tokenizer", "vocab", "chat_template")
+
+
+def _changes_outputs(path: Path) -> bool:
+    """Whether a file of a weights folder can change outputs (weights, configs, tokenizer); a datasheet cannot."""
+    return path.suffix in WEIGHT_SUFFIXES or path.name in CONFIG_FILES or path.name.startswith(TOKENIZER_PREFIXES)
+
+
 CACHE_FORMAT = 1
 """Bumped when the cached record layout changes (older entries are then ignored)."""
 
@@ -51,7 +61,7 @@ def weights_stamp(served: ServedModel) -> str:
         return served.weights.source
     digest = hashlib.sha256(served.weights.source.encode())
     for path in sorted(directory.rglob("*")):
-        if path.is_file():
+        if path.is_file() and _changes_outputs(path):
             stat = path.stat()
             digest.update(f"{path.relative_to(directory)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()

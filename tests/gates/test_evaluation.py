@@ -80,3 +80,19 @@ def test_items_without_the_declared_fields_are_refused(load, manifests: Path) ->
     (manifests / "odd.jsonl").write_text('{"id": "1", "question": "p", "reference": "r"}\n')
     with pytest.raises(ServegateError, match=r"quality.suites\[odd\]: .*prompt"):
         load_suite_data(load("base.yaml"), Suite(name="odd", dataset="odd.jsonl"))
+
+
+def test_the_cache_key_follows_the_weight_files_but_not_their_datasheet(tmp_path: Path) -> None:
+    import os
+
+    from servegate.contracts.manifest import ServedModel
+    from servegate.gates.output_cache import cache_key
+
+    (tmp_path / "model.safetensors").write_bytes(b"w" * 8)
+    (tmp_path / "DATASHEET.md").write_text("v1")
+    served = ServedModel.model_validate({"name": "m", "weights": {"source": str(tmp_path)}})
+    key = cache_key(served)
+    (tmp_path / "DATASHEET.md").write_text("v2, rewritten")
+    assert cache_key(served) == key
+    os.utime(tmp_path / "model.safetensors", ns=(1, 1))  # a retrained checkpoint
+    assert cache_key(served) != key
