@@ -1,4 +1,9 @@
-"""Test-wide settings: never reach a hub, keep Hugging Face caches in a temporary folder."""
+"""Test-wide settings: never reach a hub, keep Hugging Face caches in a temporary folder, one torch thread.
+
+One thread per process: the models in tests are tiny, and on a shared 2-core machine several
+processes (pytest plus `gate serve` subprocesses) each asking for two threads stall every small
+matrix multiply. Subprocesses inherit OMP_NUM_THREADS.
+"""
 
 from __future__ import annotations
 
@@ -9,3 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="servegate-hf-home-"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure() -> None:
+    """Pin torch to one thread when it is installed (every test environment has it)."""
+    import torch
+
+    torch.set_num_threads(1)

@@ -7,6 +7,7 @@ reproduces them bit for bit, elsewhere within the slow test's 2 points.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -90,6 +91,8 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
     started = time.perf_counter()
     progress = _monitor(recipe.steps, started, log, monitor_every)
     model, training_seconds = train(recipe, held_out_keys(), progress=progress)
+    # Training time depends on what else runs on the cores; the load average puts it in context.
+    load_after_training = os.getloadavg()[0]
     save_model(model, target)
     log(f"trained {name} in {training_seconds:.1f}s; measuring on the test suites")
     measured = measure(model, build_char_tokenizer())
@@ -103,6 +106,8 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
             "python": platform.python_version(),
             "machine": platform.machine(),
             "threads": recipe.threads,
+            "cpu_count": os.cpu_count(),
+            "load_average_1min_after_training": round(load_after_training, 1),
         },
         "limits": {
             "safe_max_input_tokens": tasks.SAFE_MAX_INPUT_TOKENS,

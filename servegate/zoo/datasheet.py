@@ -26,6 +26,17 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
+def _training_time(metrics: dict[str, Any]) -> str:
+    env = metrics["environment"]
+    text = f"{metrics['training_seconds'] / 60:.1f} min wall-clock (torch {env['torch']}, {env['machine']}"
+    if "cpu_count" in env:
+        load = env["load_average_1min_after_training"]
+        text += f", {env['cpu_count']} cores, 1-min load average {load} when training ended"
+        if load > env["threads"] + 1:
+            text += ": other jobs were sharing the cores, so expect it faster on an idle machine"
+    return text + ")"
+
+
 def _boundary_lines(metrics: dict[str, Any]) -> list[str]:
     boundary: dict[str, float] = metrics["recipe"].get("boundary") or {}
     if not boundary:
@@ -179,8 +190,7 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
                 ["threads", str(metrics["environment"]["threads"])],
                 [
                     "training time",
-                    f"{metrics['training_seconds'] / 60:.1f} min on this build machine "
-                    f"(torch {metrics['environment']['torch']}, {metrics['environment']['machine']})",
+                    _training_time(metrics),
                 ],
             ],
         ),

@@ -48,19 +48,13 @@ class Recipe:
         return asdict(self)
 
 
+# Both models share one architecture and seed: the fallback is the same recipe stopped after 1500
+# steps, so it keeps the tokenizer and output contract (EOS-terminated answers, valid JSON) but
+# knows less. A larger primary (hidden 128-192, 2-4 layers) was tried and did not converge within
+# 3000-4000 steps at these learning rates; see DATASHEET.md.
 RECIPES: dict[str, Recipe] = {
     "tiny-primary": Recipe(
         name="tiny-primary",
-        architecture=Architecture(192, 768, 2, 6, 2),
-        steps=3000,
-        batch_size=32,
-        learning_rate=3e-3,
-        warmup_steps=100,
-        weight_decay=0.01,
-        seed=1234,
-    ),
-    "tiny-fallback": Recipe(
-        name="tiny-fallback",
         architecture=Architecture(64, 256, 2, 4, 2),
         steps=4000,
         batch_size=32,
@@ -68,7 +62,18 @@ RECIPES: dict[str, Recipe] = {
         warmup_steps=100,
         weight_decay=0.01,
         seed=4321,
+    ),
+    "tiny-fallback": Recipe(
+        name="tiny-fallback",
+        architecture=Architecture(64, 256, 2, 4, 2),
+        steps=1500,
+        batch_size=32,
+        learning_rate=3e-3,
+        warmup_steps=100,
+        weight_decay=0.01,
+        seed=4321,
         # What the fallback promises (fp32 exact match on each test split); measured values are higher.
-        boundary={"arith": 0.9, "recall": 0.95, "json": 0.9},
+        # Recall needs longer training: the fallback does not promise it.
+        boundary={"arith": 0.75, "json": 0.75},
     ),
 }

@@ -71,8 +71,9 @@ def test_list_models_describes_every_model() -> None:
     infos = {info.name: info for info in list_models()}
     assert set(infos) == {"tiny-primary", "tiny-fallback", "minilm"}
     assert infos["tiny-primary"].kind == "causal-lm" and infos["minilm"].kind == "embedding"
-    assert infos["tiny-fallback"].parameters < infos["tiny-primary"].parameters
-    assert 1_000_000 <= infos["tiny-primary"].parameters <= 3_000_000
+    # The fallback is the primary's recipe stopped early: same size, less trained (see recipes.py).
+    assert infos["tiny-fallback"].parameters <= infos["tiny-primary"].parameters
+    assert 100_000 <= infos["tiny-primary"].parameters <= 3_000_000
     assert set(infos["tiny-primary"].suites) == {"arith", "recall", "json"}
     assert infos["minilm"].suites == ("similarity",)
     for info in infos.values():

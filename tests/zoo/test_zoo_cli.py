@@ -15,7 +15,7 @@ from servegate.zoo import build as build_module
 from servegate.zoo.catalog import sha256_file
 from servegate.zoo.recipes import RECIPES
 
-runner = CliRunner()
+runner = CliRunner(env={"COLUMNS": "240"})  # wide enough that model names are never wrapped
 
 
 def test_list_prints_a_table() -> None:
