@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/gate validate examples/quickstart/manifest.yaml
+	$(BIN)/gate check examples/quickstart/manifest.yaml --json out/check.json --junit out/check.xml --note out/SERVING.md
 
 lint: install
 	$(BIN)/ruff check servegate tests benchmarks

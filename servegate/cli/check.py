@@ -39,6 +39,9 @@ def check(
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one testcase per gate).")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail the check too.")] = False,
+    note: Annotated[
+        Path | None, typer.Option("--note", help="Also write the public serving note (Markdown + JSON twin).")
+    ] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Regenerate baseline outputs instead of reusing them.")
     ] = False,
@@ -83,6 +86,11 @@ def check(
             report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
     print_table(report, console)
     write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
+    if note is not None:  # before the exit code, so a failing check still publishes its failing verdict
+        from servegate.model_cards.note import write_note
+
+        write_note(cand if manifest is None else served, report, note)
+        console.print(f"serving note written to {note}")
     if report.verdict == "fail" or (strict and report.warned):
         raise typer.Exit(1)
 

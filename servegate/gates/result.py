@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 Verdict = Literal["pass", "fail", "warn", "skipped"]
@@ -55,6 +56,8 @@ class GateReport:
     """`reference`: a manifest against its own reference form; `change`: baseline vs candidate manifests."""
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    """When the gates ran (UTC, ISO 8601); `gate note --check` compares it with the manifest's age."""
 
     @property
     def verdict(self) -> Literal["pass", "fail"]:
@@ -75,6 +78,7 @@ class GateReport:
         return {
             "verdict": self.verdict,
             "fingerprint": self.candidate.get("fingerprint"),
+            "created_at": self.created_at,
             "mode": self.mode,
             "baseline": self.baseline,
             "candidate": self.candidate,
