@@ -90,10 +90,14 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
     target = out_dir if out_dir is not None else MODELS_DIR / name
     started = time.perf_counter()
     progress = _monitor(recipe.steps, started, log, monitor_every)
-    model, training_seconds = train(recipe, held_out_keys(), progress=progress)
+    # Beside the target, not in it: an interrupted build resumes, a finished one ships no checkpoint.
+    checkpoint = target.parent / f".{target.name}.checkpoint.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model, training_seconds = train(recipe, held_out_keys(), progress=progress, checkpoint=checkpoint)
     # Training time depends on what else runs on the cores; the load average puts it in context.
     load_after_training = os.getloadavg()[0]
     save_model(model, target)
+    checkpoint.unlink(missing_ok=True)
     log(f"trained {name} in {training_seconds:.1f}s; measuring on the test suites")
     measured = measure(model, build_char_tokenizer())
     metrics: dict[str, Any] = {

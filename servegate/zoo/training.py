@@ -10,6 +10,8 @@ import math
 import random
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -102,13 +104,34 @@ def learning_rate(recipe: Recipe, step: int) -> float:
     return recipe.learning_rate * (0.1 + 0.45 * (1.0 + math.cos(math.pi * progress)))
 
 
+def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    # Written aside and renamed: a process killed mid-write never leaves a torn checkpoint.
+    partial = path.with_name(path.name + ".partial")
+    torch.save(state, partial)
+    partial.replace(path)
+
+
+def _load_checkpoint(path: Path, recipe: Recipe) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    state: dict[str, Any] = torch.load(path, weights_only=True)
+    # A checkpoint of another recipe is stale: start from scratch rather than mix two runs.
+    return state if state["recipe"] == recipe.as_dict() else None
+
+
 def train(
     recipe: Recipe,
     held_out: Collection[str] = (),
     progress: ProgressCallback | None = None,
     progress_every: int = 100,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 250,
 ) -> tuple[LlamaForCausalLM, float]:
-    """Train a fresh model by ``recipe``; return it (in eval mode) and the seconds it took."""
+    """Train a fresh model by ``recipe``; return it (in eval mode) and the seconds it took.
+
+    With ``checkpoint``, the run saves its whole state there every ``checkpoint_every`` steps and
+    a rerun resumes from it; the resumed run ends with the same weights as an uninterrupted one.
+    """
     torch.set_num_threads(recipe.threads)
     torch.manual_seed(recipe.seed)
     model = LlamaForCausalLM(model_config(recipe))
@@ -120,9 +143,17 @@ def train(
         lr=recipe.learning_rate,
         betas=(0.9, 0.98),
     )
+    first_step, earlier_seconds = 0, 0.0
+    resumed = _load_checkpoint(checkpoint, recipe) if checkpoint is not None else None
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        stream.rng.setstate(resumed["stream_rng"])
+        stream.pending = resumed["stream_pending"]
+        first_step, earlier_seconds = resumed["step"], resumed["seconds"]
     started = time.perf_counter()
     model.train()
-    for step in range(recipe.steps):
+    for step in range(first_step, recipe.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(recipe, step)
         ids, labels = stream.batch()
@@ -134,9 +165,22 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if checkpoint is not None and (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+            _save_checkpoint(
+                checkpoint,
+                {
+                    "recipe": recipe.as_dict(),
+                    "step": step + 1,
+                    "seconds": earlier_seconds + time.perf_counter() - started,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "stream_rng": stream.rng.getstate(),
+                    "stream_pending": stream.pending,
+                },
+            )
         if progress is not None and (step + 1) % progress_every == 0:
             model.eval()
             progress(step + 1, loss.item(), model)
             model.train()
     model.eval()
-    return model, time.perf_counter() - started
+    return model, earlier_seconds + time.perf_counter() - started
