@@ -16,14 +16,23 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-import torch  # noqa: F401 - preloaded once in the fork server
+# Everything below is imported once, in the fork server; each job starts with it loaded.
+import rich.progress  # noqa: F401
+import torch  # noqa: F401
 import transformers  # noqa: F401
+import uvicorn  # noqa: F401
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: F401
 
 import servegate.cli.app  # noqa: F401
 import servegate.runtime.engine  # noqa: F401
 import servegate.runtime.model_runner  # noqa: F401
+import servegate.runtime.offline  # noqa: F401
+import servegate.runtime.postprocess  # noqa: F401
+import servegate.runtime.preprocess  # noqa: F401
+import servegate.runtime.sampling  # noqa: F401
 import servegate.runtime.weights  # noqa: F401
 import servegate.server  # noqa: F401
+import servegate.zoo  # noqa: F401
 
 _CONTEXT: ForkServerContext | None = None
 
