@@ -40,10 +40,23 @@ _CONTEXT: ForkServerContext | None = None
 def _context() -> ForkServerContext:
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = multiprocessing.get_context("forkserver")  # type: ignore[assignment]
-        sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fork server imports this module
-        _CONTEXT.set_forkserver_preload([__name__])  # type: ignore[union-attr]
-    return _CONTEXT  # type: ignore[return-value]
+        from multiprocessing import forkserver
+
+        context: ForkServerContext = multiprocessing.get_context("forkserver")  # type: ignore[assignment]
+        context.set_forkserver_preload([__name__])
+        # The fork server must import this module, but Python 3.11 does not hand it the parent's sys.path
+        # (its preload then fails silently and every job imports torch itself): PYTHONPATH does, while it starts.
+        previous = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), previous]))
+        try:
+            forkserver.ensure_running()
+        finally:
+            if previous is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = previous
+        _CONTEXT = context
+    return _CONTEXT
 
 
 def _redirect(log_path: str, cwd: str) -> None:
