@@ -58,13 +58,17 @@ def list_command(json_out: JsonOption = None) -> None:
     infos = list_models()
     console = console_for(json_out)
     table = Table(title="servegate zoo", show_header=True)
-    for column in ("name", "kind", "parameters", "suites", "path", "files (sha256)"):
+    for column in ("name", "kind", "parameters", "suites", "path"):
         table.add_column(column, overflow="fold")
     for info in infos:
-        files = "\n".join(f"{name}  {digest[:16]}" for name, digest in info.files.items())
         where = str(info.path) if info.path is not None else f"not installed: {info.note}"
-        table.add_row(info.name, info.kind, f"{info.parameters:,}", ", ".join(info.suites), where, files)
+        table.add_row(info.name, info.kind, f"{info.parameters:,}", ", ".join(info.suites), where)
     console.print(table)
+    for info in infos:
+        # sha256sum's own format, so `sha256sum -c` can check a copied model directory.
+        console.print(f"\n{info.name} files (sha256):", highlight=False)
+        for name, digest in info.files.items():
+            console.print(f"{digest}  {name}", highlight=False, soft_wrap=True)
     write_json(json_out, {"models": [info.as_dict() for info in infos]})
 
 
