@@ -39,9 +39,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     if book is None or book.reliability_tests_run == 0:
         return
     terminalreporter.section("reliability figures")
+    from reliability_engine import zoo_primary
+
+    model = "zoo:tiny-primary" if zoo_primary() is not None else "a random tiny Llama (zoo:tiny-primary not built)"
+    terminalreporter.write_line(f"model served: {model}")
     for line in book.lines() or ["(no figures recorded)"]:
         terminalreporter.write_line(line)
     target = os.environ.get("SERVEGATE_RELIABILITY_JSON")
     if target:
-        book.write_json(Path(target))
+        book.write_json(Path(target), model=model)
         terminalreporter.write_line(f"figures written to {target}")

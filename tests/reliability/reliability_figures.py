@@ -109,9 +109,9 @@ class FigureBook:
             last = test
         return out
 
-    def write_json(self, path: Path) -> None:
-        """Write every test's figures to `path` (atomically)."""
-        payload = {"tests": [t.to_json() for t in self.tests.values() if t.values or t.samples]}
+    def write_json(self, path: Path, **context: Any) -> None:
+        """Write every test's figures to `path` (atomically), with `context` (e.g. the model served)."""
+        payload = {**context, "tests": [t.to_json() for t in self.tests.values() if t.values or t.samples]}
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
         tmp.replace(path)
