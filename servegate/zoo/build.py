@@ -141,5 +141,5 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
 
 DESCRIPTIONS: dict[str, str] = {
     "tiny-primary": "character-level Llama trained by servegate on arith, recall and json; the default model",
-    "tiny-fallback": "smaller character-level Llama, same tokenizer and output contract; the default fallback",
+    "tiny-fallback": "the primary's recipe stopped at 1500 steps: arith and json, no recall; the default fallback",
 }

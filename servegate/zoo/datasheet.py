@@ -30,8 +30,10 @@ def _training_time(metrics: dict[str, Any]) -> str:
     env = metrics["environment"]
     text = f"{metrics['training_seconds'] / 60:.1f} min wall-clock (torch {env['torch']}, {env['machine']}"
     if "cpu_count" in env:
-        load = env["load_average_1min_after_training"]
-        text += f", {env['cpu_count']} cores, 1-min load average {load} when training ended"
+        text += f", {env['cpu_count']} cores"
+    load = env.get("load_average_1min_after_training")
+    if load is not None:
+        text += f", 1-min load average {load} when training ended"
         if load > env["threads"] + 1:
             text += ": other jobs were sharing the cores, so expect it faster on an idle machine"
     return text + ")"
@@ -46,13 +48,15 @@ def _boundary_lines(metrics: dict[str, Any]) -> list[str]:
         [suite, f">= {_pct(low)}", _pct(measured[suite]), "inside" if measured[suite] >= low else "OUTSIDE"]
         for suite, low in boundary.items()
     ]
+    unpromised = [suite for suite in SUITE_ORDER if suite not in boundary]
     return [
         "## Fallback boundary",
         "",
-        "As a fallback this model promises at least the exact match below on each test suite (fp32):",
+        "As a fallback this model promises at least the exact match below on these test suites (fp32):",
         "",
         *_table(["suite", "boundary", "measured", "status"], rows),
         "",
+        *([f"Not promised: {', '.join(unpromised)}.", ""] if unpromised else []),
     ]
 
 
@@ -199,7 +203,7 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         "",
         f"`gate zoo build {metrics['model']}` retrains from the same seed and writes the same files; on the "
         "same torch build and thread count the weights are identical, elsewhere the metrics agree within a "
-        "few points (the slow test `tests/zoo/test_rebuild.py` checks 2 points).",
+        "few points (the slow test `tests/zoo/test_zoo_rebuild.py` checks 2 points).",
         "",
         "## Limitations",
         "",
