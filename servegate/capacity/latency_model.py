@@ -10,9 +10,11 @@ time is modelled as a non-negative combination of what the step does:
            + c_decode_seq     x number of decode chunks (n_i = 1)
            + c_decode_attn    x sum of (s_i + 1) over decode chunks            (keys read)
 
-plus, per request, `request_overhead_s` before its first token (HTTP, tokenization, queue hand-off)
-and `finish_overhead_s` after its last one, and `arrival_overhead_s` added to a step that is running
-while a request is being admitted (the server's CPU time for it competes with the engine's). So a request costs
+plus, per request, `request_overhead_s` before its first token (HTTP, tokenization, queue hand-off),
+`admission_delay_per_running_s` for every sequence running when it is sent (the server streams their
+tokens on the event loop that must also read the new request), and `finish_overhead_s` after its last
+one, and `arrival_overhead_s` added to a step that is running while a request is being admitted (the
+server's CPU time for it competes with the engine's). So a request costs
 t_queue + t_prefill(T_in) + T_out x t_decode + t_post, with t_prefill and t_decode read off the steps
 the scheduler actually forms. Models are saved as JSON keyed by the served model and the hardware.
 """
@@ -79,11 +81,16 @@ class LatencyModel:
     """Seconds from a request's last token to the end of its response."""
     arrival_overhead_s: float = 0.0
     """Seconds a request's admission (HTTP parsing, validation, tokenization) adds to the step in flight."""
+    admission_delay_per_running_s: float = 0.0
+    """Seconds a request's admission is delayed per sequence running when it is sent (the server's event
+    loop streams their tokens before it reads the new request)."""
     runtime_overhead_bytes: int | None = None
     """Peak resident memory of the profiling process beyond weights and KV pool (interpreter, torch, the
     largest step's activations), bytes."""
     step_jitter: float = 0.0
     """Relative spread (coefficient of variation) of measured step times around the fit."""
+    step_jitter_correlation: float = 0.0
+    """Correlation of one step's log slowdown with the next one's (back-to-back serving steps)."""
     key: str = ""
     """Profile key: fingerprint of the manifest with its batching section at defaults."""
     fingerprint: str = ""
@@ -155,6 +162,47 @@ def fit_steps(samples: Sequence[StepSample]) -> tuple[dict[str, float], dict[str
         "p90_rel_error": float(np.percentile(rel, 90)),
     }
     return dict(zip(FEATURES, (float(c) for c in coef), strict=True)), quality
+
+
+@dataclass(frozen=True)
+class ServingStep:
+    """One step the engine ran while serving: its chunks, its duration in seconds, requests admitted meanwhile."""
+
+    chunks: tuple[Chunk, ...]
+    seconds: float
+    arrivals: int
+    began: float | None = None
+    """When it began (perf_counter seconds in the serving process), if known."""
+    ended: float | None = None
+    """When it ended, if known."""
+
+
+def fit_serving_steps(steps: Sequence[ServingStep]) -> tuple[dict[str, float], float, dict[str, Any]]:
+    """Step coefficients and the per-admission cost, fitted on steps measured inside the serving process.
+
+    Non-negative least squares on absolute error, so the fitted mean step equals the measured mean:
+    a request's latency is a sum of steps, and a fit that is right in relative terms (as for the bare
+    model steps) underestimates that sum whenever step times are skewed, as they are under load.
+    Returns (coefficients, seconds per admission, quality).
+    """
+    from scipy.optimize import nnls
+
+    if len(steps) < 4 * (len(FEATURES) + 1):
+        raise ValueError(f"need at least {4 * (len(FEATURES) + 1)} serving steps to fit (got {len(steps)})")
+    x = np.array([[*step_features(s.chunks), float(s.arrivals)] for s in steps], dtype=float)
+    y = np.array([s.seconds for s in steps], dtype=float)
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(x / scale, y)
+    coef = coef / scale
+    rel = np.abs(x @ coef - y) / y
+    quality = {
+        "serving_steps": len(steps),
+        "serving_median_rel_error": float(np.median(rel)),
+        "serving_p90_rel_error": float(np.percentile(rel, 90)),
+        "serving_mean_step_s": float(y.mean()),
+    }
+    return dict(zip(FEATURES, (float(c) for c in coef[:-1]), strict=True)), float(coef[-1]), quality
 
 
 def residual_spread(model: LatencyModel, samples: Sequence[StepSample]) -> float:

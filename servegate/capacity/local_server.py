@@ -34,8 +34,16 @@ def free_port() -> int:
 class LocalServer:
     """`with LocalServer(served) as server: server.url` — the manifest served on 127.0.0.1 until the block ends."""
 
-    def __init__(self, served: ServedModel, startup_timeout_s: float = 600.0, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        served: ServedModel,
+        startup_timeout_s: float = 600.0,
+        log_path: Path | None = None,
+        step_trace: Path | None = None,
+    ) -> None:
+        """`step_trace`: a file the server's engine appends one line per step to (see runtime/step_trace.py)."""
         self.served = served
+        self.step_trace = step_trace
         self.port = free_port()
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
@@ -61,7 +69,7 @@ class LocalServer:
             [sys.executable, "-m", "servegate.capacity.local_server", str(spec), str(self.port)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self._trace_env()},
         )
         deadline = time.monotonic() + self.startup_timeout_s
         ready = f"http://127.0.0.1:{self.port}/ready"
@@ -76,6 +84,11 @@ class LocalServer:
             time.sleep(0.2)
         self.stop()
         raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
+
+    def _trace_env(self) -> dict[str, str]:
+        from servegate.runtime.step_trace import ENV
+
+        return {ENV: str(self.step_trace)} if self.step_trace is not None else {}
 
     def peak_rss_bytes(self) -> int | None:
         """Peak resident memory of the server process so far (Linux VmHWM), bytes; None when unknown."""

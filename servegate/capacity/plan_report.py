@@ -1,7 +1,8 @@
 """What `gate plan` prints and writes: the plan as JSON, as a table, and back into the manifest.
 
-`write_batching` edits only the manifest's `batching` section through ruamel.yaml's round trip, so every
-comment, key order and quoting elsewhere in the file stays as the author wrote it.
+`write_plan` edits only what the plan decides (the `batching` section, `runtime.max_model_len`, and the
+KV pool's `memory_budget`) through ruamel.yaml's round trip, so every comment, key order and quoting
+elsewhere in the file stays as the author wrote it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from servegate.contracts.errors import ManifestError
 from servegate.contracts.units import format_bytes
 
 PERCENTILE_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+
+
+def _section(parent: CommentedMap, key: str) -> CommentedMap:
+    """parent[key] as a mapping, created when absent."""
+    section = parent.get(key)
+    if not isinstance(section, CommentedMap):
+        section = CommentedMap()
+        parent[key] = section
+    return section
 
 
 def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerprint: str) -> dict[str, Any]:
@@ -41,6 +51,7 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
             "batching": best.served.batching.model_dump(mode="json"),
             "kv_cache": best.served.runtime.kv_cache.model_dump(mode="json") if best.served.runtime.kv_cache else None,
             "kv_blocks": best.num_blocks,
+            "max_model_len": best.served.runtime.max_model_len,
         },
         "predicted": {
             **{k: s[k] for k in PERCENTILE_KEYS},
@@ -59,6 +70,8 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
             "coefficients_s": model.coefficients,
             "request_overhead_s": model.request_overhead_s,
             "finish_overhead_s": model.finish_overhead_s,
+            "arrival_overhead_s": model.arrival_overhead_s,
+            "admission_delay_per_running_s": model.admission_delay_per_running_s,
             "step_jitter": model.step_jitter,
             "hardware": model.hardware,
             "fit": model.fit,
@@ -111,20 +124,29 @@ def plan_lines(data: dict[str, Any]) -> list[str]:
 
 def write_batching(path: Path, batching: dict[str, Any]) -> None:
     """Set the manifest file's `batching` keys to `batching`, keeping comments and everything else (atomic)."""
+    write_plan(path, batching)
+
+
+def write_plan(
+    path: Path, batching: dict[str, Any], max_model_len: int | None = None, kv_memory_budget: int | None = None
+) -> None:
+    """Write a plan into the manifest file: the `batching` section, and when given `runtime.max_model_len` and
+    `runtime.kv_cache.memory_budget`; comments, key order and everything else stay as written (atomic)."""
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     text = path.read_text(encoding="utf-8")
     data = yaml.load(io.StringIO(text))
     if not isinstance(data, CommentedMap):
         raise ManifestError([f"{path}: the manifest must be a mapping of sections"])
-    section = data.get("batching")
-    if not isinstance(section, CommentedMap):
-        section = CommentedMap()
-        data["batching"] = section
+    section = _section(data, "batching")
     for key in [k for k in section if k not in batching]:
         del section[key]  # a key the new policy does not set would otherwise keep its old value
     for key, value in batching.items():
         section[key] = value
+    if max_model_len is not None:
+        _section(data, "runtime")["max_model_len"] = max_model_len
+    if kv_memory_budget is not None:
+        _section(_section(data, "runtime"), "kv_cache")["memory_budget"] = kv_memory_budget
     out = io.StringIO()
     yaml.dump(data, out)
     tmp = path.with_name(path.name + ".tmp")

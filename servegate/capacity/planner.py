@@ -4,6 +4,8 @@ The search. Candidate policies are the batching modes with a grid of their numbe
 max_wait_ms, max_num_batched_tokens, chunked prefill); each is checked against the manifest's own
 rules, given the KV pool the runtime would allocate, and simulated under the workload with the
 latency model fitted on this machine. A candidate is feasible when every declared target holds.
+The KV pool (its blocks) is sized to the memory target when one is declared, and runtime.max_model_len
+to the longest request the contract accepts.
 
 The regime. If one request at a time could carry the load (offered load x single-request service
 time well below 1), single-request latency decides: the deployment is latency-bound and the plan
@@ -212,6 +214,28 @@ def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:
     return {"name": "none", "detail": "no target declared and nothing saturated"}
 
 
+def _fit_max_model_len(served: ServedModel, notes: list[str]) -> ServedModel:
+    """runtime.max_model_len at the smallest value that admits every request the contract accepts.
+
+    Paged KV memory is taken per token, so a longer max_model_len never buys throughput; it only lets a
+    sequence grow beyond what preprocess and postprocess allow, and (without runtime.kv_cache) sizes each
+    request-level slot of the pool. The contract needs max_input_tokens + max_output_tokens.
+    """
+    need = served.preprocess.max_input_tokens + served.postprocess.max_output_tokens
+    declared = served.runtime.max_model_len
+    if need >= declared:
+        return served
+    try:
+        fitted = served.with_changes(runtime={**served.runtime.model_dump(mode="python"), "max_model_len": need})
+    except ValidationError:
+        return served
+    notes.append(
+        f"runtime.max_model_len {need} tokens (max_input_tokens + max_output_tokens; declared {declared}): "
+        "no request the contract accepts is longer, and paged KV memory is taken per token"
+    )
+    return fitted
+
+
 def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> tuple[ServedModel, MemoryPlan]:
     """With a memory target, give the KV pool everything the weights and runtime leave (the runtime's block count)."""
     targets, kv = served.capacity.targets, served.runtime.kv_cache
@@ -267,6 +291,7 @@ def plan(
         )
     if served.failure_policy.fallback is not None:
         notes.append("the fallback manifest's engine runs in the same server: its memory is not in this plan")
+    served = _fit_max_model_len(served, notes)
     served, memory = _size_kv_pool(served, memory, notes)
     n = min(num_requests, workload.num_requests)
     for i, batching in enumerate(policies):

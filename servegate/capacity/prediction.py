@@ -28,10 +28,12 @@ def profile_key(served: ServedModel) -> str:
     that the planner varies, so one profile serves every candidate policy.
     """
     data = served.model_dump(mode="python")
-    data["batching"] = Batching().model_dump(mode="python")
     kv = data["runtime"].get("kv_cache")
-    if kv is not None:  # pool size and prefix caching change admission, not step times
-        data["runtime"]["kv_cache"] = {**kv, "memory_budget": 2**20, "prefix_caching": False}
+    # prefix caching (allowed with continuous batching only) stays in the key: a miss costs time on every step
+    caching = kv is not None and kv.get("prefix_caching")
+    data["batching"] = Batching(mode="continuous" if caching else "none").model_dump(mode="python")
+    if kv is not None:  # pool size changes admission, not step times
+        data["runtime"]["kv_cache"] = {**kv, "memory_budget": 2**20}
     return ServedModel.model_validate(data).fingerprint
 
 

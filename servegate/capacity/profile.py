@@ -1,27 +1,32 @@
 """`gate profile`: measure this machine's step times and fit the latency model.
 
-Two stages.
+Three stages.
 
 1. Model steps. The runtime's model runner executes hand-built steps over its paged KV pool: prefills of
    growing prompts, decodes of growing batches at several context lengths, and mixes of the two. Each
    step is timed (median of `repeats`) and the step-time coefficients are fitted (latency_model.py).
 2. Serving overheads. Requests go through the real serving path (the engine, or the HTTP server in
-   front of it): one at a time, then a burst of `burst` requests batched together. What the measured
-   inter-token gaps exceed the model-step prediction by is the engine's per-step and per-sequence work
-   (scheduling, sampling, detokenizing, streaming); TTFT beyond the prefill step is the per-request
-   overhead; the gap from the last token to the end of the response is the finishing overhead.
-3. Admission under load. An open-loop run at 3/4 of the predicted capacity: the per-request admission
-   cost that the server's HTTP work adds to the engine's steps is the one value that makes the simulated
-   mean end-to-end latency match the measured one.
+   front of it): one at a time, then bursts batched together. What the measured inter-token gaps exceed
+   the model-step prediction by is the engine's per-step and per-sequence work (scheduling, sampling,
+   detokenizing, streaming); TTFT beyond the prefill step is the per-request overhead; the gap from the
+   last token to the end of the response is the finishing overhead. This model predicts capacity well
+   enough to choose the loads of stage 3.
+3. Serving steps under load. The manifest's server runs open-loop traffic of its declared workload at
+   0.3x, 0.7x and 1.1x of that capacity with a step trace on (runtime/step_trace.py); the step
+   coefficients and the cost of admitting a request during a step are refitted on the steps it
+   actually ran. Under load a step costs more than the bare model step: sampling and streaming for
+   every sequence, and the HTTP work of arriving requests, share the interpreter with the engine.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +36,9 @@ from servegate.capacity.bench_targets import BenchTarget, PromptFactory
 from servegate.capacity.latency_model import (
     Chunk,
     LatencyModel,
+    ServingStep,
     StepSample,
+    fit_serving_steps,
     fit_steps,
     hardware_id,
     residual_spread,
@@ -231,33 +238,152 @@ def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batc
     return statistics.fmean(gaps) - statistics.fmean(predicted)
 
 
-def fit_arrival_overhead(
-    model: LatencyModel, setup: SimSetup, specs: Sequence[RequestSpec], measured: Sequence[RequestRecord]
-) -> float:
-    """The per-request admission cost that makes simulated mean end-to-end latency match a measured open-loop run.
+def serving_steps(records: Sequence[dict[str, Any]]) -> list[ServingStep]:
+    """The steps of a step trace (runtime/step_trace.py) as fitting samples."""
+    return [
+        ServingStep(
+            tuple((int(n), int(start)) for n, start in r["chunks"]),
+            r["ended"] - r["began"],
+            r["arrivals"],
+            began=r["began"],
+            ended=r["ended"],
+        )
+        for r in records
+        if r["ended"] > r["began"] and r["chunks"]
+    ]
 
-    One parameter, found by bisection (latency grows with it); 0 when the run is already predicted as slow or
-    slower than it was.
+
+def refit_on_serving(
+    model: LatencyModel, steps: Sequence[ServingStep], single: Sequence[RequestRecord], batch_wait_s: float = 0.0
+) -> LatencyModel:
+    """The latency model refitted on steps the server ran under open-loop load.
+
+    Step coefficients and the per-admission cost come from the serving steps (fit_serving_steps); the
+    request overhead is re-derived from the single requests against the new prefill prediction; the
+    finishing overhead is kept. The step jitter becomes the spread of serving steps around the fit.
     """
-    done = [r.e2el for r in measured if r.ok]
-    if not done:
-        return 0.0
-    target = statistics.fmean(done)
+    coefficients, admission, quality = fit_serving_steps(steps)
+    out = LatencyModel(coefficients, fit={**model.fit, **quality}, finish_overhead_s=model.finish_overhead_s)
+    out.arrival_overhead_s = admission
+    out.request_overhead_s = _request_overhead(out, [r for r in single if r.ok and r.token_times], batch_wait_s)
+    ratios = np.array([s.seconds / max(out.step_time(s.chunks) + s.arrivals * admission, 1e-9) for s in steps])
+    out.step_jitter = float(np.std(ratios) / max(np.mean(ratios), 1e-9))
+    out.step_jitter_correlation = _lag1_correlation(np.log(np.maximum(ratios, 1e-9)), steps)
+    return out
 
-    def predicted(cost: float) -> float:
-        trial = LatencyModel(**{**model.__dict__, "arrival_overhead_s": cost})
-        means = [simulate(setup, trial, specs, seed=s).summary()["e2el_ms"]["mean"] / 1000 for s in range(3)]
-        return statistics.median(means)
 
-    lo, hi = 0.0, 0.05
-    if predicted(lo) >= target:
+BACK_TO_BACK_S = 0.002
+"""Steps closer than this (seconds) ran one after the other with no idle wait between them."""
+
+
+def _lag1_correlation(log_ratios: np.ndarray, steps: Sequence[ServingStep]) -> float:
+    """Correlation of consecutive back-to-back steps' log slowdowns (0 when too few or undefined)."""
+    pairs = [
+        (log_ratios[i], log_ratios[i + 1])
+        for i in range(len(steps) - 1)
+        if steps[i].ended is not None
+        and steps[i + 1].began is not None
+        and 0 <= steps[i + 1].began - steps[i].ended < BACK_TO_BACK_S
+    ]
+    if len(pairs) < 10:
         return 0.0
-    if predicted(hi) < target:
-        return hi
-    for _ in range(12):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if predicted(mid) < target else (lo, mid)
-    return (lo + hi) / 2
+    a, b = np.array(pairs).T
+    if a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(max(0.0, np.corrcoef(a, b)[0, 1]))
+
+
+def _request_overhead(model: LatencyModel, single: Sequence[RequestRecord], batch_wait_s: float) -> float:
+    """Median TTFT of lone requests beyond their batching wait and predicted prefill step, seconds."""
+    extra = [r.ttft - batch_wait_s - model.prefill_time(max(2, r.prompt_tokens)) for r in single]
+    return max(0.0, statistics.median(extra)) if extra else 0.0
+
+
+def tracing_variant(served: ServedModel) -> ServedModel:
+    """The manifest under continuous batching with no window, whose steps cover every mix of work.
+
+    Its caches stay as declared: looking up and filling them costs time on every request even when,
+    as with the bench's fresh prompts, nothing hits.
+    """
+    batching = {
+        "mode": "continuous",
+        "max_batch_size": max(8, served.batching.max_batch_size),
+        "max_wait_ms": 0.0,
+        "max_num_batched_tokens": served.batching.max_num_batched_tokens,
+        "chunked_prefill": served.batching.chunked_prefill,
+    }
+    return served.with_changes(batching=batching)
+
+
+TRACE_LOADS = (0.3, 0.7, 1.1)
+"""Open-loop rates, as fractions of the predicted capacity, at which serving steps are traced."""
+TRACE_SECONDS = 8.0
+"""Seconds of arrivals sent at each traced rate (between 30 and 150 requests)."""
+
+
+@dataclass
+class TracedRun:
+    """One open-loop run of the trace stage: what was sent and what the client measured."""
+
+    specs: list[RequestSpec]
+    records: list[RequestRecord]
+
+
+def trace_serving(
+    served: ServedModel, model: LatencyModel, shape: Workload, prompts: PromptFactory, trace: Path
+) -> tuple[list[ServingStep], list[TracedRun]]:
+    """Serve open-loop traffic of `shape` at TRACE_LOADS of the predicted capacity: the steps the engine
+    ran and the runs as the client saw them."""
+    import asyncio
+
+    from servegate.capacity.bench_targets import HttpTarget
+    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.prediction import saturation_throughput, sim_setup
+    from servegate.runtime.step_trace import read_step_trace
+
+    variant = tracing_variant(served)
+    capacity = saturation_throughput(sim_setup(variant), model, shape)
+
+    async def send(url: str, specs: list[RequestSpec]) -> list[RequestRecord]:
+        target = HttpTarget.for_manifest(url, served)
+        try:
+            await target.probe()
+            return await run_open_loop(target, specs, prompts)
+        finally:
+            await target.aclose()
+
+    runs: list[TracedRun] = []
+    with LocalServer(variant, step_trace=trace) as server:
+        for i, factor in enumerate(TRACE_LOADS):
+            rate = factor * capacity
+            count = int(min(150, max(30, rate * TRACE_SECONDS)))
+            workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
+            specs = make_requests(workload, seed=11 + i)
+            runs.append(TracedRun(specs, asyncio.run(send(server.url, specs))))
+    return serving_steps(read_step_trace(trace)), runs
+
+
+def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> float:
+    """Seconds of admission delay per running sequence that best match the traced runs' mean TTFT.
+
+    Each run counts equally (squared relative error of its simulated mean TTFT against the measured one),
+    so a light run is matched as well as a busy one. A scan over 0-20 ms, then a finer one around the best.
+    """
+    measured = [statistics.fmean(r.ttft for r in run.records if r.ok) for run in runs if any(r.ok for r in run.records)]
+    runs = [run for run in runs if any(r.ok for r in run.records)]
+    if not runs:
+        return 0.0
+
+    def loss(delay: float) -> float:
+        trial = LatencyModel(**{**model.__dict__, "admission_delay_per_running_s": delay})
+        total = 0.0
+        for run, target in zip(runs, measured, strict=True):
+            ttfts = [r.ttft for r in simulate(setup, trial, run.specs, seed=0, jitter=False).records if r.ok]
+            total += ((statistics.fmean(ttfts) - target) / target) ** 2 if ttfts else 1.0
+        return total
+
+    best = min((0.001 * i for i in range(21)), key=loss)
+    return min((max(0.0, best + 0.0001 * i) for i in range(-10, 11)), key=loss)
 
 
 PROFILE_BATCH = 64
@@ -297,7 +423,7 @@ def profile_manifest(
     from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.memory_plan import manifest_memory
-    from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
+    from servegate.capacity.prediction import profile_key, sim_setup
     from servegate.runtime.engine_setup import build_parts
 
     if served.runtime.backend != "reference":
@@ -344,21 +470,23 @@ def profile_manifest(
     with LocalServer(calibration) as server:
         runs = asyncio.run(through(server.url, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output)))
         model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
-        if stage:
-            stage("measuring admission overhead under load", 0)
-        setup = sim_setup(calibration)
-        shape = Workload(
-            input_tokens=LengthDistribution(distribution="uniform", mean=sum(prompt_lengths) // 2, min=2,
-                                            max=max(prompt_lengths)),
-            output_tokens=LengthDistribution(mean=output, max=output),
-            rate_rps=1.0,
-            num_requests=48,
-        )  # fmt: skip
-        rate = 0.75 * saturation_throughput(setup, model, shape)
-        specs = make_requests(with_rate(shape, rate), seed=7)
-        under_load = asyncio.run(through(server.url, lambda t: run_open_loop(t, specs, prompts)))
-    model.arrival_overhead_s = fit_arrival_overhead(model, setup, specs, under_load)
-    model.fit["arrival_calibration_rps"] = rate
+    if stage:
+        stage("tracing serving steps under load", 0)
+    shape = served.capacity.workload or Workload(
+        input_tokens=LengthDistribution(distribution="uniform", mean=sum(prompt_lengths) // 2, min=2,
+                                        max=max(prompt_lengths)),
+        output_tokens=LengthDistribution(mean=output, max=output),
+        rate_rps=1.0,
+        num_requests=48,
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="servegate-trace-") as tmp:
+        steps, traced = trace_serving(served, model, shape, prompts, Path(tmp) / "steps.jsonl")
+    try:
+        model = refit_on_serving(model, steps[3:], runs["single"], calibration.batching.max_wait_ms / 1000)
+    except ValueError as exc:
+        raise ServegateError(f"too few serving steps were traced to fit the latency model: {exc}") from None
+    below = [run for run, factor in zip(traced, TRACE_LOADS, strict=True) if factor < 1]  # queueing aside
+    model.admission_delay_per_running_s = fit_admission_delay(model, sim_setup(tracing_variant(served)), below)
     model.runtime_overhead_bytes = overhead
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint

@@ -3,8 +3,10 @@
 The simulation drives the runtime's real scheduler and KV block manager (`servegate.runtime.scheduling`),
 so admission, batching windows, block accounting and preemption are exactly the engine's; only the
 model is replaced: each step lasts what the latency model predicts for the chunks the scheduler
-chose (times a log-normal jitter with the spread measured when profiling). Requests reach the
-scheduler `request_overhead_s` after they are scheduled, a token is seen when its step ends, and a
+chose, times a log-normal jitter with the spread and the step-to-step correlation measured when
+profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while). Requests reach the
+scheduler `request_overhead_s` after they are sent, plus `admission_delay_per_running_s` for every
+sequence running at that moment; a token is seen when its step ends, and a
 response ends `finish_overhead_s` after its last token; a step running while requests are sent to the
 server lasts `arrival_overhead_s` longer per request. The failure policy's queue bound and deadline
 apply as in the engine. Prefix caching is not simulated (prompts are distinct).
@@ -113,12 +115,16 @@ def simulate(
     scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
     rng = np.random.default_rng(seed)
     sigma = math.sqrt(math.log1p(model.step_jitter**2)) if jitter and model.step_jitter > 0 else 0.0
+    rho = min(max(model.step_jitter_correlation, 0.0), 0.99)
+    slow = 0.0  # log of the current step's slowdown: an AR(1) process, so slow steps come in runs as measured
     pre, post = model.request_overhead_s, model.finish_overhead_s
+    per_running = model.admission_delay_per_running_s
 
     records: list[RequestRecord] = []
     sends: list[float] = []  # every send time so far, sorted
     by_seq: dict[int, tuple[Seq, RequestRecord]] = {}
-    arrivals: list[tuple[float, int]] = []  # (time at the scheduler, spec index), a heap
+    # (time, stage, spec index), a heap: stage 0 = sent by the client, 1 = reaches the scheduler
+    arrivals: list[tuple[float, int, int]] = []
     pending = list(range(len(specs)))[::-1]  # closed loop: specs not yet sent
     result = SimResult(records)
 
@@ -127,7 +133,7 @@ def simulate(
         records.append(record)
         bisect.insort(sends, at)
         by_seq[index] = (None, record)  # type: ignore[assignment]
-        heapq.heappush(arrivals, (at + pre, index))
+        heapq.heappush(arrivals, (at, 0, index))
 
     if concurrency is None:
         for i, spec in enumerate(specs):
@@ -149,7 +155,10 @@ def simulate(
     timeouts = not math.isinf(setup.timeout_s)
     while arrivals or scheduler.has_unfinished():
         while arrivals and arrivals[0][0] <= now:
-            t, index = heapq.heappop(arrivals)
+            t, stage, index = heapq.heappop(arrivals)
+            if stage == 0:  # the server reads it after its fixed overhead and the streaming work ahead of it
+                heapq.heappush(arrivals, (t + pre + per_running * len(scheduler.running), 1, index))
+                continue
             spec = specs[index]
             record = by_seq[index][1]
             seq = Seq(index, [index * 4099 + k for k in range(spec.prompt_tokens)], spec.output_tokens, arrival_time=t)
@@ -182,7 +191,8 @@ def simulate(
             continue
         duration = model.step_time((c.num_tokens, c.start_pos) for c in output.chunks)
         if sigma:
-            duration *= float(rng.lognormal(-sigma * sigma / 2, sigma))
+            slow = rho * slow + math.sqrt(1 - rho * rho) * float(rng.normal(0.0, sigma))
+            duration *= math.exp(slow - sigma * sigma / 2)
         if model.arrival_overhead_s:  # requests sent while this step runs are admitted on the same CPU
             during = bisect.bisect_left(sends, now + duration) - bisect.bisect_left(sends, now)
             duration += during * model.arrival_overhead_s

@@ -75,7 +75,12 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, console: Console) 
 def plan(
     manifest: Annotated[Path | None, typer.Argument(help="Manifest to plan for.", show_default=False)] = None,
     workload_file: WorkloadOption = None,
-    write: Annotated[bool, typer.Option("--write", help="Write the recommended batching into the manifest.")] = False,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write", help="Write the recommended batching, max_model_len and KV pool size into the manifest."
+        ),
+    ] = False,
     verify: Annotated[bool, typer.Option("--verify", help="Bench the recommendation: predicted vs measured.")] = False,
     model_config: Annotated[Path | None, typer.Option(help="config.json for memory-only planning.")] = None,
     memory_budget: Annotated[str | None, typer.Option(help="Total memory budget, e.g. 80GiB.")] = None,
@@ -99,7 +104,7 @@ def plan(
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.memory_plan import manifest_memory
-    from servegate.capacity.plan_report import plan_json, plan_lines, write_batching
+    from servegate.capacity.plan_report import plan_json, plan_lines, write_plan
     from servegate.capacity.planner import plan as make_plan
     from servegate.capacity.prediction import load_profile
 
@@ -137,8 +142,15 @@ def plan(
     if write:
         if served.source is None:
             raise ServegateError("--write needs a manifest file")
-        write_batching(served.source, data["recommended"]["batching"])
-        console.print(f"wrote the recommended batching section into {served.source}")
+        rec = data["recommended"]
+        max_len = rec["max_model_len"] if rec["max_model_len"] != served.runtime.max_model_len else None
+        declared_kv = served.runtime.kv_cache
+        budget = (rec["kv_cache"] or {}).get("memory_budget")
+        budget = budget if declared_kv is not None and budget != declared_kv.memory_budget else None
+        write_plan(served.source, rec["batching"], max_len, budget)
+        written = ["the batching section"] + (["runtime.max_model_len"] if max_len else [])
+        written += ["runtime.kv_cache.memory_budget"] if budget else []
+        console.print(f"wrote {', '.join(written)} into {served.source}")
     if verify:
         data["verify"] = _verify(data, served, workload, console)
     write_json(json_out, data)

@@ -49,16 +49,20 @@ def profile(
         f"{1000 * model.decode_time(1, 64):.2f} ms, at batch 16: {1000 * model.decode_time(16, 64):.2f} ms"
     )
     console.print(
-        f"step fit over {fit['samples']} steps: median error {100 * fit['median_rel_error']:.1f}%, "
-        f"p90 {100 * fit['p90_rel_error']:.1f}%; step jitter {100 * model.step_jitter:.1f}%"
+        f"bare model steps fitted over {fit['samples']} steps: median error {100 * fit['median_rel_error']:.1f}%, "
+        f"p90 {100 * fit['p90_rel_error']:.1f}%"
     )
-    step_ms = 1000 * fit.get("serving_step_overhead_s", 0)
-    seq_ms = 1000 * fit.get("serving_per_sequence_overhead_s", 0)
+    if "serving_steps" in fit:
+        console.print(
+            f"serving steps under load fitted over {fit['serving_steps']} steps: median error "
+            f"{100 * fit['serving_median_rel_error']:.1f}%, p90 {100 * fit['serving_p90_rel_error']:.1f}%; "
+            f"step jitter {100 * model.step_jitter:.1f}%"
+        )
     console.print(
         f"serving overheads: {1000 * model.request_overhead_s:.2f} ms before the first token, "
-        f"{1000 * model.finish_overhead_s:.2f} ms after the last, {step_ms:.3f} ms per step, "
-        f"{seq_ms:.3f} ms per sequence per step, {1000 * model.arrival_overhead_s:.3f} ms per request admitted "
-        "during a step"
+        f"{1000 * model.finish_overhead_s:.2f} ms after the last, {1000 * model.arrival_overhead_s:.3f} ms per "
+        f"request admitted during a step, admission delayed {1000 * model.admission_delay_per_running_s:.3f} ms "
+        "per running sequence"
     )
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
     console.print(f"saved: {path}")

@@ -31,6 +31,7 @@ from servegate.runtime.engine_setup import EngineParts, build_parts
 from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
 from servegate.runtime.request_state import RequestState, new_request_state
 from servegate.runtime.scheduling import SchedulerOutput
+from servegate.runtime.step_trace import open_step_trace
 
 log = logging.getLogger("servegate.runtime")
 
@@ -58,6 +59,9 @@ class ReferenceEngine:
         self._news = 0
         """Counts arrivals and aborts, so the loop never sleeps through one that came during a step."""
         self._news_seen = 0
+        self._arrivals = 0
+        """Requests accepted so far (a step trace records how many arrived while each step ran)."""
+        self._trace = open_step_trace()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -95,6 +99,8 @@ class ReferenceEngine:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        if self._trace is not None:
+            self._trace.close()
         if self._fallback is not None:
             self._fallback.shutdown_sync(grace_s)
 
@@ -212,6 +218,7 @@ class ReferenceEngine:
             self._requests[seq_id] = state
             parts.scheduler.add(state.seq)
             self._news += 1
+            self._arrivals += 1
             self._cv.notify_all()
         return seq_id
 
@@ -237,10 +244,13 @@ class ReferenceEngine:
 
     def step(self) -> bool:
         """One engine step: schedule -> run model -> postprocess. False when there was nothing to run."""
+        began, arrivals = time.perf_counter(), self._arrivals
         if (plan := self._schedule()) is None:
             return False
         logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
         self._postprocess(plan, logits)
+        if self._trace is not None:
+            self._trace.record(plan, began, time.perf_counter(), self._arrivals - arrivals)
         return True
 
     def _schedule(self) -> SchedulerOutput | None:

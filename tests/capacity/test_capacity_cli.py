@@ -87,3 +87,6 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     assert "regime: latency-bound" in done.stdout
     assert "# sized for the demo" in path.read_text()
     assert load_manifest(path).batching.model_dump(mode="json") == data["recommended"]["batching"]
+    # 64 input + 32 output tokens is the longest request the contract accepts
+    assert data["recommended"]["max_model_len"] == 96 and load_manifest(path).runtime.max_model_len == 96
+    assert "runtime.max_model_len" in done.stdout

@@ -86,3 +86,53 @@ def test_saved_model_round_trips_and_is_keyed_by_manifest_and_machine(tmp_path, 
     # ... but the compute dtype does
     changed = served.with_changes(runtime={**served.runtime.model_dump(), "dtype": "bfloat16"})
     assert profile_key(changed) != profile_key(served)
+
+
+def test_serving_fit_recovers_step_costs_and_the_admission_cost_and_keeps_the_mean() -> None:
+    from servegate.capacity.latency_model import ServingStep, fit_serving_steps
+
+    rng = np.random.default_rng(1)
+    truth = LatencyModel(TRUE)
+    steps = []
+    for _ in range(400):
+        decodes = int(rng.integers(0, 24))
+        chunks = [(1, int(rng.integers(10, 120))) for _ in range(decodes)]
+        if rng.random() < 0.4 or not chunks:
+            chunks.append((int(rng.integers(8, 64)), 0))
+        arrivals = int(rng.poisson(0.8))
+        # skewed noise: most steps on time, some much slower (another thread had the interpreter)
+        seconds = truth.step_time(chunks) + 0.003 * arrivals + float(rng.exponential(0.002))
+        steps.append(ServingStep(tuple(chunks), seconds, arrivals))
+    coefficients, admission, quality = fit_serving_steps(steps)
+    fitted = LatencyModel(coefficients)
+    predicted = [fitted.step_time(s.chunks) + admission * s.arrivals for s in steps]
+    assert np.mean(predicted) == pytest.approx(np.mean([s.seconds for s in steps]), rel=0.01)
+    assert admission == pytest.approx(0.003, rel=0.2)
+    assert coefficients["c_decode_seq"] == pytest.approx(TRUE["c_decode_seq"], rel=0.2)
+    assert quality["serving_steps"] == 400
+
+
+def test_serving_fit_refuses_too_few_steps() -> None:
+    from servegate.capacity.latency_model import ServingStep, fit_serving_steps
+
+    with pytest.raises(ValueError, match="need at least 28 serving steps"):
+        fit_serving_steps([ServingStep(((1, 10),), 0.01, 0)] * 5)
+
+
+def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
+    from servegate.capacity.profile import TracedRun, fit_admission_delay
+    from servegate.capacity.simulate import SimSetup, simulate
+    from servegate.capacity.workload import RequestSpec
+
+    model = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.0001, "c_decode_seq": 0.0008}, request_overhead_s=0.003)
+    setup = SimSetup("continuous", 16, 0.0, 1024, False, num_blocks=512, block_size=16)
+    rng = np.random.default_rng(2)
+    specs = [RequestSpec(int(rng.integers(10, 60)), int(rng.integers(4, 12)), i * 0.01) for i in range(120)]
+    slow = LatencyModel(**{**model.__dict__, "admission_delay_per_running_s": 0.002})
+    measured = simulate(setup, slow, specs, jitter=False).records
+    delay = fit_admission_delay(model, setup, [TracedRun(specs, measured)])
+    assert delay == pytest.approx(0.002, rel=0.1)
+    # runs already slower in the model than measured give no delay
+    assert (
+        fit_admission_delay(slow, setup, [TracedRun(specs, simulate(setup, model, specs, jitter=False).records)]) == 0
+    )

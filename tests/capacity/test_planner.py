@@ -9,7 +9,7 @@ import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
 from servegate.capacity.memory_plan import manifest_memory
-from servegate.capacity.plan_report import plan_json, write_batching
+from servegate.capacity.plan_report import plan_json, write_batching, write_plan
 from servegate.capacity.planner import Plan, plan
 from servegate.contracts.loading import load_manifest
 
@@ -109,3 +109,26 @@ def test_closed_loop_regime_depends_on_how_many_wait(model_dir: Path) -> None:
     regime, why, service = _regime(served, many, STEP_MODEL)
     assert regime == "throughput-bound" and "15 waiting behind one served alone" in why
     assert service == pytest.approx(0.0522)
+
+
+def test_write_plan_sets_max_model_len_and_the_kv_pool_keeping_comments(tmp_path: Path, model_dir: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"name: tiny\nweights:\n  source: {model_dir}\n"
+        "preprocess: {max_input_tokens: 64}\npostprocess: {max_output_tokens: 32}\n"
+        "runtime:\n  max_model_len: 512  # generous\n  kv_cache:\n    block_size: 16\n    memory_budget: 4MiB  # old\n"
+        "batching:\n  mode: none\n"
+    )
+    write_plan(path, {"mode": "continuous", "max_batch_size": 8}, max_model_len=96, kv_memory_budget=8 * 2**20)
+    text = path.read_text()
+    assert "# generous" in text and "# old" in text
+    served = load_manifest(path)
+    assert served.runtime.max_model_len == 96 and served.runtime.kv_cache is not None
+    assert served.runtime.kv_cache.memory_budget == 8 * 2**20 and served.batching.mode == "continuous"
+
+
+def test_max_model_len_is_planned_to_the_longest_request_the_contract_accepts(model_dir: Path) -> None:
+    result, data = run_plan(model_dir, 1.0, {"e2e_ms": {"p99": 300}})
+    served = result.recommended.served
+    need = served.preprocess.max_input_tokens + served.postprocess.max_output_tokens
+    assert data["recommended"]["max_model_len"] == need

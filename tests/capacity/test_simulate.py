@@ -95,3 +95,17 @@ def test_a_request_sent_during_a_step_lengthens_it_by_the_arrival_overhead() -> 
     a, _ = simulate(setup("none"), busy, [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.030)], jitter=False).records
     # the second request is sent at 30 ms, inside the first decode step [25, 37] ms, which ends 5 ms later
     assert a.token_times == pytest.approx([0.025, 0.042, 0.054, 0.066])
+
+
+def test_admission_waits_for_the_streaming_of_running_sequences() -> None:
+    busy = LatencyModel(**{**MODEL.__dict__, "admission_delay_per_running_s": 0.004})
+    alone = simulate(setup("continuous"), busy, [RequestSpec(10, 4, 0.0)], jitter=False).records[0]
+    assert alone.ttft == pytest.approx(0.025)  # nobody running: no extra delay
+    specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.030)]
+    # the first is prefilled 5-25 ms and decodes 25-37, 37-49; the second, sent at 30 ms, is read at the
+    # 37 ms boundary. Without the delay it is there (30 + 5 ms) and joins the step 37-59 (10 + 10 + 2 ms):
+    # TTFT 29 ms. With one sequence running it arrives at 30 + 5 + 4 = 39 ms, so it joins the step 49-71.
+    plain = simulate(setup("continuous"), MODEL, specs, jitter=False).records
+    a, b = simulate(setup("continuous"), busy, specs, jitter=False).records
+    assert plain[1].ttft == pytest.approx(0.029)
+    assert a.ttft == pytest.approx(0.025) and b.ttft == pytest.approx(0.041)

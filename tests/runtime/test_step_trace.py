@@ -1,0 +1,51 @@
+"""The engine's optional step trace: one line per step, only when SERVEGATE_STEP_TRACE asks for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine
+
+from servegate.runtime.step_trace import ENV, read_step_trace
+
+
+def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(ENV, str(trace))
+    seqs = create_sequences(6, prompt_lens=(3, 20), max_tokens=(2, 6), seed=3)
+    engine = toy_engine()
+    try:
+        results = engine.generate(token_requests(seqs))
+    finally:
+        engine.shutdown_sync()
+    records = read_step_trace(trace)
+    assert records, "no step was recorded"
+    for r in records:
+        assert r["ended"] >= r["began"]
+        assert r["arrivals"] >= 0
+        assert all(n >= 1 and start >= 0 for n, start in r["chunks"])
+    # every prompt token was prefilled and every output token but the last went back in as a decode
+    expected = reference_outputs(seqs)
+    computed = sum(n for r in records for n, _ in r["chunks"])
+    assert computed == sum(s.num_prompt_tokens + len(expected[s.seq_id]) - 1 for s in seqs)
+    assert sum(r["arrivals"] for r in records) <= len(results)
+
+
+def test_an_untraced_engine_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    engine = toy_engine()
+    try:
+        engine.generate(token_requests(create_sequences(2, prompt_lens=(3, 5), max_tokens=(2, 3), seed=1)))
+    finally:
+        engine.shutdown_sync()
+    assert engine._trace is None and list(tmp_path.iterdir()) == []
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    line = json.dumps({"began": 1.0, "ended": 1.5, "chunks": [[4, 0]], "arrivals": 1})
+    trace.write_text(line + "\n" + line[:12], encoding="utf-8")
+    assert read_step_trace(trace) == [json.loads(line)]
