@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from servegate.contracts.errors import ServingError
@@ -61,6 +62,40 @@ def _one_prompt(value: Any) -> Any:
     if isinstance(value, str | list):
         return value
     raise ValueError("must be a string, a list with one string, or a list of token ids")
+
+
+def _whole_number(value: Any) -> Any:
+    """A float with no fractional part is that integer: JSON Schema's `integer`, which the published request
+    schema uses, admits 12.0, so a client that validated against it must not be refused for it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_INTEGER_FIELDS = (
+    "top_k",
+    "seed",
+    "n",
+    "max_tokens",
+    "logprobs",
+    "max_completion_tokens",
+    "top_logprobs",
+    "dimensions",
+)
+"""Request fields typed as integers (strict otherwise: "12" and true stay errors)."""
+
+
+def _whole_numbers(data: Any) -> Any:
+    """The request body with whole-number floats in integer fields (and token-id prompts) made integers."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key in _INTEGER_FIELDS:
+        if key in out:
+            out[key] = _whole_number(out[key])
+    if isinstance(out.get("prompt"), list):
+        out["prompt"] = [_whole_number(v) for v in out["prompt"]]
+    return out
 
 
 def _stop_list(value: Any) -> Any:
@@ -107,6 +142,11 @@ class _ApiRequest(BaseModel):
     """The served model's name (GET /v1/models lists it)."""
     user: str | None = Field(default=None, min_length=1, max_length=256)
     """End-user id; the tenant when preprocess.tenant_from is `user`. Never logged."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_as_published(cls, data: Any) -> Any:
+        return _whole_numbers(data)
 
 
 class _GenerationRequest(_ApiRequest):

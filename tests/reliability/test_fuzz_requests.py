@@ -184,13 +184,9 @@ def test_an_ignored_chat_field_on_a_completion_is_not_judged(value: Any) -> None
     assert outcome_of(MANIFESTS["unknown ignored"], "completions", raw) == "valid"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="request_json_schema publishes JSON Schema integers, which admit 12.0; parse_request (strict) refuses "
-    "it: a client validating against the published schema still gets a 400 (reported to the lead)",
-)
 @pytest.mark.parametrize("field", ["max_tokens", "top_k", "seed"])
 def test_a_body_the_published_schema_accepts_is_not_refused_for_its_types(field: str) -> None:
+    """Found by the fuzzer: JSON Schema's integer admits 12.0, which the strict parser used to refuse."""
     import jsonschema
 
     from servegate.contracts.requests import request_json_schema
@@ -199,3 +195,9 @@ def test_a_body_the_published_schema_accepts_is_not_refused_for_its_types(field:
     body = {"model": "m", "prompt": "x", field: 12.0}
     assert not list(jsonschema.Draft202012Validator(request_json_schema(served, "completions")).iter_errors(body))
     assert outcome_of(served, "completions", _dumps(body)) == "valid"
+
+
+@pytest.mark.parametrize("value", [12.5, "12", True])
+def test_integer_fields_stay_strict_about_everything_but_whole_floats(value: Any) -> None:
+    raw = _dumps({"model": "m", "prompt": "x", "max_tokens": value})
+    assert outcome_of(MANIFESTS["default"], "completions", raw) == "invalid_request"

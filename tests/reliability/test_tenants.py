@@ -37,13 +37,16 @@ TAILS = ["alpha bravo charlie delta", "echo foxtrot golf hotel x", "india juliet
 TENANTS = ["t1", "t2", "t10", "t11", "acme", "ACME", "acme-corp", "a", "b", "tenant with spaces", "x" * 200, "zz"]
 
 
-def cache_manifest(folder: Path, tenant_from: str, scope: str = "tenant", **sections: Any) -> dict[str, Any]:
-    """Prefix caching (blocks of 8) and the response cache, both with `scope`; tenants from `tenant_from`."""
+def cache_manifest(
+    folder: Path, tenant_from: str, scope: str = "tenant", budget: str = "4MiB", **sections: Any
+) -> dict[str, Any]:
+    """Prefix caching (blocks of 8, a KV pool of `budget`) and the response cache, both with `scope`; tenants
+    from `tenant_from`."""
     return manifest_data(
         model_source(folder),
         preprocess={"tenant_from": tenant_from},
         runtime={
-            "kv_cache": {"block_size": BLOCK, "memory_budget": "4MiB", "prefix_caching": True, "cache_scope": scope}
+            "kv_cache": {"block_size": BLOCK, "memory_budget": budget, "prefix_caching": True, "cache_scope": scope}
         },  # fmt: skip
         postprocess={"response_cache": {"enabled": True, "scope": scope}},
         **sections,
@@ -176,9 +179,12 @@ def timing_probe(served: ServedModel, n: int, seed: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("n", [pytest.param(25, id="fast"), pytest.param(120, id="long", marks=pytest.mark.slow)])
 def test_another_tenants_cached_prompt_is_not_faster(tmp_path: Path, figures: Any, n: int) -> None:
-    scoped = timing_probe(ServedModel.model_validate(cache_manifest(tmp_path, "header")), n, seed=1)
+    # a pool that keeps every probe's blocks (3n prompts of ~48 tokens): an evicted entry would make the
+    # controls miss, not the attacker (a 4 MiB pool dropped A's entries before its own probes at n=120)
+    budget = "32MiB"
+    scoped = timing_probe(ServedModel.model_validate(cache_manifest(tmp_path, "header", budget=budget)), n, seed=1)
     # the control leaks through the prefix cache alone (a shared response cache would answer in 0 ms)
-    leaky_data = cache_manifest(tmp_path, "header", scope="global")
+    leaky_data = cache_manifest(tmp_path, "header", scope="global", budget=budget)
     leaky_data["postprocess"]["response_cache"]["enabled"] = False
     leaky = timing_probe(ServedModel.model_validate(leaky_data), n, seed=2)
     t, g = scoped["times"], leaky["times"]
