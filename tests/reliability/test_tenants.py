@@ -212,16 +212,7 @@ def test_another_tenants_cached_prompt_is_not_faster(tmp_path: Path, figures: An
     ("tenant_from", "scope", "verdict"),
     [
         ("header", "global", "fail"),
-        pytest.param(
-            "none",
-            "global",
-            "warn",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="issue #9 asks the caching gate to report cache_scope: global as a warning; with "
-                "tenant_from: none it passes with a note (reported to the lead)",
-            ),
-        ),
+        ("none", "global", "warn"),
         ("header", "tenant", "pass"),
     ],
 )
@@ -229,7 +220,7 @@ def test_the_caching_gate_on_the_real_engine(
     tmp_path: Path, figures: Any, tenant_from: str, scope: str, verdict: str
 ) -> None:
     """Global scope with identified tenants fails (tenant B measurably got A's entries); with a single tenant
-    it should warn (today: a pass with a note); per-tenant scope passes with zero cross-tenant hits."""
+    it warns; per-tenant scope passes with zero cross-tenant hits."""
     from servegate.gates.check import run_check
     from servegate.gates.evaluation import OutputCache
 
