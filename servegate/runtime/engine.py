@@ -162,6 +162,11 @@ class ReferenceEngine:
         vectors = await asyncio.to_thread(self.parts.embedder.embed, list(texts))
         return [list(map(float, v)) for v in vectors]
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens an embedding input becomes (after the manifest's truncation), for the response's usage."""
+        embedder = self.parts.embedder if self.parts is not None else None
+        return len(embedder.tokenize(text)[0]) if embedder is not None else 0
+
     def stats(self) -> EngineStats:
         """Current counters."""
         with self._cv:

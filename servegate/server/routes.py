@@ -126,12 +126,8 @@ async def _embed(state: ServerState, parsed: EmbeddingRequest, tenant: str | Non
 
 
 def _prompt_tokens(state: ServerState, texts: list[str]) -> int:
-    """Input tokens of an embeddings request, from the engine's own tokenizer (0 when it exposes none)."""
-    counter = getattr(state.engine, "count_tokens", None)
-    if counter is None:  # the reference engine keeps its tokenizer on the embedding model
-        embedder = getattr(getattr(state.engine, "parts", None), "embedder", None)
-        tokenize = getattr(embedder, "tokenize", None)
-        counter = (lambda text: len(tokenize(text)[0])) if callable(tokenize) else None
+    """Input tokens of an embeddings request, from the engine's own tokenizer (0 when it has none to ask)."""
+    counter = getattr(state.engine, "count_tokens", None)  # an endpoint engine has no tokenizer of its own
     try:
         return sum(int(counter(text)) for text in texts) if callable(counter) else 0
     except Exception:  # counting is reporting only; it must not fail a request that already succeeded
