@@ -56,7 +56,27 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> LocalServer:
-        """Spawn the server and wait until /ready answers 200 (the model loaded and warmed up)."""
+        """Spawn the server (unless launch() already did) and wait until /ready answers 200 (the model loaded
+        and warmed up)."""
+        if self._proc is None:
+            self.launch()
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        ready = f"http://127.0.0.1:{self.port}/ready"
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ServegateError(f"the local server exited with {self._proc.returncode}: {self._tail()}")
+            try:
+                if httpx.get(ready, timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
+
+    def launch(self) -> LocalServer:
+        """Spawn the server process and return at once (start() then waits for it to be ready)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="servegate-bench-")
         spec = Path(self._tmp.name) / "served.json"
         spec.write_text(
@@ -71,19 +91,7 @@ class LocalServer:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self._trace_env()},
         )
-        deadline = time.monotonic() + self.startup_timeout_s
-        ready = f"http://127.0.0.1:{self.port}/ready"
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise ServegateError(f"the local server exited with {self._proc.returncode}: {self._tail()}")
-            try:
-                if httpx.get(ready, timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
+        return self
 
     def _trace_env(self) -> dict[str, str]:
         from servegate.runtime.step_trace import ENV

@@ -110,6 +110,8 @@ class GateContext:
     cache: OutputCache = field(default_factory=OutputCache)
     progress: ProgressHook = field(default_factory=ProgressHook)
     suite_loader: Callable[[ServedModel, Any], SuiteData] = load_suite_data
+    prepared: dict[str, Any] = field(default_factory=dict)
+    """What gates started ahead of their turn (Gate.prepare), by gate name; run_check stops what is left."""
     _suites: dict[tuple[str, str], SuiteData] = field(default_factory=dict)
     _runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
@@ -198,6 +200,13 @@ class Gate:
     """Manifest field prefixes whose change makes this gate relevant."""
     purpose: ClassVar[str] = ""
     """One line: what the gate protects users from."""
+
+    def prepare(self, ctx: GateContext) -> None:
+        """Start slow set-up before the gates run (e.g. a server process), keeping it in ctx.prepared.
+
+        Called for every gate that will run, before the first one does, so a gate's start-up overlaps
+        the gates ahead of it. Anything left there with a `stop()` is stopped when the check ends.
+        """
 
     def run(self, ctx: GateContext) -> GateResult:
         """Compare and return a verdict with measurements and public-safe evidence."""

@@ -66,6 +66,17 @@ class CapacityGate(Gate):
     server_factory: ClassVar[ServerFactory] = staticmethod(_local_server)  # type: ignore[assignment]
     """Starts the server to bench (tests substitute one with known delays)."""
 
+    def prepare(self, ctx: GateContext) -> None:
+        """Launch the candidate's own server now, so its start-up (seconds of imports and loading) overlaps
+        the gates that run before this one."""
+        served = ctx.candidate
+        own_server = type(self).server_factory is _local_server  # tests substitute servers of their own
+        if own_server and served.capacity.targets is not None and served.capacity.workload is not None:
+            if served.runtime.backend == "reference":
+                from servegate.capacity.local_server import LocalServer
+
+                ctx.prepared[self.name] = LocalServer(served).launch()
+
     def run(self, ctx: GateContext) -> GateResult:
         """Bench the candidate and compare each declared target with what was measured."""
         served = ctx.candidate
@@ -76,7 +87,8 @@ class CapacityGate(Gate):
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
         memory = _memory(served) if targets.memory is not None else None
         ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
-        with self.server_factory(served) as server:
+        prepared = ctx.prepared.pop(self.name, None)
+        with prepared if prepared is not None else self.server_factory(served) as server:
             report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
         if memory is None and targets.memory is not None:
             checks = check_targets(targets.model_copy(update={"memory": None}), report, None)  # type: ignore[arg-type]

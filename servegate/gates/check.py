@@ -148,6 +148,9 @@ def run_check(
     results: list[GateResult] = []
     try:
         for plan in planned:
+            if plan.run:
+                GATES.get(plan.name)().prepare(ctx)
+        for plan in planned:
             if not plan.run:
                 results.append(GateResult(plan.name, "skipped", plan.why, triggered_by=list(plan.changed_paths)))
                 continue
@@ -162,6 +165,10 @@ def run_check(
             result.triggered_by = [plan.why]
             results.append(result)
     finally:
+        for resource in ctx.prepared.values():
+            stop = getattr(resource, "stop", None)
+            if callable(stop):
+                stop()
         pool.close()
     notes = []
     if evaluated is not baseline:

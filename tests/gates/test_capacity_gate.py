@@ -72,3 +72,53 @@ def test_a_missed_latency_target_and_throughput_floor_fail_with_the_numbers(gate
 def test_no_targets_is_skipped(gate_class: type) -> None:
     result = run(gate_class, "http://127.0.0.1:9/v1", None)
     assert result.verdict == "skipped" and "no capacity.targets" in result.reason
+
+
+def test_a_prepared_server_is_the_one_benched(gate_class: type) -> None:
+    """run_check calls prepare() on every gate first; the capacity gate then benches what was started for it."""
+
+    class Started:
+        def __init__(self, server: SyntheticServer) -> None:
+            self.server, self.entered, self.stopped = server, False, False
+
+        def __enter__(self) -> Any:
+            self.entered = True
+            return self.server
+
+        def __exit__(self, *exc: object) -> None:
+            self.stopped = True
+
+    with SyntheticServer(Delays(ttft_ms=20, itl_ms=5)) as server:
+        manifest = served(server.url, {"e2e_ms": {"p99": 1000}})
+        ctx = GateContext(manifest, manifest)
+        gate_class().prepare(ctx)
+        assert ctx.prepared == {}  # an endpoint needs no server started
+        ctx.prepared["capacity"] = started = Started(server)
+        result = gate_class().run(ctx)
+    assert result.verdict == "pass", result.reason
+    assert started.entered and started.stopped and "capacity" not in ctx.prepared
+
+
+def test_what_a_gate_prepared_and_never_used_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servegate.gates import check
+
+    stopped: list[str] = []
+
+    class Left:
+        def stop(self) -> None:
+            stopped.append("left")
+
+    def prepare(self: Any, ctx: GateContext) -> None:
+        ctx.prepared[self.name] = Left()
+
+    def fail(self: Any, ctx: GateContext) -> Any:
+        raise RuntimeError("the gate broke before using what it prepared")
+
+    gate = GATES.get("capacity")
+    monkeypatch.setattr(gate, "prepare", prepare)
+    monkeypatch.setattr(gate, "run", fail)
+    manifest = served("http://127.0.0.1:9/v1", {"e2e_ms": {"p99": 1000}})
+    report = check.run_check(manifest, manifest, forced=("capacity",))
+    (result,) = [g for g in report.gates if g.name == "capacity"]
+    assert result.verdict == "fail" and "broke" in result.reason
+    assert stopped == ["left"]
