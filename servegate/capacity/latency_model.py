@@ -144,24 +144,30 @@ class LatencyModel:
 
 def fit_steps(samples: Sequence[StepSample]) -> tuple[dict[str, float], dict[str, Any]]:
     """Non-negative least squares on relative error: coefficients and the fit's quality."""
-    from scipy.optimize import nnls
-
     if len(samples) < len(FEATURES):
         raise ValueError(f"need at least {len(FEATURES)} measured steps to fit (got {len(samples)})")
     x = np.array([step_features(s.chunks) for s in samples], dtype=float)
     y = np.array([s.seconds for s in samples], dtype=float)
-    scale = x.max(axis=0)
-    scale[scale == 0] = 1.0
-    w = 1.0 / np.maximum(y, 1e-6)  # relative error: short steps count as much as long ones
-    coef, _ = nnls((x / scale) * w[:, None], y * w)
-    coef = coef / scale
-    rel = np.abs(x @ coef - y) / y
+    coef, rel = _nonnegative_fit(x, y, 1.0 / np.maximum(y, 1e-6))  # relative: short steps count as much as long
     quality = {
         "samples": len(samples),
         "median_rel_error": float(np.median(rel)),
         "p90_rel_error": float(np.percentile(rel, 90)),
     }
     return dict(zip(FEATURES, (float(c) for c in coef), strict=True)), quality
+
+
+def _nonnegative_fit(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative least squares of y on the columns of x (each scaled to its maximum so that no feature's
+    units dominate), optionally weighted per row: the coefficients and every row's relative error."""
+    from scipy.optimize import nnls
+
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    w = np.ones_like(y) if weights is None else weights
+    coef, _ = nnls((x / scale) * w[:, None], y * w)
+    coef = coef / scale
+    return coef, np.abs(x @ coef - y) / y
 
 
 @dataclass(frozen=True)
@@ -185,17 +191,11 @@ def fit_serving_steps(steps: Sequence[ServingStep]) -> tuple[dict[str, float], f
     model steps) underestimates that sum whenever step times are skewed, as they are under load.
     Returns (coefficients, seconds per admission, quality).
     """
-    from scipy.optimize import nnls
-
     if len(steps) < 4 * (len(FEATURES) + 1):
         raise ValueError(f"need at least {4 * (len(FEATURES) + 1)} serving steps to fit (got {len(steps)})")
     x = np.array([[*step_features(s.chunks), float(s.arrivals)] for s in steps], dtype=float)
     y = np.array([s.seconds for s in steps], dtype=float)
-    scale = x.max(axis=0)
-    scale[scale == 0] = 1.0
-    coef, _ = nnls(x / scale, y)
-    coef = coef / scale
-    rel = np.abs(x @ coef - y) / y
+    coef, rel = _nonnegative_fit(x, y)
     quality = {
         "serving_steps": len(steps),
         "serving_median_rel_error": float(np.median(rel)),
