@@ -96,8 +96,24 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
     model, training_seconds = train(recipe, held_out_keys(), progress=progress, checkpoint=checkpoint)
     # Training time depends on what else runs on the cores; the load average puts it in context.
     load_after_training = os.getloadavg()[0]
-    save_model(model, target)
+    metrics = publish_model(name, model, training_seconds, load_after_training, target, log, record=out_dir is None)
     checkpoint.unlink(missing_ok=True)
+    return BuildResult(target, training_seconds, time.perf_counter() - started, metrics)
+
+
+def publish_model(
+    name: str,
+    model: PreTrainedModel,
+    training_seconds: float,
+    load_after_training: float,
+    target: Path,
+    log: Log = print,
+    record: bool = True,
+) -> dict[str, Any]:
+    """Write a model trained by ``name``'s recipe to ``target``: weights, tokenizer, measured metrics.json and
+    DATASHEET.md, and (``record``) its catalogue entry with the files' checksums. Returns the metrics."""
+    recipe = RECIPES[name]
+    save_model(model, target)
     log(f"trained {name} in {training_seconds:.1f}s; measuring on the test suites")
     measured = measure(model, build_char_tokenizer())
     metrics: dict[str, Any] = {
@@ -127,7 +143,7 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
     }
     (target / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     (target / "DATASHEET.md").write_text(render_datasheet(metrics), encoding="utf-8")
-    if out_dir is None:
+    if record:
         record_model(
             name,
             kind="causal-lm",
@@ -136,7 +152,7 @@ def build_model(name: str, out_dir: Path | None = None, log: Log = print, monito
             description=DESCRIPTIONS[name],
             path=target,
         )
-    return BuildResult(target, training_seconds, time.perf_counter() - started, metrics)
+    return metrics
 
 
 DESCRIPTIONS: dict[str, str] = {
