@@ -206,8 +206,7 @@ def calibrate(model: LatencyModel, runs: dict[str, Any], burst: int = 0, batch_w
     coefficients["c_decode_seq"] += e1
     coefficients["c_prefill_chunk"] += e1
     out = LatencyModel(coefficients, fit=dict(model.fit))
-    ttft_extra = [r.ttft - batch_wait_s - out.prefill_time(max(2, r.prompt_tokens)) for r in single]
-    out.request_overhead_s = max(0.0, statistics.median(ttft_extra))
+    out.request_overhead_s = _request_overhead(out, single, batch_wait_s)
     out.finish_overhead_s = max(0.0, statistics.median([r.end - r.token_times[-1] for r in single if r.end]))
     ratios = [
         gap / out.decode_time(batch, max(2, r.prompt_tokens) + i + 1)
@@ -369,8 +368,8 @@ def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[Tra
     Each run counts equally (squared relative error of its simulated mean TTFT against the measured one),
     so a light run is matched as well as a busy one. A scan over 0-20 ms, then a finer one around the best.
     """
-    measured = [statistics.fmean(r.ttft for r in run.records if r.ok) for run in runs if any(r.ok for r in run.records)]
     runs = [run for run in runs if any(r.ok for r in run.records)]
+    measured = [statistics.fmean(r.ttft for r in run.records if r.ok) for run in runs]
     if not runs:
         return 0.0
 
