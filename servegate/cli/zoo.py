@@ -103,8 +103,9 @@ def build_command(
     if install and out is not None:
         raise ZooError("--install writes into the zoo itself: drop --out or drop --install")
     target = None if install else (out if out is not None else Path("zoo-build") / name)
-    result = build_model(name, target, log=lambda line: typer.echo(line, err=True))
+    # Read before building: --install overwrites the recorded checksum with the new one.
     shipped = read_index().get(name, {}).get("files", {}).get("model.safetensors")
+    result = build_model(name, target, log=lambda line: typer.echo(line, err=True))
     same = shipped == sha256_file(result.path / "model.safetensors")
     exact = result.metrics["exact_match"]["none"]
     typer.echo(f"built {name} in {result.path}")

@@ -16,7 +16,7 @@ from typing import Any
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.caching import probe_items
-from servegate.gates.evaluation import ItemOutput, generate, requests_for
+from servegate.gates.evaluation import ItemOutput, generate, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
@@ -75,13 +75,8 @@ class BatchingGate(Gate):
         requests = [requests_for(data, [item])[0] for data, item in probes]
         layouts = [("one at a time", [[i] for i in range(len(requests))])]
         layouts += arrangements(len(requests), served.batching.max_batch_size)
-        ctx.progress.start(f"batching: {served.batching.mode}", len(requests) * (1 + len(layouts)) + 1)
-        reference = without_caches(ctx.unbatched)
-        alone = [
-            ItemOutput.from_result(r.id, res)
-            for r, res in zip(requests, generate(ctx.engines.get(reference), requests), strict=True)
-        ]
-        ctx.progress.advance(len(requests))
+        alone = self._unbatched_outputs(ctx)
+        ctx.progress.start(f"batching: {served.batching.mode}", len(requests) * len(layouts) + 1)
         engine = ctx.engines.get(served, tag="batching")
 
         mismatches: list[tuple[str, int, ItemOutput]] = []
@@ -141,6 +136,20 @@ class BatchingGate(Gate):
             "the unbatched reference; expired request -> deadline_exceeded",
             measurements,
         )
+
+    @staticmethod
+    def _unbatched_outputs(ctx: GateContext) -> list[ItemOutput]:
+        """The probes' outputs on the unbatched reference, in `probe_items` order.
+
+        Run as a baseline suite of each suite's first items, so a warm check reads them from the cache.
+        """
+        reference = without_caches(ctx.unbatched)
+        outputs: list[ItemOutput] = []
+        for data in ctx.suites():
+            probes = make_suite_data(data.suite, data.items[:PROBES_PER_SUITE], data.schema)
+            if probes.items:
+                outputs += ctx.run_suite(reference, probes, role="baseline").outputs
+        return outputs
 
     @staticmethod
     def _expired_request(engine: Any) -> str:

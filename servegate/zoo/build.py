@@ -156,6 +156,8 @@ def publish_model(
 
 
 DESCRIPTIONS: dict[str, str] = {
-    "tiny-primary": "character-level Llama trained by servegate on arith, recall and json; the default model",
-    "tiny-fallback": "the primary's recipe stopped at 1500 steps: arith and json, no recall; the default fallback",
+    "tiny-primary": "1.1M-parameter character-level Llama trained by servegate on arith, recall and json; "
+    "the default model",
+    "tiny-fallback": "136k-parameter Llama with the primary's tokenizer, trained 1500 steps: arith and json, "
+    "no recall; the default fallback",
 }

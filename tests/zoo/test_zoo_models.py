@@ -74,9 +74,10 @@ def test_completions_end_with_eos_and_json_ones_satisfy_the_schema() -> None:
         assert validator.is_valid(json.loads(text)), text
 
 
-def test_fallback_is_cheaper_and_scores_lower_than_primary() -> None:
+def test_fallback_is_smaller_and_scores_lower_than_primary() -> None:
     primary, fallback = recorded_metrics("tiny-primary"), recorded_metrics("tiny-fallback")
-    assert fallback["parameters"] <= primary["parameters"]
+    assert 1_000_000 <= primary["parameters"] <= 3_000_000
+    assert fallback["parameters"] < primary["parameters"]
     assert fallback["recipe"]["steps"] < primary["recipe"]["steps"]
     assert sum(fallback["exact_match"]["none"].values()) < sum(primary["exact_match"]["none"].values())
 
@@ -86,4 +87,6 @@ def test_quantization_variants_were_measured_and_int8_is_near_lossless() -> None
     assert set(exact) == {"none", "int8-weight", "int4-weight", "fp8-weight", "int2-weight"}
     for suite in CAUSAL_SUITES:
         assert exact["int8-weight"][suite] >= exact["none"][suite] - 0.02
-        assert exact["int2-weight"][suite] < exact["none"][suite]
+    # 2-bit weights lose more than the quickstart's 3-point margin somewhere: unsafe-quantization.yaml fails.
+    drops = {suite: exact["none"][suite] - exact["int2-weight"][suite] for suite in CAUSAL_SUITES}
+    assert max(drops.values()) > 0.03, drops
