@@ -14,6 +14,7 @@ import typer
 from servegate import __version__
 from servegate.cli import bench, check, manifest_commands, note, plan, profile, run, serve, zoo
 from servegate.cli import eval as eval_command
+from servegate.cli.import_noise import silence_import_noise
 from servegate.contracts.errors import ServegateError
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ def _root(
 
 def main() -> None:
     """Entry point of the `gate` and `servegate` console scripts."""
+    silence_import_noise()
     try:
         app()  # standalone: typer reports usage errors itself (exit 2) and exits with the command's code
     except (ServegateError, ValueError, FileNotFoundError) as exc:
