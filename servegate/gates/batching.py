@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import random
 import time
+from itertools import groupby
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.caching import probe_items
-from servegate.gates.evaluation import ItemOutput, generate, make_suite_data, requests_for
+from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
@@ -75,7 +76,7 @@ class BatchingGate(Gate):
         requests = [requests_for(data, [item])[0] for data, item in probes]
         layouts = [("one at a time", [[i] for i in range(len(requests))])]
         layouts += arrangements(len(requests), served.batching.max_batch_size)
-        alone = self._unbatched_outputs(ctx)
+        alone = self._unbatched_outputs(ctx, probes)
         ctx.progress.start(f"batching: {served.batching.mode}", len(requests) * len(layouts) + 1)
         engine = ctx.engines.get(served, tag="batching")
 
@@ -138,17 +139,16 @@ class BatchingGate(Gate):
         )
 
     @staticmethod
-    def _unbatched_outputs(ctx: GateContext) -> list[ItemOutput]:
-        """The probes' outputs on the unbatched reference, in `probe_items` order.
+    def _unbatched_outputs(ctx: GateContext, probes: list[tuple[SuiteData, SuiteItem]]) -> list[ItemOutput]:
+        """The probes' outputs on the unbatched reference, in the order of `probes`.
 
-        Run as a baseline suite of each suite's first items, so a warm check reads them from the cache.
+        Each suite's probes run as a baseline suite of their own, so a warm check reads them from the cache.
         """
         reference = without_caches(ctx.unbatched)
         outputs: list[ItemOutput] = []
-        for data in ctx.suites():
-            probes = make_suite_data(data.suite, data.items[:PROBES_PER_SUITE], data.schema)
-            if probes.items:
-                outputs += ctx.run_suite(reference, probes, role="baseline").outputs
+        for data, group in groupby(probes, key=lambda probe: probe[0]):
+            subset = make_suite_data(data.suite, [item for _, item in group], data.schema)
+            outputs += ctx.run_suite(reference, subset, role="baseline").outputs
         return outputs
 
     @staticmethod
