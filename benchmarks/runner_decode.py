@@ -8,11 +8,18 @@ paths; the median step is reported. The batch-1 figure is also compared with the
 roofline: weight bytes read per step divided by the measured copy bandwidth of this machine.
 
     .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
+        [--cpu-linear torch|openblas]
+
+With `--cpu-linear openblas` the runner's own copy of the model has its linears routed through
+OpenBLAS as `runtime.cpu_linear` does (torch on 1 thread, the BLAS pool on --threads); transformers'
+loop keeps stock torch linears on --threads torch threads. The roofline's copy bandwidth is measured
+with --threads torch threads (the machine's cores by default), the same cores either path uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 
@@ -20,6 +27,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from servegate.runtime.api import SeqChunk
+from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
 from servegate.runtime.model_runner import PagedModelRunner
 
 
@@ -110,33 +118,46 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per path (median step reported)")
     parser.add_argument("--fragmented", action="store_true", help="no two blocks of a sequence consecutive")
+    parser.add_argument("--cpu-linear", default="torch", choices=["torch", "openblas"], help="the runner's linears")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or TORCH_DEFAULT_THREADS
+    torch.set_num_threads(threads)
     dtype = getattr(torch, args.dtype)
     model = build_model(dtype)
+    ours_model = model
+    if args.cpu_linear == "openblas":
+        ours_model = copy.deepcopy(model)
+        route_linears(ours_model)
+        set_blas_threads(threads)
+    # torch threads for each path: routed, torch keeps one thread and the BLAS pool has the cores
+    ours_threads = 1 if args.cpu_linear == "openblas" else threads
     params = sum(p.numel() for p in model.parameters())
     bandwidth = copy_bandwidth()
     step_bytes = weight_bytes_per_step(model)
     roofline = bandwidth / step_bytes
-    print(f"model: random Llama, {params / 1e6:.1f}M parameters, {args.dtype}, torch threads {torch.get_num_threads()}")
+    print(
+        f"model: random Llama, {params / 1e6:.1f}M parameters, {args.dtype}, {threads} threads; "
+        f"servegate linears: {args.cpu_linear}"
+    )
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; weights read per step {step_bytes / 1e6:.0f} MB")
     print(f"batch-1 roofline: {roofline:.1f} tokens/s")
     max_batch = max(args.batches)
     blocks = max_batch * ((args.prompt + args.steps + args.block_size - 1) // args.block_size)
-    runner = PagedModelRunner(model, num_blocks=blocks, block_size=args.block_size)
+    runner = PagedModelRunner(ours_model, num_blocks=blocks, block_size=args.block_size)
     gen = torch.Generator().manual_seed(1)
     columns = f"{'batch':>5} {'servegate tok/s':>16} {'HF tok/s':>9} {'ratio':>6}"
     print(f"{columns} {'servegate ms/step':>18} {'HF ms/step':>11}")
     for batch in args.batches:
         prompts = torch.randint(10, 32000, (batch, args.prompt), generator=gen).tolist()
-        runner_decode(runner, prompts, 4, args.fragmented)  # warm-up
-        hf_decode(model, prompts, 4)
         ours: list[float] = []
         theirs: list[float] = []
-        for _ in range(args.repeats):  # alternate the two so load changes hit both alike
-            ours += runner_decode(runner, prompts, args.steps, args.fragmented)
-            theirs += hf_decode(model, prompts, args.steps)
+        for repeat in range(args.repeats + 1):  # alternate the two so load changes hit both alike
+            torch.set_num_threads(ours_threads)
+            times = runner_decode(runner, prompts, args.steps if repeat else 4, args.fragmented)
+            ours += times if repeat else []  # the first round warms up
+            torch.set_num_threads(threads)
+            times = hf_decode(model, prompts, args.steps if repeat else 4)
+            theirs += times if repeat else []
         # the median step: robust to other processes taking the CPU now and then
         ours_ms, theirs_ms = 1000 * statistics.median(ours), 1000 * statistics.median(theirs)
         ours_tps, theirs_tps = 1000 * batch / ours_ms, 1000 * batch / theirs_ms

@@ -16,7 +16,13 @@ end-to-end latency (arrival to last token). Ratios (c)/(a) and (c)/(b) are print
 decode speed of the engine against the memory-bandwidth roofline.
 
     .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate R] [--max-batch 32] [--threads 1]
+        [--cpu-linear auto|torch|openblas]
     .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
+
+Every system gets --threads cores (default: torch's default, the physical cores): (a) and (b) as torch
+threads; (c) as its manifest's `runtime.threads`, which with `runtime.cpu_linear` routed to OpenBLAS
+means the BLAS pool has them and torch keeps one. The roofline's copy bandwidth is measured on the same
+number of threads.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from runner_decode import build_model, copy_bandwidth, weight_bytes_per_step  # 
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
+from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS, apply_cpu_linear  # noqa: E402
 from servegate.runtime.engine import ReferenceEngine  # noqa: E402
 from servegate.runtime.model_runner import PagedModelRunner  # noqa: E402
 
@@ -191,15 +198,22 @@ class IdsOnly:
         return "x" * len(ids)
 
 
-def servegate_engine(model: Any, mode: str, max_batch: int, budget_bytes: int, tokens_per_step: int) -> ReferenceEngine:
-    """A reference engine over a paged runner of `model`, configured as a manifest would."""
+def servegate_engine(
+    model: Any, mode: str, max_batch: int, budget_bytes: int, tokens_per_step: int, threads: int, cpu_linear: str
+) -> ReferenceEngine:
+    """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it says)."""
     served = ServedModel.model_validate(
         {
             "name": "bench",
             "weights": {"source": "zoo:tiny-primary"},
             "preprocess": {"max_input_tokens": 512},
             "postprocess": {"max_output_tokens": 512},
-            "runtime": {"max_model_len": 1024, "kv_cache": {"block_size": 16, "memory_budget": budget_bytes}},
+            "runtime": {
+                "max_model_len": 1024,
+                "threads": threads,
+                "cpu_linear": cpu_linear,
+                "kv_cache": {"block_size": 16, "memory_budget": budget_bytes},
+            },
             "batching": {
                 "mode": mode,
                 "max_batch_size": max_batch,
@@ -209,6 +223,7 @@ def servegate_engine(model: Any, mode: str, max_batch: int, budget_bytes: int, t
             "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
         }
     )
+    apply_cpu_linear(model, served.runtime.cpu_linear, threads)  # what engine_setup does for a loaded model
     runner = PagedModelRunner.from_budget(model, budget_bytes, 16)
     try:
         from servegate.runtime.sampling import sample_batch as sampler
@@ -276,11 +291,12 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=32, help="servegate max_batch_size")
     parser.add_argument("--tokens-per-step", type=int, default=512, help="max_num_batched_tokens (b and c)")
     parser.add_argument("--patterns", nargs="+", default=["all-at-once", "poisson"])
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for every system (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None, help="threads for every system (default: torch's)")
+    parser.add_argument("--cpu-linear", default="auto", choices=["auto", "torch", "openblas"], help="(c)'s linears")
     parser.add_argument("--quick", action="store_true", help="tiny model and workload: checks the script only")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or TORCH_DEFAULT_THREADS
+    torch.set_num_threads(threads)
 
     if args.quick:
         torch.manual_seed(0)
@@ -301,8 +317,8 @@ def main() -> None:
     vocab = model.config.vocab_size
     params_m = sum(p.numel() for p in model.parameters()) / 1e6
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-        f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}"
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {threads} threads per "
+        f"system, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}; (c) linears: {args.cpu_linear}"
     )
     print(
         f"model: random Llama, {params_m:.0f}M parameters, float32; {args.requests} requests, prompts "
@@ -310,9 +326,19 @@ def main() -> None:
     )
 
     # the paged runner switches its model to servegate's attention: transformers runs on its own copy (sdpa)
-    engine = servegate_engine(copy.deepcopy(model), "continuous", args.max_batch, KV_BUDGET_BYTES, args.tokens_per_step)
+    engine = servegate_engine(
+        copy.deepcopy(model),
+        "continuous",
+        args.max_batch,
+        KV_BUDGET_BYTES,
+        args.tokens_per_step,
+        threads,
+        args.cpu_linear,
+    )
+    engine_threads = torch.get_num_threads()  # 1 when its linears went to OpenBLAS
     warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
     run_servegate(engine, warm)
+    torch.set_num_threads(threads)
     run_static_generate(model, warm)
 
     outcomes: list[Outcome] = []
@@ -333,6 +359,7 @@ def main() -> None:
         }
         for system, runner in systems.items():
             load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
+            torch.set_num_threads(engine_threads if system.startswith("(c)") else threads)
             wall, e2e = runner()
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
@@ -350,7 +377,9 @@ def main() -> None:
             flush=True,
         )
 
+    torch.set_num_threads(engine_threads)
     solo = batch1_decode_tokens_per_s(engine)
+    torch.set_num_threads(threads)
     bandwidth = copy_bandwidth()
     roofline = bandwidth / weight_bytes_per_step(model)
     engine.shutdown_sync()

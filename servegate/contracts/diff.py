@@ -29,6 +29,7 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "runtime.kv_cache.cache_scope": ("caching",),
     "runtime.max_model_len": ("truncation", "capacity"),
     "runtime.threads": ("capacity",),
+    "runtime.cpu_linear": ("capacity",),
     "runtime.device": ("quantization", "capacity"),
     "runtime.backend": ("quality", "contract", "capacity"),
     "runtime.endpoint_url": ("quality", "contract", "capacity"),

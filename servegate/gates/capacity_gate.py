@@ -52,6 +52,7 @@ def _memory(served: ServedModel) -> Any:
         "runtime.kv_cache",
         "runtime.max_model_len",
         "runtime.threads",
+        "runtime.cpu_linear",
         "runtime.device",
         "runtime.backend",
         "runtime.endpoint_url",

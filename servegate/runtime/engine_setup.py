@@ -108,6 +108,10 @@ def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, 
             from servegate.runtime.quantization import quantize_model
 
             report = quantize_model(model, served.runtime.quantization)
+    from servegate.runtime.cpu_linear import apply_cpu_linear
+
+    # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
+    apply_cpu_linear(model, served.runtime.cpu_linear, served.runtime.threads)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
     num_blocks, block_size = pool_size(served, kv_dims_from_config(config), compute_dtype)

@@ -20,6 +20,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -138,8 +139,8 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     directory = resolve_weights_dir(served)
     verify_checksums(directory, weights.sha256)
     use_safetensors = check_weight_format(directory, weights.allow_pickle)
-    if runtime.threads is not None:
-        torch.set_num_threads(runtime.threads)
+    # an earlier model routed to OpenBLAS left torch on one thread; each manifest starts from its own setting
+    torch.set_num_threads(runtime.threads or TORCH_DEFAULT_THREADS)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, device)
     load_dtype = "auto" if weights.dtype == "auto" else getattr(torch, weights.dtype)

@@ -125,8 +125,31 @@ def arch_case(request: pytest.FixtureRequest, one_thread: None) -> dict[str, Any
     return {"model": model, "requests": reqs, "expected": [reference(model, r) for r in reqs]}
 
 
+@pytest.fixture(scope="module")
+def routed_case(one_thread: None) -> dict[str, Any]:
+    """The Llama case with its linear layers routed through OpenBLAS (`runtime.cpu_linear: openblas`)."""
+    from servegate.runtime.cpu_linear import numpy_blas, route_linears
+
+    if numpy_blas() != "openblas":
+        pytest.skip("numpy is not built on OpenBLAS")
+    model = tiny_model("llama")
+    assert route_linears(model) == 2 * 7 + 1
+    reqs = requests(32, seed=1, shared_prefix=list(range(10, 30)))
+    return {"model": model, "requests": reqs, "expected": [reference(model, r) for r in reqs]}
+
+
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_greedy_outputs_equal_model_generate(arch_case: dict[str, Any], setup: str) -> None:
+    check_setup(arch_case, setup)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_greedy_outputs_equal_model_generate_with_openblas_linears(routed_case: dict[str, Any], setup: str) -> None:
+    check_setup(routed_case, setup)
+
+
+def check_setup(arch_case: dict[str, Any], setup: str) -> None:
+    """Run the case's requests through the engine set up as `setup`; outputs must equal the references."""
     sections, num_blocks = SETUPS[setup]
     sections = {"preprocess": {"max_input_tokens": 64}, **sections}
     sections["runtime"] = {"max_model_len": MAX_LEN, **sections.get("runtime", {})}

@@ -1,0 +1,159 @@
+"""Linear layers on CPU through OpenBLAS (numpy's BLAS) instead of torch's MKL.
+
+On CPUs that are not Intel's, the MKL build torch ships reads a float32 weight matrix for a
+matrix-vector product at about half the memory bandwidth OpenBLAS reaches, and its single-row path
+does not use a second core at all. Measured on a 2-core AMD EPYC VM (benchmarks/README.md): the
+32000 x 768 LM head read at 12 GB/s by torch and 21 GB/s by OpenBLAS with 2 threads; small-batch
+products (2-32 rows) ran 1.3-2x faster, and large ones (512 rows) no slower. Decode steps are
+matrix-vector products over every weight, so this is what decides tokens/s at small batch.
+
+`route_linears(model)` rewires every `nn.Linear` whose weight is a plain float32 (or float64) CPU tensor
+(quantized weights are tensor subclasses with their own kernels and stay as they are). The routed
+forward falls back to `F.linear` for anything else (other dtypes, autograd), and re-reads the weight
+when it was replaced or moved, so `model.to(...)` after routing stays correct.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CpuLinear = Literal["auto", "torch", "openblas"]
+
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+"""torch's intra-op threads when servegate's runtime was first imported (its default: the physical cores)."""
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's vendor id (e.g. GenuineIntel, AuthenticAMD), or '' when it cannot be read."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def numpy_blas() -> str:
+    """The BLAS numpy calls into ('openblas', 'mkl', ...), or '' when threadpoolctl cannot see one."""
+    from threadpoolctl import threadpool_info
+
+    np.ones((2, 2)) @ np.ones((2, 2))  # make sure numpy's BLAS is loaded before asking
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            return str(pool.get("internal_api", ""))
+    return ""
+
+
+AUTO_MIN_WEIGHT_BYTES = 64 * 2**20
+"""`auto` routes a model only when its float linear weights exceed this (twice this VM's 32 MiB L3): smaller
+ones stay in cache, where a step costs per-call overhead rather than bandwidth, and OpenBLAS's spinning
+workers only add CPU time (`gate check` on the 4.6 MB quickstart model, routed against not: wall 40.8 /
+33.2 s cold / warm against 42.4 / 33.4 s, CPU 64.7 / 50.1 s against 55.9 / 47.9 s)."""
+
+
+def resolve_cpu_linear(
+    choice: CpuLinear, device: torch.device, dtype: torch.dtype, weight_bytes: int = AUTO_MIN_WEIGHT_BYTES
+) -> bool:
+    """Whether linears should run through OpenBLAS.
+
+    `auto` does so for float32 on a non-Intel CPU when `weight_bytes` (the float linear weights) are at
+    least AUTO_MIN_WEIGHT_BYTES; `openblas` whenever the device and dtype allow.
+    """
+    if device.type != "cpu" or dtype != torch.float32 or choice == "torch":
+        return False
+    if choice == "openblas":
+        if numpy_blas() != "openblas":
+            raise ValueError(
+                f"runtime.cpu_linear is openblas but numpy's BLAS is {numpy_blas() or 'unknown'}: "
+                "install a numpy wheel from PyPI (it bundles OpenBLAS) or set cpu_linear: torch"
+            )
+        return True
+    if weight_bytes < AUTO_MIN_WEIGHT_BYTES:
+        return False
+    return cpu_vendor() != "GenuineIntel" and numpy_blas() == "openblas"
+
+
+def set_blas_threads(threads: int) -> None:
+    """Size numpy's BLAS thread pool (process-wide, like torch.set_num_threads)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
+
+
+BLAS_DTYPES = (torch.float32, torch.float64)
+"""Weight dtypes OpenBLAS multiplies natively (sgemm/dgemm)."""
+
+
+def _is_plain_float(weight: Any) -> bool:
+    """A dense float32/float64 CPU tensor (not a quantized tensor subclass, not a meta tensor)."""
+    data = weight.data if isinstance(weight, torch.nn.Parameter) else weight
+    return type(data) is torch.Tensor and data.dtype in BLAS_DTYPES and data.device.type == "cpu"
+
+
+def _blas_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """y = x W^T + b with numpy's matmul on float CPU tensors outside autograd; F.linear otherwise."""
+    weight = self.weight
+    if (
+        x.dtype != weight.dtype
+        or x.device.type != "cpu"
+        or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        or not _is_plain_float(weight)
+    ):
+        return F.linear(x, weight, self.bias)
+    cached = self._servegate_blas
+    if cached[0] != weight.data_ptr():  # weight replaced or moved since routing: take the new one
+        cached = self._servegate_blas = (weight.data_ptr(), weight.detach().numpy().T)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.matmul(rows.detach().numpy(), cached[1])
+    result = torch.from_numpy(out).view(*x.shape[:-1], out.shape[-1])
+    if self.bias is not None:
+        result += self.bias
+    return result
+
+
+def routable_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the linear weights `route_linears` would route."""
+    return sum(
+        m.weight.numel() * m.weight.element_size()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and _is_plain_float(m.weight)
+    )
+
+
+def route_linears(model: torch.nn.Module) -> int:
+    """Send every plain float32/float64 CPU `nn.Linear` of `model` through OpenBLAS; returns how many were."""
+    routed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and _is_plain_float(module.weight):
+            module._servegate_blas = (-1, None)  # filled on first call
+            module.forward = types.MethodType(_blas_forward, module)
+            routed += 1
+    return routed
+
+
+def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None) -> int:
+    """Route the model's linears as `runtime.cpu_linear` says and size the thread pools; returns how many were.
+
+    Routed, the BLAS pool gets the threads (`runtime.threads`, else torch's default) and torch keeps one:
+    OpenBLAS's workers spin between calls, and torch's OpenMP workers spin after each parallel op, so two
+    pools on the same cores slow every step down (2x measured); torch's remaining work at decode (norms,
+    rotary, attention over one query) is too small to gain from a second thread.
+    """
+    parameter = next(model.parameters(), None)
+    if parameter is None:
+        return 0
+    dtype = getattr(model, "dtype", None) or parameter.dtype
+    if not resolve_cpu_linear(choice, parameter.device, dtype, routable_weight_bytes(model)):
+        return 0
+    set_blas_threads(threads or TORCH_DEFAULT_THREADS)
+    torch.set_num_threads(1)
+    return route_linears(model)

@@ -1,0 +1,176 @@
+"""Linear layers through OpenBLAS: same results as F.linear, falls back where it must, and the pools are sized."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers as hf
+from threadpoolctl import threadpool_info
+
+from servegate.contracts.sections import Quantization
+from servegate.runtime import cpu_linear
+from servegate.runtime.cpu_linear import apply_cpu_linear, cpu_vendor, resolve_cpu_linear, route_linears
+from servegate.runtime.quantization import quantize_model
+
+pytestmark = pytest.mark.skipif(cpu_linear.numpy_blas() != "openblas", reason="numpy is not built on OpenBLAS")
+
+
+@pytest.fixture(autouse=True)
+def keep_thread_settings():
+    threads = torch.get_num_threads()
+    blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    yield
+    torch.set_num_threads(threads)
+    if blas:
+        cpu_linear.set_blas_threads(blas[0])
+
+
+def tiny_llama() -> hf.LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = hf.LlamaConfig(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
+    return hf.LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("shape", [(64,), (1, 64), (5, 64), (2, 3, 64)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_routed_linear_matches_torch(shape: tuple[int, ...], bias: bool) -> None:
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(64, 48, bias=bias)
+    x = torch.randn(*shape)
+    expected = F.linear(x, layer.weight, layer.bias)
+    assert route_linears(layer) == 1
+    with torch.inference_mode():
+        got = layer(x)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_autograd_falls_back_to_torch() -> None:
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(16, 8)
+    route_linears(layer)
+    x = torch.randn(3, 16, requires_grad=True)
+    layer(x).sum().backward()  # the numpy path would have cut the graph
+    assert x.grad is not None and layer.weight.grad is not None
+
+
+def test_a_replaced_or_moved_weight_is_read_again() -> None:
+    layer = torch.nn.Linear(8, 4, bias=False)
+    route_linears(layer)
+    x = torch.randn(2, 8)
+    with torch.inference_mode():
+        layer(x)
+        layer.weight = torch.nn.Parameter(torch.ones(4, 8))
+        assert torch.equal(layer(x), x.sum(-1, keepdim=True).expand(2, 4))
+
+
+def test_only_plain_float32_weights_are_routed() -> None:
+    model = tiny_llama()
+    quantize_model(model, Quantization(method="int8-weight"))  # lm_head stays float32
+    assert route_linears(model) == 1
+    assert route_linears(tiny_llama().to(torch.bfloat16)) == 0
+    assert route_linears(tiny_llama().to(torch.float64)) == 2 * 7 + 1  # dgemm; `auto` routes float32 only
+    assert route_linears(tiny_llama()) == 2 * 7 + 1
+
+
+def test_a_routed_model_decodes_as_before() -> None:
+    model = tiny_llama()
+    ids = torch.tensor([[5, 9, 2, 44, 17, 3]])
+    before = model.generate(ids, max_new_tokens=12, do_sample=False)
+    with torch.inference_mode():
+        logits_before = model(ids).logits
+    routed = copy.deepcopy(model)
+    route_linears(routed)
+    assert torch.equal(routed.generate(ids, max_new_tokens=12, do_sample=False), before)
+    with torch.inference_mode():
+        torch.testing.assert_close(routed(ids).logits, logits_before, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_routes_float32_on_cpu_except_on_intel(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "AuthenticAMD")
+    assert resolve_cpu_linear("auto", cpu, torch.float32)
+    assert not resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=2**20)  # in cache: not worth it
+    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=2**20)
+    assert not resolve_cpu_linear("auto", cpu, torch.bfloat16)
+    assert not resolve_cpu_linear("auto", cuda, torch.float32)
+    assert not resolve_cpu_linear("torch", cpu, torch.float32)
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
+    assert not resolve_cpu_linear("auto", cpu, torch.float32)
+    assert resolve_cpu_linear("openblas", cpu, torch.float32)
+
+
+def test_openblas_without_openblas_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_linear, "numpy_blas", lambda: "mkl")
+    with pytest.raises(ValueError, match="numpy's BLAS is mkl"):
+        resolve_cpu_linear("openblas", torch.device("cpu"), torch.float32)
+    assert not resolve_cpu_linear("auto", torch.device("cpu"), torch.float32)
+
+
+def test_cpu_vendor_reads_proc_cpuinfo(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert cpu_vendor(info) == "AuthenticAMD"
+    assert cpu_vendor(tmp_path / "missing") == ""
+
+
+def test_apply_gives_the_threads_to_blas_and_one_to_torch() -> None:
+    model = tiny_llama()
+    assert apply_cpu_linear(model, "openblas", 2) == 2 * 7 + 1
+    assert torch.get_num_threads() == 1
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"][0] == 2
+    torch.set_num_threads(3)
+    assert apply_cpu_linear(tiny_llama(), "torch", None) == 0
+    assert apply_cpu_linear(tiny_llama(), "auto", None) == 0  # 0.2 MB of weights: stays on torch
+    assert torch.get_num_threads() == 3  # not routed: torch's threads are left alone
+
+
+def test_the_manifest_setting_decides_the_engines_kernel() -> None:
+    from servegate.contracts.manifest import ServedModel
+    from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
+    from servegate.runtime.engine import ReferenceEngine
+
+    prompts = ["12+30=", "recall: apple kiwi plum; 2nd?", '{"name": "ada", "age":']
+    outputs, routed = {}, {}
+    for choice in ("torch", "openblas"):
+        served = ServedModel.model_validate(
+            {"name": "t", "weights": {"source": "zoo:tiny-primary"}, "runtime": {"threads": 1, "cpu_linear": choice}}
+        )
+        engine = ReferenceEngine(served)
+        try:
+            reqs = [
+                GenerationRequest(str(i), prompt=p, params=SamplingParams(max_tokens=8, temperature=0))
+                for i, p in enumerate(prompts)
+            ]
+            results = engine.generate(reqs)
+            model = engine.parts.runner.model
+        finally:
+            engine.shutdown_sync()
+        assert all(isinstance(r, FinishEvent) for r in results)
+        outputs[choice] = [r.text for r in results]
+        routed[choice] = sum(hasattr(m, "_servegate_blas") for m in model.modules())
+    assert outputs["openblas"] == outputs["torch"]
+    assert routed == {"torch": 0, "openblas": 2 * 7 + 1}
+
+
+def test_an_unknown_kernel_is_refused_by_the_manifest() -> None:
+    from pydantic import ValidationError
+
+    from servegate.contracts.manifest import ServedModel
+
+    with pytest.raises(ValidationError, match="cpu_linear"):
+        ServedModel.model_validate(
+            {"name": "t", "weights": {"source": "zoo:tiny-primary"}, "runtime": {"cpu_linear": "mkl"}}
+        )
