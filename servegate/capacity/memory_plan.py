@@ -47,9 +47,12 @@ class MemoryPlan:
     max_concurrent_sequences: int
     """Sequences at the planned context whose KV cache fits at once."""
     total_bytes: int
-    """weights + runtime overhead + KV pool, in bytes."""
+    """weights + runtime overhead + KV pool (+ the fallback engine's memory), in bytes."""
     budget_bytes: int | None = None
     """The total memory budget checked against (None: no budget declared)."""
+    fallback_bytes: int = 0
+    """Memory of the fallback manifest's engine (its weights, runtime overhead and KV pool), which runs in the
+    same server process; 0 without a fallback."""
 
     @property
     def fits(self) -> bool:
@@ -68,6 +71,10 @@ class MemoryPlan:
             f"KV cache: {self.kv_bytes_per_token:,} bytes/token ({self.kv_dtype}), block {self.block_size} tokens",
             f"KV pool: {format_bytes(self.kv_pool_bytes)} = {self.num_kv_blocks:,} blocks",
             f"max concurrent sequences at {self.context_tokens:,} tokens: {self.max_concurrent_sequences:,}",
+        ]
+        if self.fallback_bytes:
+            out.append(f"fallback engine (same server): {format_bytes(self.fallback_bytes)}")
+        out += [
             f"total: {format_bytes(self.total_bytes)}"
             + (
                 f" of a {format_bytes(self.budget_bytes)} budget ({'fits' if self.fits else 'DOES NOT FIT'})"
@@ -102,11 +109,12 @@ def plan_memory(
     overhead_source: str = "declared",
     tokens_per_step: int = 2048,
     weights: WeightsMemory | None = None,
+    fallback_bytes: int = 0,
 ) -> MemoryPlan:
-    """Size weights, overhead and KV pool for one model.
+    """Size weights, overhead and KV pool for one model (plus `fallback_bytes` held by a fallback engine).
 
     Give `kv_pool_bytes` to check a declared pool (the manifest's kv_cache.memory_budget); without it the
-    pool is whatever `memory_budget` leaves after weights and overhead (memory-only planning).
+    pool is whatever `memory_budget` leaves after weights, overhead and the fallback (memory-only planning).
     """
     if context_tokens < 1:
         raise ValueError(f"context must be at least 1 token (got {context_tokens})")
@@ -119,11 +127,12 @@ def plan_memory(
     if kv_pool_bytes is None:
         if memory_budget is None:
             raise ValueError("give a memory budget or a KV pool size")
-        kv_pool_bytes = memory_budget - weights.bytes - runtime_overhead
+        kv_pool_bytes = memory_budget - weights.bytes - runtime_overhead - fallback_bytes
         if kv_pool_bytes <= 0:
+            fallback = f", and the fallback engine ({format_bytes(fallback_bytes)})" if fallback_bytes else ""
             raise ServegateError(
                 f"the memory budget {format_bytes(memory_budget)} does not hold the weights "
-                f"({format_bytes(weights.bytes)}) and runtime overhead ({format_bytes(runtime_overhead)}): "
+                f"({format_bytes(weights.bytes)}) and runtime overhead ({format_bytes(runtime_overhead)}){fallback}: "
                 "raise the budget or quantize the weights"
             )
     blocks = num_kv_blocks(kv_pool_bytes, block_size, per_token)
@@ -141,8 +150,9 @@ def plan_memory(
         context_tokens=context_tokens,
         blocks_per_sequence=per_seq,
         max_concurrent_sequences=blocks // per_seq,
-        total_bytes=int(weights.bytes + runtime_overhead + kv_pool_bytes),
+        total_bytes=int(weights.bytes + runtime_overhead + kv_pool_bytes + fallback_bytes),
         budget_bytes=memory_budget,
+        fallback_bytes=fallback_bytes,
     )
 
 
@@ -188,7 +198,8 @@ def manifest_memory(
     """The memory plan of a manifest: its weights, its declared KV pool, its budget (capacity.targets.memory).
 
     The runtime overhead is the declared capacity.runtime_overhead, else `runtime_overhead` (measured by
-    `gate profile`), else an estimate from the config.
+    `gate profile`), else an estimate from the config. A declared fallback's engine runs in the same
+    server, so its own plan's total (weights, overhead, KV pool) is added.
     """
     config = read_config(model_config_path(served))
     dtype = compute_dtype(served)
@@ -219,4 +230,17 @@ def manifest_memory(
         overhead_source=source,
         tokens_per_step=served.batching.max_num_batched_tokens,
         weights=weights,
+        fallback_bytes=_fallback_bytes(served),
     )
+
+
+def _fallback_bytes(served: ServedModel) -> int:
+    """Total memory of the fallback manifest's engine (0 without one)."""
+    from servegate.contracts.loading import load_fallback
+
+    fallback = load_fallback(served)
+    if fallback is None:
+        return 0
+    if fallback.failure_policy.fallback is not None:  # the server does not chain fallbacks: count only this one
+        fallback = fallback.with_changes(failure_policy={**fallback.failure_policy.model_dump(), "fallback": None})
+    return manifest_memory(fallback).total_bytes

@@ -241,7 +241,7 @@ def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> 
     targets, kv = served.capacity.targets, served.runtime.kv_cache
     if targets is None or targets.memory is None or kv is None:
         return served, memory
-    pool = targets.memory - memory.weights_bytes - memory.runtime_overhead_bytes
+    pool = targets.memory - memory.weights_bytes - memory.runtime_overhead_bytes - memory.fallback_bytes
     if pool <= 0 or pool == kv.memory_budget:
         return served, memory
     runtime = served.runtime.model_dump(mode="python")
@@ -256,7 +256,7 @@ def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> 
         kv_pool_bytes=pool,
         num_kv_blocks=blocks,
         max_concurrent_sequences=blocks // memory.blocks_per_sequence,
-        total_bytes=memory.weights_bytes + memory.runtime_overhead_bytes + pool,
+        total_bytes=memory.weights_bytes + memory.runtime_overhead_bytes + pool + memory.fallback_bytes,
     )
     notes.append(
         f"KV pool sized to the memory target: runtime.kv_cache.memory_budget {pool:,} bytes ({blocks:,} blocks; "
@@ -289,8 +289,11 @@ def plan(
             f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
             "step times, so predictions hold for the conditions of the profile (re-run gate profile)"
         )
-    if served.failure_policy.fallback is not None:
-        notes.append("the fallback manifest's engine runs in the same server: its memory is not in this plan")
+    if memory.fallback_bytes:
+        notes.append(
+            f"the fallback manifest's engine runs in the same server: its {format_bytes(memory.fallback_bytes)} "
+            "(weights, runtime overhead, KV pool) count in the memory total"
+        )
     served = _fit_max_model_len(served, notes)
     served, memory = _size_kv_pool(served, memory, notes)
     n = min(num_requests, workload.num_requests)

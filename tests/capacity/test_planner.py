@@ -132,3 +132,34 @@ def test_max_model_len_is_planned_to_the_longest_request_the_contract_accepts(mo
     served = result.recommended.served
     need = served.preprocess.max_input_tokens + served.postprocess.max_output_tokens
     assert data["recommended"]["max_model_len"] == need
+
+
+def test_the_fallback_engines_memory_counts_in_the_plan(tmp_path: Path, model_dir: Path) -> None:
+    common = (
+        f"weights: {{source: {model_dir}}}\n"
+        "preprocess: {max_input_tokens: 64}\npostprocess: {max_output_tokens: 32}\n"
+        "runtime: {device: cpu, dtype: float32, max_model_len: 128, kv_cache: {block_size: 16, memory_budget: 2MiB}}\n"
+    )
+    (tmp_path / "fallback.yaml").write_text("name: small\n" + common)
+    primary = tmp_path / "primary.yaml"
+    primary.write_text(
+        "name: big\n" + common + "failure_policy: {fallback: {manifest: fallback.yaml, on: [overload]}}\n"
+        "capacity:\n  workload: {input_tokens: {mean: 32, max: 32}, output_tokens: {mean: 8, max: 8}, rate_rps: 1}\n"
+        "  targets: {memory: 16MiB}\n"
+    )
+    served = load_manifest(primary)
+    fallback = manifest_memory(load_manifest(tmp_path / "fallback.yaml"))
+    memory = manifest_memory(served)
+    assert fallback.fallback_bytes == 0 and memory.fallback_bytes == fallback.total_bytes > 2 * 2**20
+    assert memory.total_bytes == (
+        memory.weights_bytes + memory.runtime_overhead_bytes + memory.kv_pool_bytes + fallback.total_bytes
+    )
+    assert any(line.startswith("fallback engine (same server): ") for line in memory.lines())
+    assert served.capacity.workload is not None
+    result = plan(served, served.capacity.workload, STEP_MODEL, memory, num_requests=20)
+    # the KV pool gets what the 16 MiB leave after both engines, so the total lands on the target
+    assert result.memory.total_bytes <= 16 * 2**20 < result.memory.total_bytes + 16 * result.memory.kv_bytes_per_token
+    assert result.memory.kv_pool_bytes == 16 * 2**20 - (
+        memory.weights_bytes + memory.runtime_overhead_bytes + fallback.total_bytes
+    )
+    assert any("fallback manifest's engine" in note and "count in the memory total" in note for note in result.notes)
