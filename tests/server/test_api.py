@@ -378,7 +378,12 @@ def test_no_client_input_is_a_server_error(server: ServerProcess, field: str, va
 
 
 def test_a_burst_past_the_queue_is_refused_as_declared_and_the_server_recovers(server: ServerProcess) -> None:
-    """100 requests at once into 2 running + 4 waiting: the rest get 429 with Retry-After 2, none is lost."""
+    """100 requests at once into a queue of 4 (and 2 running): the rest get 429 with Retry-After 2, none is lost.
+
+    How many of the burst the engine moves from the queue to its 2 running slots before the queue is full
+    depends on thread scheduling (on a busy 2-core CI machine, 5 of 100 were served once), so at least the
+    queue's 4 are served, never all.
+    """
     sent = 100
 
     async def burst() -> list[object]:
@@ -392,7 +397,7 @@ def test_a_burst_past_the_queue_is_refused_as_declared_and_the_server_recovers(s
     refused = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
     served = [o for o in outcomes if isinstance(o, openai.types.Completion)]
     assert len(refused) + len(served) == sent, [o for o in outcomes if isinstance(o, Exception)][:3]
-    assert refused and len(served) >= 6
+    assert refused and len(served) >= 4
     assert len({c.choices[0].text for c in served}) == 1  # greedy: every admitted request got the same whole answer
     for error in refused:
         assert error.code == "overloaded" and error.response.headers["Retry-After"] == "2"
