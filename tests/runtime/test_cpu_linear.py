@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-import transformers as hf
+from runtime_factories import tiny_llama
 from threadpoolctl import threadpool_info
 
 from servegate.contracts.sections import Quantization
@@ -27,20 +27,6 @@ def keep_thread_settings():
     torch.set_num_threads(threads)
     if blas:
         cpu_linear.set_blas_threads(blas[0])
-
-
-def tiny_llama() -> hf.LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = hf.LlamaConfig(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    return hf.LlamaForCausalLM(config).eval()
 
 
 @pytest.mark.parametrize("shape", [(64,), (1, 64), (5, 64), (2, 3, 64)])

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 import transformers as hf
+from runtime_factories import tiny_llama
 
 from servegate.contracts.sections import Quantization
 from servegate.runtime import quantization as quant
@@ -28,17 +29,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def base() -> hf.LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = hf.LlamaConfig(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    return hf.LlamaForCausalLM(config).eval()
+    return tiny_llama()
 
 
 def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
