@@ -7,7 +7,7 @@ the KV pool is sized by the same `num_kv_blocks` the runtime's block manager use
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,17 @@ class MemoryPlan:
     fallback_bytes: int = 0
     """Memory of the fallback manifest's engine (its weights, runtime overhead and KV pool), which runs in the
     same server process; 0 without a fallback."""
+
+    def with_kv_pool(self, pool_bytes: int) -> MemoryPlan:
+        """The same plan with a KV pool of `pool_bytes`: its blocks, concurrent sequences and total follow."""
+        blocks = num_kv_blocks(pool_bytes, self.block_size, self.kv_bytes_per_token)
+        return replace(
+            self,
+            kv_pool_bytes=pool_bytes,
+            num_kv_blocks=blocks,
+            max_concurrent_sequences=blocks // self.blocks_per_sequence,
+            total_bytes=self.weights_bytes + self.runtime_overhead_bytes + pool_bytes + self.fallback_bytes,
+        )
 
     @property
     def fits(self) -> bool:
@@ -193,13 +204,17 @@ def compute_dtype(served: ServedModel) -> str:
 
 
 def manifest_memory(
-    served: ServedModel, context_tokens: int | None = None, runtime_overhead: int | None = None
+    served: ServedModel,
+    context_tokens: int | None = None,
+    runtime_overhead: int | None = None,
+    *,
+    with_fallback: bool = True,
 ) -> MemoryPlan:
     """The memory plan of a manifest: its weights, its declared KV pool, its budget (capacity.targets.memory).
 
     The runtime overhead is the declared capacity.runtime_overhead, else `runtime_overhead` (measured by
     `gate profile`), else an estimate from the config. A declared fallback's engine runs in the same
-    server, so its own plan's total (weights, overhead, KV pool) is added.
+    server, so its own plan's total (weights, overhead, KV pool) is added unless `with_fallback` is False.
     """
     config = read_config(model_config_path(served))
     dtype = compute_dtype(served)
@@ -230,7 +245,7 @@ def manifest_memory(
         overhead_source=source,
         tokens_per_step=served.batching.max_num_batched_tokens,
         weights=weights,
-        fallback_bytes=_fallback_bytes(served),
+        fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
     )
 
 
@@ -239,8 +254,5 @@ def _fallback_bytes(served: ServedModel) -> int:
     from servegate.contracts.loading import load_fallback
 
     fallback = load_fallback(served)
-    if fallback is None:
-        return 0
-    if fallback.failure_policy.fallback is not None:  # the server does not chain fallbacks: count only this one
-        fallback = fallback.with_changes(failure_policy={**fallback.failure_policy.model_dump(), "fallback": None})
-    return manifest_memory(fallback).total_bytes
+    # the server builds the fallback's engine without a fallback of its own (runtime.build): no chain to count
+    return 0 if fallback is None else manifest_memory(fallback, with_fallback=False).total_bytes

@@ -18,7 +18,6 @@ the prediction, the target and by how much it is missed.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -250,17 +249,10 @@ def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> 
         sized = served.with_changes(runtime=runtime)
     except ValidationError:
         return served, memory
-    blocks = pool // (memory.block_size * memory.kv_bytes_per_token)
-    memory = dataclasses.replace(
-        memory,
-        kv_pool_bytes=pool,
-        num_kv_blocks=blocks,
-        max_concurrent_sequences=blocks // memory.blocks_per_sequence,
-        total_bytes=memory.weights_bytes + memory.runtime_overhead_bytes + pool + memory.fallback_bytes,
-    )
+    memory = memory.with_kv_pool(pool)
     notes.append(
-        f"KV pool sized to the memory target: runtime.kv_cache.memory_budget {pool:,} bytes ({blocks:,} blocks; "
-        f"declared {kv.memory_budget:,} bytes)"
+        f"KV pool sized to the memory target: runtime.kv_cache.memory_budget {pool:,} bytes "
+        f"({memory.num_kv_blocks:,} blocks; declared {kv.memory_budget:,} bytes)"
     )
     return sized, memory
 
