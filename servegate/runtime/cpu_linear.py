@@ -120,24 +120,23 @@ def _blas_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return result
 
 
+def _plain_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The model's `nn.Linear`s whose weight is a plain float32/float64 CPU tensor."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear) and _is_plain_float(m.weight)]
+
+
 def routable_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the linear weights `route_linears` would route."""
-    return sum(
-        m.weight.numel() * m.weight.element_size()
-        for m in model.modules()
-        if isinstance(m, torch.nn.Linear) and _is_plain_float(m.weight)
-    )
+    return sum(m.weight.numel() * m.weight.element_size() for m in _plain_linears(model))
 
 
 def route_linears(model: torch.nn.Module) -> int:
     """Send every plain float32/float64 CPU `nn.Linear` of `model` through OpenBLAS; returns how many were."""
-    routed = 0
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and _is_plain_float(module.weight):
-            module._servegate_blas = (-1, None)  # filled on first call
-            module.forward = types.MethodType(_blas_forward, module)
-            routed += 1
-    return routed
+    linears = _plain_linears(model)
+    for module in linears:
+        module._servegate_blas = (-1, None)  # filled on first call
+        module.forward = types.MethodType(_blas_forward, module)
+    return len(linears)
 
 
 def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None) -> int:
