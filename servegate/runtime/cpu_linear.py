@@ -30,6 +30,15 @@ TORCH_DEFAULT_THREADS = torch.get_num_threads()
 """torch's intra-op threads when servegate's runtime was first imported (its default: the physical cores)."""
 
 
+def use_torch_threads(threads: int | None) -> None:
+    """Give torch `threads` intra-op threads (a manifest's `runtime.threads`), else its default.
+
+    Every model load starts from its own manifest's setting: a model routed to OpenBLAS earlier in the
+    process left torch on one thread, which would otherwise carry over to the next model loaded.
+    """
+    torch.set_num_threads(threads or TORCH_DEFAULT_THREADS)
+
+
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's vendor id (e.g. GenuineIntel, AuthenticAMD), or '' when it cannot be read."""
     try:
@@ -60,9 +69,7 @@ workers only add CPU time (`gate check` on the 4.6 MB quickstart model, routed a
 33.2 s cold / warm against 42.4 / 33.4 s, CPU 64.7 / 50.1 s against 55.9 / 47.9 s)."""
 
 
-def resolve_cpu_linear(
-    choice: CpuLinear, device: torch.device, dtype: torch.dtype, weight_bytes: int = AUTO_MIN_WEIGHT_BYTES
-) -> bool:
+def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dtype, *, weight_bytes: int) -> bool:
     """Whether linears should run through OpenBLAS.
 
     `auto` does so for float32 on a non-Intel CPU when `weight_bytes` (the float linear weights) are at
@@ -151,7 +158,7 @@ def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | N
     if parameter is None:
         return 0
     dtype = getattr(model, "dtype", None) or parameter.dtype
-    if not resolve_cpu_linear(choice, parameter.device, dtype, routable_weight_bytes(model)):
+    if not resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=routable_weight_bytes(model)):
         return 0
     set_blas_threads(threads or TORCH_DEFAULT_THREADS)
     torch.set_num_threads(1)

@@ -19,6 +19,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.cpu_linear import use_torch_threads
 from servegate.runtime.preprocess import truncate
 from servegate.runtime.weights import (
     check_weight_format,
@@ -100,8 +101,7 @@ class EmbeddingModel:
         directory = resolve_weights_dir(served)
         verify_checksums(directory, served.weights.sha256)
         use_safetensors = check_weight_format(directory, served.weights.allow_pickle)
-        if served.runtime.threads is not None:
-            torch.set_num_threads(served.runtime.threads)
+        use_torch_threads(served.runtime.threads)
         self.device = resolve_device(served.runtime.device)
         self.dtype = resolve_dtype(served.runtime.dtype, self.device)
         load_dtype = "auto" if served.weights.dtype == "auto" else getattr(torch, served.weights.dtype)

@@ -20,7 +20,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS
+from servegate.runtime.cpu_linear import use_torch_threads
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -139,8 +139,7 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     directory = resolve_weights_dir(served)
     verify_checksums(directory, weights.sha256)
     use_safetensors = check_weight_format(directory, weights.allow_pickle)
-    # an earlier model routed to OpenBLAS left torch on one thread; each manifest starts from its own setting
-    torch.set_num_threads(runtime.threads or TORCH_DEFAULT_THREADS)
+    use_torch_threads(runtime.threads)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, device)
     load_dtype = "auto" if weights.dtype == "auto" else getattr(torch, weights.dtype)

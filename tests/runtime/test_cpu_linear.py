@@ -13,7 +13,13 @@ from threadpoolctl import threadpool_info
 
 from servegate.contracts.sections import Quantization
 from servegate.runtime import cpu_linear
-from servegate.runtime.cpu_linear import apply_cpu_linear, cpu_vendor, resolve_cpu_linear, route_linears
+from servegate.runtime.cpu_linear import (
+    AUTO_MIN_WEIGHT_BYTES,
+    apply_cpu_linear,
+    cpu_vendor,
+    resolve_cpu_linear,
+    route_linears,
+)
 from servegate.runtime.quantization import quantize_model
 
 pytestmark = pytest.mark.skipif(cpu_linear.numpy_blas() != "openblas", reason="numpy is not built on OpenBLAS")
@@ -87,22 +93,22 @@ def test_a_routed_model_decodes_as_before() -> None:
 def test_auto_routes_float32_on_cpu_except_on_intel(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "AuthenticAMD")
-    assert resolve_cpu_linear("auto", cpu, torch.float32)
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
     assert not resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=2**20)  # in cache: not worth it
     assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=2**20)
-    assert not resolve_cpu_linear("auto", cpu, torch.bfloat16)
-    assert not resolve_cpu_linear("auto", cuda, torch.float32)
-    assert not resolve_cpu_linear("torch", cpu, torch.float32)
+    assert not resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert not resolve_cpu_linear("auto", cuda, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert not resolve_cpu_linear("torch", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
-    assert not resolve_cpu_linear("auto", cpu, torch.float32)
-    assert resolve_cpu_linear("openblas", cpu, torch.float32)
+    assert not resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
 
 
 def test_openblas_without_openblas_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_linear, "numpy_blas", lambda: "mkl")
     with pytest.raises(ValueError, match="numpy's BLAS is mkl"):
-        resolve_cpu_linear("openblas", torch.device("cpu"), torch.float32)
-    assert not resolve_cpu_linear("auto", torch.device("cpu"), torch.float32)
+        resolve_cpu_linear("openblas", torch.device("cpu"), torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert not resolve_cpu_linear("auto", torch.device("cpu"), torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
 
 
 def test_cpu_vendor_reads_proc_cpuinfo(tmp_path: Path) -> None:

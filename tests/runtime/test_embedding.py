@@ -10,6 +10,7 @@ import torch
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime import cpu_linear
 from servegate.runtime.embedding import EmbeddingModel, Pooling, pool, read_pooling
 
 TEXTS = [
@@ -48,6 +49,20 @@ def model() -> EmbeddingModel:
     torch.set_num_threads(1)
     yield EmbeddingModel(minilm())
     torch.set_num_threads(threads)
+
+
+def test_torch_threads_follow_the_manifest_not_an_earlier_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_linear, "TORCH_DEFAULT_THREADS", 3)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what a generation model routed to OpenBLAS leaves behind
+        EmbeddingModel(minilm())
+        assert torch.get_num_threads() == 3  # no runtime.threads: torch's default again
+        served = minilm()
+        EmbeddingModel(served.model_copy(update={"runtime": served.runtime.model_copy(update={"threads": 2})}))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_minilm_pooling_is_read_from_its_config() -> None:
