@@ -8,12 +8,14 @@ paths; the median step is reported. The batch-1 figure is also compared with the
 roofline: weight bytes read per step divided by the measured copy bandwidth of this machine.
 
     .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
-        [--cpu-linear torch|openblas]
+        [--cpu-linear torch|openblas] [--compile-batch-sizes 1 8 ...]
 
 With `--cpu-linear openblas` the runner's own copy of the model has its linears routed through
 OpenBLAS as `runtime.cpu_linear` does (torch on 1 thread, the BLAS pool on --threads); transformers'
 loop keeps stock torch linears on --threads torch threads. The roofline's copy bandwidth is measured
 with --threads torch threads (the machine's cores by default), the same cores either path uses.
+With `--compile-batch-sizes` the runner's decode steps of those batch sizes run the graph that
+`runtime.compile: decode` compiles (at start-up, before any timing), on --threads torch threads.
 """
 
 from __future__ import annotations
@@ -119,12 +121,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per path (median step reported)")
     parser.add_argument("--fragmented", action="store_true", help="no two blocks of a sequence consecutive")
     parser.add_argument("--cpu-linear", default="torch", choices=["torch", "openblas"], help="the runner's linears")
+    parser.add_argument(
+        "--compile-batch-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="compile the runner's decode steps of these batch sizes (runtime.compile: decode; linears stay torch's)",
+    )
     args = parser.parse_args()
     threads = args.threads or TORCH_DEFAULT_THREADS
     torch.set_num_threads(threads)
     dtype = getattr(torch, args.dtype)
     model = build_model(dtype)
     ours_model = model
+    if args.compile_batch_sizes and args.cpu_linear == "openblas":
+        parser.error("--compile-batch-sizes runs the products in inductor's kernels: leave --cpu-linear torch")
+    if args.compile_batch_sizes:
+        ours_model = copy.deepcopy(model)  # the paged runner switches its attention; transformers keeps sdpa
     if args.cpu_linear == "openblas":
         ours_model = copy.deepcopy(model)
         route_linears(ours_model)
@@ -137,13 +150,15 @@ def main() -> None:
     roofline = bandwidth / step_bytes
     print(
         f"model: random Llama, {params / 1e6:.1f}M parameters, {args.dtype}, {threads} threads; "
-        f"servegate linears: {args.cpu_linear}"
+        f"servegate linears: {args.cpu_linear}, compiled decode: {args.compile_batch_sizes or 'off'}"
     )
     print(f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; weights read per step {step_bytes / 1e6:.0f} MB")
     print(f"batch-1 roofline: {roofline:.1f} tokens/s")
     max_batch = max(args.batches)
     blocks = max_batch * ((args.prompt + args.steps + args.block_size - 1) // args.block_size)
-    runner = PagedModelRunner(ours_model, num_blocks=blocks, block_size=args.block_size)
+    runner = PagedModelRunner(
+        ours_model, num_blocks=blocks, block_size=args.block_size, compile_batch_sizes=args.compile_batch_sizes or ()
+    )
     gen = torch.Generator().manual_seed(1)
     columns = f"{'batch':>5} {'servegate tok/s':>16} {'HF tok/s':>9} {'ratio':>6}"
     print(f"{columns} {'servegate ms/step':>18} {'HF ms/step':>11}")

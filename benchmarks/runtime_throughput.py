@@ -16,7 +16,7 @@ end-to-end latency (arrival to last token). Ratios (c)/(a) and (c)/(b) are print
 decode speed of the engine against the memory-bandwidth roofline.
 
     .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate R] [--max-batch 32] [--threads 1]
-        [--cpu-linear auto|torch|openblas]
+        [--cpu-linear auto|torch|openblas] [--compile-batch-sizes 1 ...] [--patterns [all-at-once poisson]]
     .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
 
 Every system gets --threads cores (default: torch's default, the physical cores): (a) and (b) as torch
@@ -199,9 +199,17 @@ class IdsOnly:
 
 
 def servegate_engine(
-    model: Any, mode: str, max_batch: int, budget_bytes: int, tokens_per_step: int, threads: int, cpu_linear: str
+    model: Any,
+    mode: str,
+    max_batch: int,
+    budget_bytes: int,
+    tokens_per_step: int,
+    threads: int,
+    cpu_linear: str,
+    compile_batch_sizes: list[int] | None = None,
 ) -> ReferenceEngine:
-    """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it says)."""
+    """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it
+    says, or decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does)."""
     served = ServedModel.model_validate(
         {
             "name": "bench",
@@ -212,6 +220,8 @@ def servegate_engine(
                 "max_model_len": 1024,
                 "threads": threads,
                 "cpu_linear": cpu_linear,
+                "compile": "decode" if compile_batch_sizes else "off",
+                "compile_batch_sizes": compile_batch_sizes or [1],
                 "kv_cache": {"block_size": 16, "memory_budget": budget_bytes},
             },
             "batching": {
@@ -223,8 +233,12 @@ def servegate_engine(
             "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
         }
     )
-    apply_cpu_linear(model, served.runtime.cpu_linear, threads)  # what engine_setup does for a loaded model
-    runner = PagedModelRunner.from_budget(model, budget_bytes, 16)
+    # what engine_setup does for a loaded model
+    if compile_batch_sizes:
+        torch.set_num_threads(threads)
+    else:
+        apply_cpu_linear(model, served.runtime.cpu_linear, threads)
+    runner = PagedModelRunner.from_budget(model, budget_bytes, 16, compile_batch_sizes=compile_batch_sizes or ())
     try:
         from servegate.runtime.sampling import sample_batch as sampler
     except ImportError:  # part of the runtime still being written: greedy is all this benchmark needs
@@ -290,9 +304,19 @@ def main() -> None:
     )
     parser.add_argument("--max-batch", type=int, default=32, help="servegate max_batch_size")
     parser.add_argument("--tokens-per-step", type=int, default=512, help="max_num_batched_tokens (b and c)")
-    parser.add_argument("--patterns", nargs="+", default=["all-at-once", "poisson"])
+    parser.add_argument(
+        "--patterns", nargs="*", default=["all-at-once", "poisson"], help="none: only the batch-1 decode figure"
+    )
     parser.add_argument("--threads", type=int, default=None, help="threads for every system (default: torch's)")
     parser.add_argument("--cpu-linear", default="auto", choices=["auto", "torch", "openblas"], help="(c)'s linears")
+    parser.add_argument(
+        "--compile-batch-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="(c) with runtime.compile: decode for these numbers of sequences (its linears then stay torch's)",
+    )
+    parser.add_argument("--solo-runs", type=int, default=3, help="batch-1 decode measurements, each with its roofline")
     parser.add_argument("--quick", action="store_true", help="tiny model and workload: checks the script only")
     args = parser.parse_args()
     threads = args.threads or TORCH_DEFAULT_THREADS
@@ -318,7 +342,8 @@ def main() -> None:
     params_m = sum(p.numel() for p in model.parameters()) / 1e6
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {threads} threads per "
-        f"system, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}; (c) linears: {args.cpu_linear}"
+        f"system, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}; (c) linears: {args.cpu_linear}, "
+        f"compiled decode: {args.compile_batch_sizes or 'off'}"
     )
     print(
         f"model: random Llama, {params_m:.0f}M parameters, float32; {args.requests} requests, prompts "
@@ -334,6 +359,7 @@ def main() -> None:
         args.tokens_per_step,
         threads,
         args.cpu_linear,
+        args.compile_batch_sizes,
     )
     engine_threads = torch.get_num_threads()  # 1 when its linears went to OpenBLAS
     warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
@@ -377,16 +403,18 @@ def main() -> None:
             flush=True,
         )
 
-    torch.set_num_threads(engine_threads)
-    solo = batch1_decode_tokens_per_s(engine)
-    torch.set_num_threads(threads)
-    bandwidth = copy_bandwidth()
-    roofline = bandwidth / weight_bytes_per_step(model)
+    for _ in range(args.solo_runs):  # the VM's bandwidth moves: each run beside its own roofline
+        torch.set_num_threads(engine_threads)
+        solo = batch1_decode_tokens_per_s(engine)
+        torch.set_num_threads(threads)
+        bandwidth = copy_bandwidth()
+        roofline = bandwidth / weight_bytes_per_step(model)
+        print(
+            f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
+            f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline",
+            flush=True,
+        )
     engine.shutdown_sync()
-    print(
-        f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
-        f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline"
-    )
 
 
 if __name__ == "__main__":

@@ -47,12 +47,20 @@ class MemoryPlan:
     max_concurrent_sequences: int
     """Sequences at the planned context whose KV cache fits at once."""
     total_bytes: int
-    """weights + runtime overhead + KV pool (+ the fallback engine's memory), in bytes."""
+    """weights + runtime overhead + KV pool (+ a compiled graph's weights, + the fallback engine), in bytes."""
     budget_bytes: int | None = None
     """The total memory budget checked against (None: no budget declared)."""
     fallback_bytes: int = 0
     """Memory of the fallback manifest's engine (its weights, runtime overhead and KV pool), which runs in the
     same server process; 0 without a fallback."""
+    compiled_weights_bytes: int = 0
+    """The copy of the linear weights a compiled decode graph holds frozen in its own layout
+    (`runtime.compile: decode`); 0 when nothing is compiled."""
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Everything but the KV pool: weights, runtime overhead, the compiled graph's weights, the fallback."""
+        return self.weights_bytes + self.runtime_overhead_bytes + self.compiled_weights_bytes + self.fallback_bytes
 
     def with_kv_pool(self, pool_bytes: int) -> MemoryPlan:
         """The same plan with a KV pool of `pool_bytes`: its blocks, concurrent sequences and total follow."""
@@ -62,7 +70,7 @@ class MemoryPlan:
             kv_pool_bytes=pool_bytes,
             num_kv_blocks=blocks,
             max_concurrent_sequences=blocks // self.blocks_per_sequence,
-            total_bytes=self.weights_bytes + self.runtime_overhead_bytes + pool_bytes + self.fallback_bytes,
+            total_bytes=self.fixed_bytes + pool_bytes,
         )
 
     @property
@@ -83,6 +91,8 @@ class MemoryPlan:
             f"KV pool: {format_bytes(self.kv_pool_bytes)} = {self.num_kv_blocks:,} blocks",
             f"max concurrent sequences at {self.context_tokens:,} tokens: {self.max_concurrent_sequences:,}",
         ]
+        if self.compiled_weights_bytes:
+            out.append(f"compiled decode graph (frozen weights): {format_bytes(self.compiled_weights_bytes)}")
         if self.fallback_bytes:
             out.append(f"fallback engine (same server): {format_bytes(self.fallback_bytes)}")
         out += [
@@ -121,8 +131,10 @@ def plan_memory(
     tokens_per_step: int = 2048,
     weights: WeightsMemory | None = None,
     fallback_bytes: int = 0,
+    compiled_weights_bytes: int = 0,
 ) -> MemoryPlan:
-    """Size weights, overhead and KV pool for one model (plus `fallback_bytes` held by a fallback engine).
+    """Size weights, overhead and KV pool for one model (plus `fallback_bytes` held by a fallback engine and
+    `compiled_weights_bytes` by a compiled decode graph).
 
     Give `kv_pool_bytes` to check a declared pool (the manifest's kv_cache.memory_budget); without it the
     pool is whatever `memory_budget` leaves after weights, overhead and the fallback (memory-only planning).
@@ -138,12 +150,16 @@ def plan_memory(
     if kv_pool_bytes is None:
         if memory_budget is None:
             raise ValueError("give a memory budget or a KV pool size")
-        kv_pool_bytes = memory_budget - weights.bytes - runtime_overhead - fallback_bytes
+        kv_pool_bytes = memory_budget - weights.bytes - runtime_overhead - fallback_bytes - compiled_weights_bytes
         if kv_pool_bytes <= 0:
-            fallback = f", and the fallback engine ({format_bytes(fallback_bytes)})" if fallback_bytes else ""
+            extra = ""
+            if compiled_weights_bytes:
+                extra += f", the compiled graph's weights ({format_bytes(compiled_weights_bytes)})"
+            if fallback_bytes:
+                extra += f", and the fallback engine ({format_bytes(fallback_bytes)})"
             raise ServegateError(
                 f"the memory budget {format_bytes(memory_budget)} does not hold the weights "
-                f"({format_bytes(weights.bytes)}) and runtime overhead ({format_bytes(runtime_overhead)}){fallback}: "
+                f"({format_bytes(weights.bytes)}) and runtime overhead ({format_bytes(runtime_overhead)}){extra}: "
                 "raise the budget or quantize the weights"
             )
     blocks = num_kv_blocks(kv_pool_bytes, block_size, per_token)
@@ -161,9 +177,10 @@ def plan_memory(
         context_tokens=context_tokens,
         blocks_per_sequence=per_seq,
         max_concurrent_sequences=blocks // per_seq,
-        total_bytes=int(weights.bytes + runtime_overhead + kv_pool_bytes + fallback_bytes),
+        total_bytes=int(weights.bytes + runtime_overhead + kv_pool_bytes + fallback_bytes + compiled_weights_bytes),
         budget_bytes=memory_budget,
         fallback_bytes=fallback_bytes,
+        compiled_weights_bytes=compiled_weights_bytes,
     )
 
 
@@ -246,6 +263,7 @@ def manifest_memory(
         tokens_per_step=served.batching.max_num_batched_tokens,
         weights=weights,
         fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
+        compiled_weights_bytes=weights.linear_bytes if served.runtime.compile == "decode" else 0,
     )
 
 

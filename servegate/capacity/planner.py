@@ -240,7 +240,7 @@ def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> 
     targets, kv = served.capacity.targets, served.runtime.kv_cache
     if targets is None or targets.memory is None or kv is None:
         return served, memory
-    pool = targets.memory - memory.weights_bytes - memory.runtime_overhead_bytes - memory.fallback_bytes
+    pool = targets.memory - memory.fixed_bytes
     if pool <= 0 or pool == kv.memory_budget:
         return served, memory
     runtime = served.runtime.model_dump(mode="python")
@@ -285,6 +285,11 @@ def plan(
         notes.append(
             f"the fallback manifest's engine runs in the same server: its {format_bytes(memory.fallback_bytes)} "
             "(weights, runtime overhead, KV pool) count in the memory total"
+        )
+    if memory.compiled_weights_bytes:
+        notes.append(
+            f"runtime.compile: decode holds a second copy of the linear weights in the compiled graph: "
+            f"{format_bytes(memory.compiled_weights_bytes)} count in the memory total"
         )
     served = _fit_max_model_len(served, notes)
     served, memory = _size_kv_pool(served, memory, notes)

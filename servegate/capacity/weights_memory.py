@@ -45,6 +45,8 @@ class WeightsMemory:
     """Quantization method (`none` when unquantized)."""
     simulated: bool = False
     """True when the quantization is simulated, so it saves no memory."""
+    linear_bytes: int = 0
+    """Bytes of the linear layers' and LM head's weights (the matrices a decode step multiplies)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -130,9 +132,11 @@ def weights_memory(
     base = DTYPE_BYTES[dtype]
     simulated = quantization in SIMULATED_METHODS
     total = quantized = 0
-    nbytes = 0
+    nbytes = linear_bytes = 0
     for t in _meta_tensors(config):
         total += t.numel
+        if t.kind in ("linear", "lm_head"):
+            linear_bytes += t.numel * base
         chosen = t.kind == "linear" or (t.kind == "lm_head" and include_lm_head)
         chosen = chosen or (t.kind == "embedding" and include_embeddings)
         if quantization == "none" or simulated or not chosen:
@@ -146,4 +150,4 @@ def weights_memory(
             nbytes += t.numel + t.out_features * _SCALE_BYTES
         else:
             raise ValueError(f"unknown quantization method {quantization!r}")
-    return WeightsMemory(total, quantized, nbytes, dtype, quantization, simulated)
+    return WeightsMemory(total, quantized, nbytes, dtype, quantization, simulated, linear_bytes)

@@ -30,6 +30,10 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "runtime.max_model_len": ("truncation", "capacity"),
     "runtime.threads": ("capacity",),
     "runtime.cpu_linear": ("capacity",),
+    # compiled kernels sum in another order, and only some batch sizes are compiled: quality and batch
+    # invariance are re-checked, not only speed
+    "runtime.compile": ("quality", "batching", "capacity"),
+    "runtime.compile_batch_sizes": ("quality", "batching", "capacity"),
     "runtime.device": ("quantization", "capacity"),
     "runtime.backend": ("quality", "contract", "capacity"),
     "runtime.endpoint_url": ("quality", "contract", "capacity"),

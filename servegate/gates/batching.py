@@ -57,7 +57,13 @@ def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[
 
 @register_gate(
     "batching",
-    watches=("batching", "runtime.kv_cache", "failure_policy.request_timeout_s"),
+    watches=(
+        "batching",
+        "runtime.kv_cache",
+        "runtime.compile",
+        "runtime.compile_batch_sizes",
+        "failure_policy.request_timeout_s",
+    ),
     purpose="Greedy outputs are identical alone and in any batch, and deadlines are honoured.",
 )
 class BatchingGate(Gate):

@@ -53,6 +53,8 @@ def _memory(served: ServedModel) -> Any:
         "runtime.max_model_len",
         "runtime.threads",
         "runtime.cpu_linear",
+        "runtime.compile",
+        "runtime.compile_batch_sizes",
         "runtime.device",
         "runtime.backend",
         "runtime.endpoint_url",

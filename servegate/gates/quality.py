@@ -11,7 +11,14 @@ from servegate.gates.result import GateResult
 
 @register_gate(
     "quality",
-    watches=("weights", "preprocess.chat_template", "runtime.backend", "runtime.endpoint_url", "quality"),
+    watches=(
+        "weights",
+        "preprocess.chat_template",
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.compile",
+        "quality",
+    ),
     purpose="New weights, templates or backends keep every suite metric within its non-inferiority margin.",
 )
 class QualityGate(Gate):

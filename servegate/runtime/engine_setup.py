@@ -110,14 +110,23 @@ def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, 
             report = quantize_model(model, served.runtime.quantization)
     from servegate.runtime.cpu_linear import apply_cpu_linear
 
-    # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
-    apply_cpu_linear(model, served.runtime.cpu_linear, served.runtime.threads)
+    runtime = served.runtime
+    if runtime.compile == "off":
+        # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
+        apply_cpu_linear(model, runtime.cpu_linear, runtime.threads)
+    # (compiled, the products are inductor's kernels: routing them would put numpy calls into the graph)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
     num_blocks, block_size = pool_size(served, kv_dims_from_config(config), compute_dtype)
-    kv = served.runtime.kv_cache
+    kv = runtime.kv_cache
     kv_dtype = "fp8" if kv is not None and kv.dtype == "fp8" else "auto"
-    runner = PagedModelRunner(model, num_blocks=num_blocks, block_size=block_size, kv_dtype=kv_dtype)
+    runner = PagedModelRunner(
+        model,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        kv_dtype=kv_dtype,
+        compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
+    )
     return runner, tokenizer, report
 
 

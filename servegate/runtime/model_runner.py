@@ -7,6 +7,8 @@ and returns the next-token logits of every chunk.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ import torch
 
 from servegate.capacity.memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.api import SeqChunk
+from servegate.runtime.compiled_decode import CompiledDecode, check_compile_support
 from servegate.runtime.paged_attention import (
     ContextSource,
     PagedKVCache,
@@ -21,6 +24,8 @@ from servegate.runtime.paged_attention import (
     SeqAttention,
     register_paged_attention,
 )
+
+log = logging.getLogger("servegate.runtime")
 
 
 def _text_config(config: Any) -> Any:
@@ -45,7 +50,17 @@ class PagedModelRunner:
     still runs `generate` as with SDPA.
     """
 
-    def __init__(self, model: Any, *, num_blocks: int, block_size: int, kv_dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        num_blocks: int,
+        block_size: int,
+        kv_dtype: str = "auto",
+        compile_batch_sizes: Sequence[int] = (),
+    ) -> None:
+        """`compile_batch_sizes`: decode steps of these numbers of sequences run a graph compiled now
+        (`runtime.compile: decode`, see compiled_decode.py); empty: every step runs eagerly."""
         config = _text_config(model.config)
         dims = kv_dims_from_config(config)
         if dims.mla_latent_dim is not None:
@@ -73,9 +88,37 @@ class PagedModelRunner:
             device=self.device,
             kv_dtype=kv_dtype,
         )
+        self.compiled: CompiledDecode | None = None
+        if compile_batch_sizes:
+            self._compile(compile_batch_sizes)
+
+    def _compile(self, batch_sizes: Sequence[int]) -> None:
+        """Compile the decode graph of each batch size now, on a throwaway step (start-up, not a request)."""
+        check_compile_support(self.device, quantized=_has_quantized_linear(self.model))
+        too_big = [size for size in batch_sizes if size > self.num_blocks]
+        if too_big:
+            raise ValueError(f"compile_batch_sizes {too_big}: the KV pool has only {self.num_blocks} blocks")
+        self.compiled = CompiledDecode(self.model, batch_sizes, self.dtype)
+        for size in sorted(batch_sizes):
+            began = time.perf_counter()
+            log.info("runtime.compile: compiling the decode graph for %d sequence(s) (torch inductor)", size)
+            # one token per sequence at position 0 of its own block: blocks no request owns yet (start-up),
+            # whose contents are overwritten before anything reads them
+            self.execute([SeqChunk(i, (0,), 0, (i,)) for i in range(size)])
+            if self.compiled.runs.get(size) != 1:
+                raise RuntimeError(f"the decode graph for {size} sequence(s) did not compile (see the log)")
+            seconds = time.perf_counter() - began
+            log.info("runtime.compile: decode graph for %d sequence(s) ready in %.1f s", size, seconds)
 
     @classmethod
-    def from_budget(cls, model: Any, memory_budget: int, block_size: int, kv_dtype: str = "auto") -> PagedModelRunner:
+    def from_budget(
+        cls,
+        model: Any,
+        memory_budget: int,
+        block_size: int,
+        kv_dtype: str = "auto",
+        compile_batch_sizes: Sequence[int] = (),
+    ) -> PagedModelRunner:
         """A runner with as many blocks as `memory_budget` bytes hold (the sizing capacity/ uses too)."""
         per_token = bytes_per_token_of(model, kv_dtype)
         blocks = num_kv_blocks(memory_budget, block_size, per_token)
@@ -84,7 +127,9 @@ class PagedModelRunner:
                 f"kv_cache.memory_budget of {memory_budget} bytes holds no block of {block_size} tokens "
                 f"({per_token} bytes per token): raise memory_budget or lower block_size"
             )
-        return cls(model, num_blocks=blocks, block_size=block_size, kv_dtype=kv_dtype)
+        return cls(
+            model, num_blocks=blocks, block_size=block_size, kv_dtype=kv_dtype, compile_batch_sizes=compile_batch_sizes
+        )
 
     def bytes_per_token(self) -> int:
         """KV bytes one token occupies across all layers in this runner's storage format."""
@@ -98,6 +143,17 @@ class PagedModelRunner:
         if not chunks:
             return torch.empty(0, self.vocab_size)
         step, input_ids, positions, last = self._prepare(chunks)
+        if self.compiled is not None and self.compiled.wants(len(chunks), input_ids.shape[1]):
+            out = self.compiled.run(
+                step,
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                position_ids=positions,
+                use_cache=False,
+                logits_to_keep=last,
+            )
+            if out is not None:
+                return out.logits[0].float()
         out = self.model(
             input_ids=input_ids,
             # no padding in the flattened step; an explicit all-ones mask also spares transformers from
@@ -162,6 +218,11 @@ def _compute_dtype(model: Any) -> torch.dtype:
         if parameter.dtype.is_floating_point:
             return parameter.dtype
     return torch.float32
+
+
+def _has_quantized_linear(model: Any) -> bool:
+    """Whether any linear weight is a quantized tensor subclass rather than a plain tensor."""
+    return any(isinstance(m, torch.nn.Linear) and type(m.weight.data) is not torch.Tensor for m in model.modules())
 
 
 def bytes_per_token_of(model: Any, kv_dtype: str = "auto") -> int:

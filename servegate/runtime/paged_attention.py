@@ -15,7 +15,8 @@ workspace, one sequence at a time, so the copy stays in cache. On CPU this beats
 gather by several times at batch 32 (the gather, not the arithmetic, is what costs).
 
 Without a `PagedStep` in the kwargs the function is plain SDPA, so a model switched to it still runs
-`model.generate` exactly as before.
+`model.generate` exactly as before; inside a compiled decode graph (compiled_decode.py) it is the
+opaque `servegate::paged_attention` op, which runs this same code on the step being executed.
 """
 
 from __future__ import annotations
@@ -256,11 +257,17 @@ def paged_attention_forward(
     the step knows each sequence's context). Without: transformers' own SDPA attention.
     """
     step: PagedStep | None = kwargs.pop("paged_step", None)
+    window = kwargs.get("sliding_window")
+    if step is None and torch.compiler.is_compiling() and query.device.type == "cpu":
+        # a compiled decode graph (compiled_decode.py): attention is an opaque op over the step being run
+        out = torch.ops.servegate.paged_attention(
+            query, key, value, module.layer_idx, scaling, window, kwargs.get("softcap")
+        )
+        return out, None
     if step is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if query.shape[0] != 1:
         raise ValueError(f"paged attention takes one flattened sequence per step (got batch {query.shape[0]})")
-    window = kwargs.get("sliding_window")
     out = step.attend(module.layer_idx, query, key, value, scaling, window, kwargs.get("softcap"))
     return out, None
 

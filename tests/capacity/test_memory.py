@@ -109,6 +109,8 @@ def test_llama2_weights_counted_from_config_alone() -> None:
     linear = int8.quantized_parameters
     assert linear == 6_738_415_616 - 2 * 32000 * 4096 - (2 * 32 + 1) * 4096
     assert int8.bytes == linear + 2 * (6_738_415_616 - linear) + 2 * (32 * (3 * 4096 + 4096 + 2 * 11008 + 4096))
+    # what a compiled decode graph copies: the linear layers and the LM head, not embeddings or norms
+    assert w.linear_bytes == 2 * (linear + 32000 * 4096)
 
 
 def test_simulated_quantization_saves_no_memory() -> None:

@@ -163,3 +163,20 @@ def test_the_fallback_engines_memory_counts_in_the_plan(tmp_path: Path, model_di
         memory.weights_bytes + memory.runtime_overhead_bytes + fallback.total_bytes
     )
     assert any("fallback manifest's engine" in note and "count in the memory total" in note for note in result.notes)
+
+
+def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(model_dir: Path) -> None:
+    runtime = {
+        "device": "cpu",
+        "dtype": "float32",
+        "max_model_len": 128,
+        "kv_cache": {"block_size": 16, "memory_budget": "4MiB"},
+    }
+    plain = manifest_memory(manifest(model_dir, runtime=runtime))
+    compiled = manifest_memory(manifest(model_dir, runtime={**runtime, "compile": "decode"}))
+    assert plain.compiled_weights_bytes == 0
+    # the tiny config's linear and LM-head weights: a share of the weights, not all of them (no embeddings)
+    assert 0 < compiled.compiled_weights_bytes < compiled.weights_bytes
+    assert compiled.total_bytes == plain.total_bytes + compiled.compiled_weights_bytes
+    assert any(line.startswith("compiled decode graph (frozen weights): ") for line in compiled.lines())
+    assert not any(line.startswith("compiled decode graph") for line in plain.lines())

@@ -141,3 +141,28 @@ def test_sigkill_mid_file_then_rerun_gives_the_uninterrupted_file(served_dir: Pa
     assert len(ids) == len(set(ids)) == 40
     assert sorted(lines) == sorted(whole.read_text().splitlines())
     assert killed.read_bytes() == whole.read_bytes()  # and even in the same order
+
+
+@pytest.mark.skipif(
+    not any(os.access(os.path.join(d, "g++"), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)),
+    reason="runtime.compile: decode needs a C++ compiler",
+)
+def test_gate_run_with_compiled_decode_writes_the_eager_runs_lines(
+    served_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # mode none: every decode step is one sequence, the compiled batch size
+    caplog.set_level("INFO", logger="servegate.runtime")
+    src = write_input(tmp_path / "in.jsonl", 8, seed=2, max_tokens=(4, 12))
+    outputs = {}
+    for compile_mode in ("off", "decode"):
+        out = tmp_path / f"{compile_mode}.jsonl"
+        sets = ["--set", "batching.mode=none", "--set", f"runtime.compile={compile_mode}"]
+        result = CliRunner().invoke(
+            app, ["run", str(served_dir / "manifest.yaml"), "-i", str(src), "-o", str(out), *sets]
+        )
+        assert result.exit_code == 0, result.output
+        outputs[compile_mode] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(outputs["decode"]) == 8
+    assert outputs["decode"] == outputs["off"]
+    ready = [r.getMessage() for r in caplog.records if "decode graph for 1 sequence(s) ready" in r.getMessage()]
+    assert len(ready) == 1  # compiled once, in the decode run only
