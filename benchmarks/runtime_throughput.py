@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import multiprocessing
 import os
 import platform
 import queue
@@ -49,9 +50,8 @@ from runner_decode import build_model, copy_bandwidth, weight_bytes_per_step  # 
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
-from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS, apply_cpu_linear  # noqa: E402
+from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS  # noqa: E402
 from servegate.runtime.engine import ReferenceEngine  # noqa: E402
-from servegate.runtime.model_runner import PagedModelRunner  # noqa: E402
 
 KV_BUDGET_BYTES = 2 * 2**30
 """KV-cache memory given to both continuous batchers."""
@@ -233,12 +233,8 @@ def servegate_engine(
             "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
         }
     )
-    # what engine_setup does for a loaded model
-    if compile_batch_sizes:
-        torch.set_num_threads(threads)
-    else:
-        apply_cpu_linear(model, served.runtime.cpu_linear, threads)
-    runner = PagedModelRunner.from_budget(model, budget_bytes, 16, compile_batch_sizes=compile_batch_sizes or ())
+    # given the model, the engine builds its runner as for a loaded one (cpu_linear, KV pool, compiled decode),
+    # on its own loop thread like every engine
     try:
         from servegate.runtime.sampling import sample_batch as sampler
     except ImportError:  # part of the runtime still being written: greedy is all this benchmark needs
@@ -247,7 +243,7 @@ def servegate_engine(
             return logits.argmax(-1), torch.zeros(len(params))
 
     ids = IdsOnly()
-    engine = ReferenceEngine(served, runner=runner, tokenizer=ids, preprocessor=ids, sampler=sampler)
+    engine = ReferenceEngine(served, model=model, tokenizer=ids, preprocessor=ids, sampler=sampler)
     engine.start_sync()
     return engine
 
@@ -291,6 +287,12 @@ def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> flo
 
     first, last = asyncio.run(go())
     return (tokens - 1) / (last - first)
+
+
+def copy_bandwidth_with_threads(threads: int) -> float:
+    """copy_bandwidth on `threads` torch threads (run in a child process)."""
+    torch.set_num_threads(threads)
+    return copy_bandwidth()
 
 
 def main() -> None:
@@ -361,11 +363,11 @@ def main() -> None:
         args.cpu_linear,
         args.compile_batch_sizes,
     )
-    engine_threads = torch.get_num_threads()  # 1 when its linears went to OpenBLAS
     warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
     run_servegate(engine, warm)
     torch.set_num_threads(threads)
-    run_static_generate(model, warm)
+    if args.patterns:  # (a) and (b) run on this thread: its own OpenMP pool, beside the engine thread's
+        run_static_generate(model, warm)
 
     outcomes: list[Outcome] = []
     rate = args.rate
@@ -385,7 +387,7 @@ def main() -> None:
         }
         for system, runner in systems.items():
             load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
-            torch.set_num_threads(engine_threads if system.startswith("(c)") else threads)
+            torch.set_num_threads(threads)  # (a), (b); (c)'s engine thread set its own from the manifest
             wall, e2e = runner()
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
@@ -403,17 +405,20 @@ def main() -> None:
             flush=True,
         )
 
-    for _ in range(args.solo_runs):  # the VM's bandwidth moves: each run beside its own roofline
-        torch.set_num_threads(engine_threads)
-        solo = batch1_decode_tokens_per_s(engine)
-        torch.set_num_threads(threads)
-        bandwidth = copy_bandwidth()
-        roofline = bandwidth / weight_bytes_per_step(model)
-        print(
-            f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
-            f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline",
-            flush=True,
-        )
+    # the copy bandwidth is measured in a child process: a parallel copy on this thread would give it an
+    # OpenMP pool beside the engine thread's, and two pools on 2 cores slow the engine's steps (see
+    # ReferenceEngine.start_sync); with --patterns given, (a) and (b) have made one already
+    with multiprocessing.get_context("spawn").Pool(1) as child:
+        child.apply(copy_bandwidth_with_threads, (threads,))  # the child's imports must not overlap a run
+        for _ in range(args.solo_runs):  # the VM's bandwidth moves: each run beside its own roofline
+            solo = batch1_decode_tokens_per_s(engine)
+            bandwidth = child.apply(copy_bandwidth_with_threads, (threads,))
+            roofline = bandwidth / weight_bytes_per_step(model)
+            print(
+                f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
+                f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline",
+                flush=True,
+            )
     engine.shutdown_sync()
 
 

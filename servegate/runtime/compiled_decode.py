@@ -5,7 +5,7 @@ eager ops (norms, rotary, residuals) that each pay Python and dispatcher overhea
 just flushed by the weights streaming through. Compiled, the small ops fuse into a few C++ kernels,
 and with the weights frozen into the graph inductor's own C++ GEMM template (chosen by autotuning)
 streams a float32 weight matrix at close to copy bandwidth: on the 2-core AMD EPYC VM the 85 products
-of the benchmark Llama read 18.4-20.1 GB/s against 15.8-16.7 for OpenBLAS and ~10 for torch's MKL
+of the benchmark Llama read 18.4-20.1 GB/s against 14.9-16.7 for OpenBLAS and 9.7-10.6 for torch's MKL
 (benchmarks/README.md).
 
 Paged attention stays opaque to the compiler: it is a custom op (`servegate::paged_attention`) whose
@@ -65,15 +65,7 @@ def paged_attention_op(
 
 
 @paged_attention_op.register_fake
-def _paged_attention_shape(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    layer: int,
-    scaling: float | None,
-    window: int | None,
-    softcap: float | None,
-) -> torch.Tensor:
+def _paged_attention_shape(query: torch.Tensor, *_other_arguments: object) -> torch.Tensor:
     """What the compiler sees: a [1, T, Hq, D] tensor of the query's dtype."""
     return query.new_empty(1, query.shape[2], query.shape[1], query.shape[3])
 

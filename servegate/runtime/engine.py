@@ -70,17 +70,47 @@ class ReferenceEngine:
         await asyncio.to_thread(self.start_sync)
 
     def start_sync(self) -> None:
-        """start() for synchronous callers (generate, `gate run`); a second call does nothing."""
+        """start() for synchronous callers (generate, `gate run`); a second call does nothing.
+
+        A generation engine loads its model on its own loop thread, which then runs every step: torch's
+        OpenMP keeps a pool of workers per thread that ever ran a parallel op, and once the pools hold more
+        threads than there are cores their workers stop spinning between ops and must be woken for each
+        one (a compiled 134M-parameter decode step took 34-46 ms on a second thread against 27-36 ms on the
+        thread that had loaded it; benchmarks/README.md).
+        """
         with self._start_lock:
             if self.parts is not None:
                 return
-            self.parts = build_parts(self.served, **self._given_parts)
+            if self.served.preprocess.task == "generate":
+                self._start_loop_thread()
+            else:
+                self.parts = build_parts(self.served, **self._given_parts)
             if self._fallback is not None:
                 self._fallback.start_sync()
             self._accepting = True
-            if self.served.preprocess.task == "generate":
-                self._thread = threading.Thread(target=self._loop, name="servegate-engine", daemon=True)
-                self._thread.start()
+
+    def _start_loop_thread(self) -> None:
+        """Start the loop thread, have it build the parts, and wait for them (re-raising what failed)."""
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        def load_then_loop() -> None:
+            try:
+                self.parts = build_parts(self.served, **self._given_parts)
+            except BaseException as exc:  # handed to start_sync's caller
+                failed.append(exc)
+                return
+            finally:
+                ready.set()
+            self._loop()
+
+        self._thread = threading.Thread(target=load_then_loop, name="servegate-engine", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failed:
+            self._thread.join()
+            self._thread = None
+            raise failed[0]
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish within grace_s, fail the rest, stop the loop."""

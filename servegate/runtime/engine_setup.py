@@ -108,9 +108,10 @@ def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, 
             from servegate.runtime.quantization import quantize_model
 
             report = quantize_model(model, served.runtime.quantization)
-    from servegate.runtime.cpu_linear import apply_cpu_linear
+    from servegate.runtime.cpu_linear import apply_cpu_linear, use_torch_threads
 
     runtime = served.runtime
+    use_torch_threads(runtime.threads)  # on this thread, the one that runs the steps (a given model too)
     if runtime.compile == "off":
         # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
         apply_cpu_linear(model, runtime.cpu_linear, runtime.threads)

@@ -142,32 +142,17 @@ class PagedModelRunner:
         """Write the chunks' KV into their blocks; float32 logits [len(chunks), vocab] at each chunk's last token."""
         if not chunks:
             return torch.empty(0, self.vocab_size)
-        step, input_ids, positions, last = self._prepare(chunks)
-        if self.compiled is not None and self.compiled.wants(len(chunks), input_ids.shape[1]):
-            out = self.compiled.run(
-                step,
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                position_ids=positions,
-                use_cache=False,
-                logits_to_keep=last,
-            )
+        step, inputs = self._prepare(chunks)
+        if self.compiled is not None and self.compiled.wants(len(chunks), inputs["input_ids"].shape[1]):
+            out = self.compiled.run(step, **inputs)
             if out is not None:
                 return out.logits[0].float()
-        out = self.model(
-            input_ids=input_ids,
-            # no padding in the flattened step; an explicit all-ones mask also spares transformers from
-            # building a [T, T] packed-sequence mask that paged attention would not read anyway
-            attention_mask=torch.ones_like(input_ids),
-            position_ids=positions,
-            use_cache=False,
-            logits_to_keep=last,
-            paged_step=step,
-        )
+        out = self.model(**inputs, paged_step=step)
         return out.logits[0].float()
 
-    def _prepare(self, chunks: Sequence[SeqChunk]) -> tuple[PagedStep, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Flatten the chunks: the PagedStep, input_ids [1, T], position_ids [1, T] and last-token indices [B]."""
+    def _prepare(self, chunks: Sequence[SeqChunk]) -> tuple[PagedStep, dict[str, Any]]:
+        """Flatten the chunks: the PagedStep and the model's forward arguments (input_ids [1, T], position_ids
+        [1, T], the last token of each chunk as logits_to_keep [B])."""
         bs, device = self.block_size, self.device
         ids: list[int] = []
         positions: list[int] = []
@@ -205,8 +190,16 @@ class PagedModelRunner:
         self.cache.reserve(most_blocks)
         step = PagedStep(self.cache, torch.tensor(slots, dtype=torch.long, device=device), seqs)
         input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-        position_ids = torch.tensor([positions], dtype=torch.long, device=device)
-        return step, input_ids, position_ids, torch.tensor(last, dtype=torch.long, device=device)
+        inputs = {
+            "input_ids": input_ids,
+            # no padding in the flattened step; an explicit all-ones mask also spares transformers from
+            # building a [T, T] packed-sequence mask that paged attention would not read anyway
+            "attention_mask": torch.ones_like(input_ids),
+            "position_ids": torch.tensor([positions], dtype=torch.long, device=device),
+            "use_cache": False,
+            "logits_to_keep": torch.tensor(last, dtype=torch.long, device=device),
+        }
+        return step, inputs
 
 
 def _compute_dtype(model: Any) -> torch.dtype:

@@ -67,16 +67,9 @@ def test_other_shapes_run_eagerly_and_agree(compiled) -> None:
 def test_a_step_that_would_recompile_is_left_to_the_eager_path(compiled) -> None:
     _model, runner = compiled
     fallbacks = runner.compiled.fallbacks
-    step, input_ids, positions, last = runner._prepare([SeqChunk(0, (5,), 0, (7,))])
+    step, inputs = runner._prepare([SeqChunk(0, (5,), 0, (7,))])
     # outside inference mode the graph's guards fail: no compiler while serving, the caller runs it eagerly
-    out = runner.compiled.run(
-        step,
-        input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        position_ids=positions,
-        use_cache=False,
-        logits_to_keep=last,
-    )
+    out = runner.compiled.run(step, **inputs)
     assert out is None and runner.compiled.fallbacks == fallbacks + 1
 
 

@@ -228,3 +228,47 @@ def test_a_generation_engine_serves_no_embeddings_and_vice_versa() -> None:
     vectors, events = asyncio.run(use())
     assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) > 0 and vectors[0] != vectors[1]
     assert len(events) == 1 and events[0].error.code == "invalid_request"
+
+
+def test_the_model_is_loaded_on_the_thread_that_runs_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from servegate.runtime import engine as engine_module
+
+    loaded_on: list[str] = []
+    real_build = engine_module.build_parts
+
+    def recording_build(*args, **kwargs):
+        loaded_on.append(threading.current_thread().name)
+        parts = real_build(*args, **kwargs)
+        execute = parts.runner.execute
+        parts.runner.execute = lambda chunks: (stepped_on.add(threading.current_thread().name), execute(chunks))[1]
+        return parts
+
+    stepped_on: set[str] = set()
+    monkeypatch.setattr(engine_module, "build_parts", recording_build)
+    engine = toy_engine()
+    try:
+        [seq] = create_sequences(1, prompt_lens=(3, 3), max_tokens=(4, 4), seed=2)
+        assert isinstance(collect(engine, token_requests([seq])[0])[-1], FinishEvent)
+    finally:
+        engine.shutdown_sync()
+    # one thread does all the torch work: a second OpenMP pool would slow every step (ReferenceEngine.start_sync)
+    assert loaded_on == ["servegate-engine"] and stepped_on == {"servegate-engine"}
+
+
+def test_a_model_that_fails_to_load_fails_start_with_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servegate.contracts.errors import ServegateError
+    from servegate.runtime import engine as engine_module
+
+    def failing_build(*args, **kwargs):
+        raise ServegateError("weights.sha256 mismatch for model.safetensors")
+
+    monkeypatch.setattr(engine_module, "build_parts", failing_build)
+    engine = engine_module.ReferenceEngine(toy_manifest())
+    with pytest.raises(ServegateError, match="sha256 mismatch"):
+        engine.start_sync()
+    assert engine.parts is None and engine._thread is None
+    # the engine refuses work instead of hanging
+    [event] = collect(engine, GenerationRequest("after", prompt_token_ids=[3, 4], params=SamplingParams(max_tokens=2)))
+    assert isinstance(event, ErrorEvent)
