@@ -147,10 +147,12 @@ def plan_memory(
     if runtime_overhead is None:
         runtime_overhead = estimate_runtime_overhead(config, tokens_per_step, 1, dtype)
         overhead_source = "estimated"
+    # everything but the KV pool (MemoryPlan.fixed_bytes of the plan returned)
+    fixed_bytes = weights.bytes + runtime_overhead + compiled_weights_bytes + fallback_bytes
     if kv_pool_bytes is None:
         if memory_budget is None:
             raise ValueError("give a memory budget or a KV pool size")
-        kv_pool_bytes = memory_budget - weights.bytes - runtime_overhead - fallback_bytes - compiled_weights_bytes
+        kv_pool_bytes = memory_budget - fixed_bytes
         if kv_pool_bytes <= 0:
             extra = ""
             if compiled_weights_bytes:
@@ -177,7 +179,7 @@ def plan_memory(
         context_tokens=context_tokens,
         blocks_per_sequence=per_seq,
         max_concurrent_sequences=blocks // per_seq,
-        total_bytes=int(weights.bytes + runtime_overhead + kv_pool_bytes + fallback_bytes + compiled_weights_bytes),
+        total_bytes=int(fixed_bytes + kv_pool_bytes),
         budget_bytes=memory_budget,
         fallback_bytes=fallback_bytes,
         compiled_weights_bytes=compiled_weights_bytes,

@@ -34,8 +34,6 @@ from servegate.runtime.paged_attention import PagedStep
 
 log = logging.getLogger("servegate.runtime")
 
-COMPILE_MODES = ("off", "decode")
-
 
 class _CurrentStep(threading.local):
     """The PagedStep of the compiled call running on this thread (read by the custom op's body)."""
@@ -96,9 +94,8 @@ class CompiledDecode:
         self._forward = torch.compile(model, dynamic=False, mode="max-autotune-no-cudagraphs")
         # inductor's C++ GEMM template covers these; anything else (float64) keeps aten's kernels
         self._gemm_backends = "CPP" if dtype in (torch.float32, torch.bfloat16, torch.float16) else "ATEN"
-        self._ready: set[int] = set()
         self.runs: dict[int, int] = {}
-        """Compiled steps run so far, per number of sequences."""
+        """Compiled steps run so far, per number of sequences (a size absent here is not compiled yet)."""
         self.fallbacks = 0
         """Steps of a compiled shape that ran eagerly because the graph would have had to recompile."""
 
@@ -117,10 +114,9 @@ class CompiledDecode:
         num_seqs = len(step.seqs)
         _current.step = step
         try:
-            if num_seqs not in self._ready:  # start-up: compile this shape now, with the freezing options
+            if num_seqs not in self.runs:  # start-up: compile this shape now, with the freezing options
                 with inductor_config.patch(self.compile_options()):
                     out = self._forward(**inputs)
-                self._ready.add(num_seqs)
             else:
                 with torch.compiler.set_stance("fail_on_recompile"):
                     out = self._forward(**inputs)

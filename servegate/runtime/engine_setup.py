@@ -96,6 +96,7 @@ def build_parts(
 def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
     """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
     from servegate.capacity.memory import kv_dims_from_config
+    from servegate.runtime.cpu_linear import apply_cpu_linear, use_torch_threads
     from servegate.runtime.model_runner import PagedModelRunner
 
     report = None
@@ -108,10 +109,9 @@ def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, 
             from servegate.runtime.quantization import quantize_model
 
             report = quantize_model(model, served.runtime.quantization)
-    from servegate.runtime.cpu_linear import apply_cpu_linear, use_torch_threads
-
+    else:  # load_causal_lm set torch's threads on this thread, the one that runs the steps; a given model too
+        use_torch_threads(served.runtime.threads)
     runtime = served.runtime
-    use_torch_threads(runtime.threads)  # on this thread, the one that runs the steps (a given model too)
     if runtime.compile == "off":
         # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
         apply_cpu_linear(model, runtime.cpu_linear, runtime.threads)

@@ -242,7 +242,12 @@ def test_the_model_is_loaded_on_the_thread_that_runs_its_steps(monkeypatch: pyte
         loaded_on.append(threading.current_thread().name)
         parts = real_build(*args, **kwargs)
         execute = parts.runner.execute
-        parts.runner.execute = lambda chunks: (stepped_on.add(threading.current_thread().name), execute(chunks))[1]
+
+        def recording_execute(chunks):
+            stepped_on.add(threading.current_thread().name)
+            return execute(chunks)
+
+        parts.runner.execute = recording_execute
         return parts
 
     stepped_on: set[str] = set()
