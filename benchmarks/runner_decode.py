@@ -49,16 +49,21 @@ def build_model(dtype: torch.dtype) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
-def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> float:
-    """Measured memory copy bandwidth in bytes/s (read + write counted once each)."""
+def copy_bandwidths(nbytes: int = 256 * 2**20, repeats: int = 10) -> list[float]:
+    """Memory copy bandwidth of each of `repeats` copies of `nbytes`, in bytes/s (read + write counted once each)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
     dst = torch.empty_like(src)
-    best = float("inf")
+    rates = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
+        rates.append(2 * nbytes / (time.perf_counter() - t0))
+    return rates
+
+
+def copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> float:
+    """The best of `repeats` measured copy bandwidths, in bytes/s."""
+    return max(copy_bandwidths(nbytes, repeats))
 
 
 def weight_bytes_per_step(model: LlamaForCausalLM) -> int:

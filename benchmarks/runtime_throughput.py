@@ -22,7 +22,8 @@ decode speed of the engine against the memory-bandwidth roofline.
 Every system gets --threads cores (default: torch's default, the physical cores): (a) and (b) as torch
 threads; (c) as its manifest's `runtime.threads`, which with `runtime.cpu_linear` routed to OpenBLAS
 means the BLAS pool has them and torch keeps one. The roofline's copy bandwidth is measured on the same
-number of threads.
+number of threads, in a child process, with ten copies just before and ten just after each batch-1 run
+(--solo-runs of them): the roofline at their median and at their best are both printed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import platform
 import queue
 import random
+import statistics
 import sys
 import threading
 import time
@@ -46,7 +48,7 @@ import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runner_decode import build_model, copy_bandwidth, weight_bytes_per_step  # noqa: E402
+from runner_decode import build_model, copy_bandwidths, weight_bytes_per_step  # noqa: E402
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
@@ -289,10 +291,10 @@ def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> flo
     return (tokens - 1) / (last - first)
 
 
-def copy_bandwidth_with_threads(threads: int) -> float:
-    """copy_bandwidth on `threads` torch threads (run in a child process)."""
+def copy_bandwidths_with_threads(threads: int) -> list[float]:
+    """copy_bandwidths on `threads` torch threads (run in a child process)."""
     torch.set_num_threads(threads)
-    return copy_bandwidth()
+    return copy_bandwidths()
 
 
 def main() -> None:
@@ -318,7 +320,7 @@ def main() -> None:
         default=None,
         help="(c) with runtime.compile: decode for these numbers of sequences (its linears then stay torch's)",
     )
-    parser.add_argument("--solo-runs", type=int, default=3, help="batch-1 decode measurements, each with its roofline")
+    parser.add_argument("--solo-runs", type=int, default=5, help="batch-1 decode measurements, each with its roofline")
     parser.add_argument("--quick", action="store_true", help="tiny model and workload: checks the script only")
     args = parser.parse_args()
     threads = args.threads or TORCH_DEFAULT_THREADS
@@ -409,14 +411,31 @@ def main() -> None:
     # OpenMP pool beside the engine thread's, and two pools on 2 cores slow the engine's steps (see
     # ReferenceEngine.start_sync); with --patterns given, (a) and (b) have made one already
     with multiprocessing.get_context("spawn").Pool(1) as child:
-        child.apply(copy_bandwidth_with_threads, (threads,))  # the child's imports must not overlap a run
-        for _ in range(args.solo_runs):  # the VM's bandwidth moves: each run beside its own roofline
+        child.apply(copy_bandwidths_with_threads, (threads,))  # the child's imports must not overlap a run
+        step_bytes = weight_bytes_per_step(model)
+        before = child.apply(copy_bandwidths_with_threads, (threads,))
+        typical, best = [], []
+        for _ in range(args.solo_runs):
+            # the VM's bandwidth moves from minute to minute: each run against copies made just before and after
+            # it, their median (the decode figure is a mean over its steps, not its best step) and their best
             solo = batch1_decode_tokens_per_s(engine)
-            bandwidth = child.apply(copy_bandwidth_with_threads, (threads,))
-            roofline = bandwidth / weight_bytes_per_step(model)
+            after = child.apply(copy_bandwidths_with_threads, (threads,))
+            around = before + after
+            roofline, best_roofline = statistics.median(around) / step_bytes, max(around) / step_bytes
+            typical.append(solo / roofline)
+            best.append(solo / best_roofline)
             print(
-                f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s "
-                f"(copy bandwidth {bandwidth / 1e9:.1f} GB/s) -> {solo / roofline:.0%} of roofline",
+                f"batch-1 decode through the engine: {solo:.1f} tokens/s; roofline {roofline:.1f} tokens/s at the "
+                f"median copy bandwidth around the run ({statistics.median(around) / 1e9:.1f} GB/s) -> "
+                f"{typical[-1]:.0%}; {best_roofline:.1f} tokens/s at the best copy ({max(around) / 1e9:.1f} GB/s) "
+                f"-> {best[-1]:.0%}",
+                flush=True,
+            )
+            before = after
+        if typical:
+            print(
+                f"batch-1 decode, median of {len(typical)} runs: {statistics.median(typical):.0%} of the roofline "
+                f"at the median copy bandwidth, {statistics.median(best):.0%} at the best",
                 flush=True,
             )
     engine.shutdown_sync()

@@ -175,6 +175,14 @@ class PagedStep:
     """[T] slot each new token's K/V is written to."""
     seqs: list[SeqAttention]
     """The sequences of the step, in the order of their rows."""
+    lone_decode: tuple[int, int] | None = field(init=False, default=None)
+    """(first slot, context length) when the step is one sequence decoding one token over consecutive blocks."""
+
+    def __post_init__(self) -> None:
+        if len(self.seqs) == 1 and not self.cache.fp8:
+            seq = self.seqs[0]
+            if seq.end - seq.begin == 1 and seq.source.run_start is not None:
+                self.lone_decode = (seq.source.run_start, seq.source.length)
 
     def attend(
         self,
@@ -187,6 +195,8 @@ class PagedStep:
         softcap: float | None,
     ) -> torch.Tensor:
         """query [1, Hq, T, D], key/value [1, Hkv, T, D] -> attention output [1, T, Hq, D]."""
+        if self.lone_decode is not None and softcap is None:
+            return self._attend_lone_decode(layer, query, key, value, scaling, window)
         cache = self.cache
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
         cache.write(layer, self.slot_mapping, key[0], value[0])
@@ -212,6 +222,35 @@ class PagedStep:
             outs.append(o[0].transpose(0, 1))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return out.unsqueeze(0)
+
+    def _attend_lone_decode(
+        self,
+        layer: int,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scaling: float | None,
+        window: int | None,
+    ) -> torch.Tensor:
+        """attend() for a batch-1 decode step: the same SDPA call on the same views, with the fewest ops.
+
+        Batch-1 decode is bound by the weights streaming through, and every eager op here is paid once per
+        layer per token: the general path's bookkeeping cost ~3x the attention itself (benchmarks/README.md).
+        """
+        keys, values = self.cache.keys[layer], self.cache.values[layer]
+        num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
+        if kv_heads != keys.shape[0] or head_dim != keys.shape[2]:
+            self.cache.write(layer, self.slot_mapping, key[0], value[0])  # raises, naming the mismatch
+        keys.index_copy_(1, self.slot_mapping, key[0])
+        values.index_copy_(1, self.slot_mapping, value[0])
+        start, length = self.lone_decode  # type: ignore[misc]
+        lo = start if window is None else start + max(0, length - window)
+        # the query heads sharing a KV head become that head's query rows, K/V never repeated
+        q = query.reshape(1, kv_heads, num_heads // kv_heads, head_dim)
+        out = F.scaled_dot_product_attention(
+            q, keys[None, :, lo : start + length], values[None, :, lo : start + length], scale=scaling
+        )
+        return out.reshape(1, 1, num_heads, head_dim)
 
 
 def attend(

@@ -16,6 +16,7 @@ import transformers as hf
 from servegate.capacity.memory import num_kv_blocks
 from servegate.runtime.api import SeqChunk
 from servegate.runtime.model_runner import PagedModelRunner
+from servegate.runtime.paged_attention import ContextSource, PagedKVCache, PagedStep, SeqAttention
 
 VOCAB = 101
 
@@ -173,6 +174,34 @@ def test_sliding_window_attention_matches_generate() -> None:
     for layout in ("consecutive", "scattered"):
         runner = PagedModelRunner(model, num_blocks=32, block_size=4)
         assert run_greedy(runner, prompts, 9, block_tables(3, 7, 32, layout, rng), chunk=4) == expected
+
+
+def test_lone_decoding_sequence_matches_generate_past_its_window() -> None:
+    # one sequence over consecutive blocks decodes through the batch-1 fast path, here with GQA and a window
+    model = tiny_causal_lm("mistral", seed=3, sliding_window=5, num_key_value_heads=2)
+    prompt = random_prompts(random.Random(3), (6,))[0]
+    runner = PagedModelRunner(model, num_blocks=16, block_size=4)
+    assert run_greedy(runner, [prompt], 12, [tuple(range(2, 7))]) == [reference_greedy(model, prompt, 12)]
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_lone_decode_fast_path_equals_the_general_path(window: int | None) -> None:
+    heads, kv_heads, dim, length = 4, 2, 8, 11
+    cache = PagedKVCache(
+        num_layers=1, num_blocks=8, block_size=4, kv_heads=kv_heads, head_dim=dim, dtype=torch.float32, device="cpu"
+    )
+    gen = torch.Generator().manual_seed(0)
+    for pool in (cache.keys[0], cache.values[0]):
+        pool.copy_(torch.randn(pool.shape, generator=gen))
+    query, key, value = (torch.randn(1, h, 1, dim, generator=gen) for h in (heads, kv_heads, kv_heads))
+    source = ContextSource(length=length, run_start=8, blocks=None)
+    step = PagedStep(cache, torch.tensor([8 + length - 1]), [SeqAttention(0, 1, length - 1, source)])
+    assert step.lone_decode == (8, length)
+    fast = step.attend(0, query, key, value, 0.3, window, None)
+    step.lone_decode = None
+    general = step.attend(0, query, key, value, 0.3, window, None)
+    assert fast.shape == (1, 1, heads, dim)
+    assert torch.equal(fast, general)
 
 
 def test_softcapped_alternating_sliding_layers_match_generate() -> None:
