@@ -197,6 +197,19 @@ class PagedStep:
         """query [1, Hq, T, D], key/value [1, Hkv, T, D] -> attention output [1, T, Hq, D]."""
         if self.lone_decode is not None and softcap is None:
             return self._attend_lone_decode(layer, query, key, value, scaling, window)
+        return self._attend_each(layer, query, key, value, scaling, window, softcap)
+
+    def _attend_each(
+        self,
+        layer: int,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        scaling: float | None,
+        window: int | None,
+        softcap: float | None,
+    ) -> torch.Tensor:
+        """attend() for any step: each sequence's rows over its own context."""
         cache = self.cache
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
         cache.write(layer, self.slot_mapping, key[0], value[0])
@@ -239,8 +252,9 @@ class PagedStep:
         """
         keys, values = self.cache.keys[layer], self.cache.values[layer]
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
-        if kv_heads != keys.shape[0] or head_dim != keys.shape[2]:
-            self.cache.write(layer, self.slot_mapping, key[0], value[0])  # raises, naming the mismatch
+        if kv_heads != keys.shape[0] or head_dim != keys.shape[2] or key.dtype != keys.dtype:
+            # K/V the pool must convert, or cannot take (cache.write then says why): the general path
+            return self._attend_each(layer, query, key, value, scaling, window, None)
         keys.index_copy_(1, self.slot_mapping, key[0])
         values.index_copy_(1, self.slot_mapping, value[0])
         start, length = self.lone_decode  # type: ignore[misc]

@@ -204,6 +204,17 @@ def test_lone_decode_fast_path_equals_the_general_path(window: int | None) -> No
     assert torch.equal(fast, general)
 
 
+def test_kv_of_the_wrong_head_count_is_refused_naming_the_mismatch() -> None:
+    cache = PagedKVCache(
+        num_layers=1, num_blocks=4, block_size=4, kv_heads=2, head_dim=8, dtype=torch.float32, device="cpu"
+    )
+    source = ContextSource(length=3, run_start=0, blocks=None)
+    step = PagedStep(cache, torch.tensor([2]), [SeqAttention(0, 1, 2, source)])
+    query, kv = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)  # 4 KV heads where the pool holds 2
+    with pytest.raises(ValueError, match="the config's head counts do not match the model"):
+        step.attend(0, query, kv, kv, None, None, None)
+
+
 def test_softcapped_alternating_sliding_layers_match_generate() -> None:
     # Gemma 2: attention logit soft-capping, and every other layer a sliding window
     model = tiny_causal_lm("gemma2", seed=4, sliding_window=6)
