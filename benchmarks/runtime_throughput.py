@@ -291,6 +291,17 @@ def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> flo
     return (tokens - 1) / (last - first)
 
 
+def on_passing_thread(make: Any) -> Any:
+    """make() on a thread that then exits. Torch's OpenMP keeps a worker pool for each thread that ran a
+    parallel op, and with a second pool beside the engine thread's, libgomp on 2 cores stops spinning its
+    workers between ops (see ReferenceEngine.start_sync); the pool of a thread that exits goes with it."""
+    made: list[Any] = []
+    worker = threading.Thread(target=lambda: made.append(make()))
+    worker.start()
+    worker.join()
+    return made[0]
+
+
 def copy_bandwidths_with_threads(threads: int) -> list[float]:
     """copy_bandwidths on `threads` torch threads (run in a child process)."""
     torch.set_num_threads(threads)
@@ -340,7 +351,7 @@ def main() -> None:
         model = LlamaForCausalLM(cfg).eval()
         shape = {"prompt": (4, 32), "out": (2, 16)}
     else:
-        model = build_model(torch.float32)
+        model = on_passing_thread(lambda: build_model(torch.float32))
         shape = {"prompt": (16, 256), "out": (8, 128)}
     vocab = model.config.vocab_size
     params_m = sum(p.numel() for p in model.parameters()) / 1e6
@@ -356,7 +367,7 @@ def main() -> None:
 
     # the paged runner switches its model to servegate's attention: transformers runs on its own copy (sdpa)
     engine = servegate_engine(
-        copy.deepcopy(model),
+        on_passing_thread(lambda: copy.deepcopy(model)),
         "continuous",
         args.max_batch,
         KV_BUDGET_BYTES,
