@@ -291,12 +291,19 @@ def batch1_decode_tokens_per_s(engine: ReferenceEngine, tokens: int = 64) -> flo
     return (tokens - 1) / (last - first)
 
 
-def on_passing_thread(make: Any) -> Any:
-    """make() on a thread that then exits. Torch's OpenMP keeps a worker pool for each thread that ran a
-    parallel op, and with a second pool beside the engine thread's, libgomp on 2 cores stops spinning its
-    workers between ops (see ReferenceEngine.start_sync); the pool of a thread that exits goes with it."""
+def on_passing_thread(make: Any, threads: int | None = None) -> Any:
+    """make() on a thread that then exits (on `threads` torch threads when given). Torch's OpenMP keeps a
+    worker pool for each thread that ran a parallel op, and with a second pool beside the engine thread's,
+    libgomp on 2 cores stops spinning its workers between ops (see ReferenceEngine.start_sync); the pool of
+    a thread that exits goes with it, so the engine's batch-1 runs have no idle pool beside them."""
     made: list[Any] = []
-    worker = threading.Thread(target=lambda: made.append(make()))
+
+    def run() -> None:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        made.append(make())
+
+    worker = threading.Thread(target=run)
     worker.start()
     worker.join()
     return made[0]
@@ -378,9 +385,8 @@ def main() -> None:
     )
     warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
     run_servegate(engine, warm)
-    torch.set_num_threads(threads)
-    if args.patterns:  # (a) and (b) run on this thread: its own OpenMP pool, beside the engine thread's
-        run_static_generate(model, warm)
+    if args.patterns:  # (a) and (b) run on passing threads, each beside the (idle) engine thread's pool
+        on_passing_thread(lambda: run_static_generate(model, warm), threads)
 
     outcomes: list[Outcome] = []
     rate = args.rate
@@ -400,8 +406,8 @@ def main() -> None:
         }
         for system, runner in systems.items():
             load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
-            torch.set_num_threads(threads)  # (a), (b); (c)'s engine thread set its own from the manifest
-            wall, e2e = runner()
+            # (a), (b) on --threads torch threads; (c)'s engine thread set its own from the manifest
+            wall, e2e = runner() if system.startswith("(c)") else on_passing_thread(runner, threads)
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
             print(
