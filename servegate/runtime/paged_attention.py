@@ -195,22 +195,15 @@ class PagedStep:
         softcap: float | None,
     ) -> torch.Tensor:
         """query [1, Hq, T, D], key/value [1, Hkv, T, D] -> attention output [1, T, Hq, D]."""
-        if self.lone_decode is not None and softcap is None:
-            return self._attend_lone_decode(layer, query, key, value, scaling, window)
-        return self._attend_each(layer, query, key, value, scaling, window, softcap)
-
-    def _attend_each(
-        self,
-        layer: int,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        scaling: float | None,
-        window: int | None,
-        softcap: float | None,
-    ) -> torch.Tensor:
-        """attend() for any step: each sequence's rows over its own context."""
         cache = self.cache
+        pool = cache.keys[layer]
+        if (
+            self.lone_decode is not None
+            and softcap is None
+            # K/V the pool would have to convert, or cannot take (cache.write says why), take the general path
+            and (key.shape[1], key.shape[3], key.dtype) == (pool.shape[0], pool.shape[2], pool.dtype)
+        ):
+            return self._attend_lone_decode(layer, query, key, value, scaling, window)
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
         cache.write(layer, self.slot_mapping, key[0], value[0])
         rows = query[0].transpose(0, 1)  # [T, Hq, D]
@@ -252,9 +245,6 @@ class PagedStep:
         """
         keys, values = self.cache.keys[layer], self.cache.values[layer]
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
-        if kv_heads != keys.shape[0] or head_dim != keys.shape[2] or key.dtype != keys.dtype:
-            # K/V the pool must convert, or cannot take (cache.write then says why): the general path
-            return self._attend_each(layer, query, key, value, scaling, window, None)
         keys.index_copy_(1, self.slot_mapping, key[0])
         values.index_copy_(1, self.slot_mapping, value[0])
         start, length = self.lone_decode  # type: ignore[misc]
