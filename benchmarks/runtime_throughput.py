@@ -426,7 +426,7 @@ def main() -> None:
 
     # the copy bandwidth is measured in a child process: a parallel copy on this thread would give it an
     # OpenMP pool beside the engine thread's, and two pools on 2 cores slow the engine's steps (see
-    # ReferenceEngine.start_sync); with --patterns given, (a) and (b) have made one already
+    # ReferenceEngine.start_sync)
     with multiprocessing.get_context("spawn").Pool(1) as child:
         child.apply(copy_bandwidths_with_threads, (threads,))  # the child's imports must not overlap a run
         step_bytes = weight_bytes_per_step(model)

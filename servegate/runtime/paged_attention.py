@@ -139,6 +139,10 @@ class ContextSource:
     blocks: torch.Tensor | None
     """[ceil(length / block_size)] block ids to gather when they are not consecutive."""
 
+    def first_visible(self, window: int | None) -> int:
+        """First position a query at the last position sees: 0, or with a sliding window its oldest key."""
+        return 0 if window is None else max(0, self.length - window)
+
 
 @dataclass
 class SeqAttention:
@@ -212,8 +216,7 @@ class PagedStep:
             if seq.end - seq.begin == 1:
                 # decode: the query heads sharing a KV head become that head's query rows, K/V never repeated
                 q = rows[seq.begin].reshape(1, kv_heads, num_heads // kv_heads, head_dim)
-                lo = 0 if window is None else max(0, seq.source.length - window)
-                k, v = cache.context(layer, seq.source, lo)
+                k, v = cache.context(layer, seq.source, seq.source.first_visible(window))
                 outs.append(attend(q, k, v, None, scaling, softcap).reshape(1, num_heads, head_dim))
                 continue
             q = query[:, :, seq.begin : seq.end]  # [1, Hq, n, D]
@@ -248,7 +251,7 @@ class PagedStep:
         keys.index_copy_(1, self.slot_mapping, key[0])
         values.index_copy_(1, self.slot_mapping, value[0])
         start, length = self.lone_decode  # type: ignore[misc]
-        lo = start if window is None else start + max(0, length - window)
+        lo = start + self.seqs[0].source.first_visible(window)
         # the query heads sharing a KV head become that head's query rows, K/V never repeated
         q = query.reshape(1, kv_heads, num_heads // kv_heads, head_dim)
         out = F.scaled_dot_product_attention(
