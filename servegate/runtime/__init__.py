@@ -14,7 +14,8 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
 
     runtime.backend `reference` gives servegate's in-process engine; `endpoint` forwards to an
     OpenAI-compatible server. With fallback=True and a declared failure_policy.fallback, the fallback
-    manifest's engine is built too and serves the requests the declared triggers route to it.
+    manifest's engine is built too and serves the requests the declared triggers route to it (on CPU, with
+    at most the cores the primary leaves: runtime/shared_cores.py).
     """
     if served.runtime.backend == "endpoint":
         from servegate.runtime.endpoint import EndpointEngine
@@ -25,6 +26,10 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
     from servegate.runtime.engine import ReferenceEngine
 
     backup = load_fallback(served) if fallback else None
+    if backup is not None:
+        from servegate.runtime.shared_cores import beside_primary
+
+        backup = beside_primary(served, backup)
     return ReferenceEngine(served, fallback=build(backup, fallback=False) if backup is not None else None)
 
 
