@@ -45,16 +45,29 @@ def _memory_only(
     return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict()}
 
 
-def _verify(data: dict[str, Any], served: Any, workload: Any, console: Console) -> dict[str, Any]:
-    """Bench the recommended policy on the manifest's own server; predicted against measured per percentile."""
+def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
+    """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
+    after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
     from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms
 
     policy = served.with_changes(batching=data["recommended"]["batching"])
     console.print("verifying: benchmarking the recommended policy...")
+    lone = lone_workload(workload)
+    tokenizer = manifest_tokenizer(policy)
     with LocalServer(policy) as server:
+        alone = run_bench_against(server.url, policy.name, lone, tokenizer=tokenizer, console=console, served=policy)
         result = run_bench_against(
-            server.url, policy.name, workload, tokenizer=manifest_tokenizer(policy), console=console, served=policy
+            server.url, policy.name, workload, tokenizer=tokenizer, console=console, served=policy
         )
+    check = SpeedCheck(
+        predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
+        measured_ms=alone.as_dict()["e2el_ms"]["p50"],
+        requests=lone.num_requests,
+        profiled_at=model.fit.get("profiled_at"),
+    )
+    for line in check.lines():
+        console.print(line, highlight=False)
     measured = result.as_dict()
     rows = []
     table = Table(title="predicted vs measured")
@@ -69,7 +82,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, console: Console) 
     pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured["throughput"]["requests_per_s"]
     table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
     console.print(table)
-    return {"measured": measured, "comparison": rows}
+    return {"measured": measured, "comparison": rows, "speed_check": check.as_dict()}
 
 
 def plan(
@@ -152,7 +165,7 @@ def plan(
         written += ["runtime.kv_cache.memory_budget"] if budget else []
         console.print(f"wrote {', '.join(written)} into {served.source}")
     if verify:
-        data["verify"] = _verify(data, served, workload, console)
+        data["verify"] = _verify(data, served, workload, model, console)
     write_json(json_out, data)
 
 

@@ -90,3 +90,34 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     # 64 input + 32 output tokens is the longest request the contract accepts
     assert data["recommended"]["max_model_len"] == 96 and load_manifest(path).runtime.max_model_len == 96
     assert "runtime.max_model_len" in done.stdout
+
+
+def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> None:
+    from servegate.capacity.latency_model import profile_path
+    from servegate.contracts.loading import load_manifest
+
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "name: tiny\nweights: {source: 'zoo:tiny-primary'}\n"
+        "preprocess: {max_input_tokens: 64, chat_template: none}\npostprocess: {max_output_tokens: 32}\n"
+        "runtime:\n  device: cpu\n  dtype: float32\n  max_model_len: 128\n  threads: 1\n"
+        "  kv_cache: {block_size: 16, memory_budget: 4MiB}\n"
+        "batching: {mode: none}\n"
+        "capacity:\n  workload: {input_tokens: {mean: 16, max: 16}, output_tokens: {mean: 4, max: 4},"
+        " rate_rps: 20, num_requests: 12}\n"
+    )
+    model = STEP_MODEL
+    model.key, model.hardware = profile_key(load_manifest(path)), hardware_id()
+    model.fit = {"profiled_at": "2026-12-01T03:17:24+0000"}
+    model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
+    done = gate("plan", str(path), "--requests", "40", "--verify", "--json", "plan.json", cwd=tmp_path,
+                home=tmp_path / "home")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    check = json.loads((tmp_path / "plan.json").read_text())["verify"]["speed_check"]
+    assert check["requests"] == 8 and check["measured_e2el_p50_ms"] > 0 and check["predicted_e2el_p50_ms"] > 0
+    assert check["measured_over_predicted"] == check["measured_e2el_p50_ms"] / check["predicted_e2el_p50_ms"]
+    assert check["profiled_at"] == "2026-12-01T03:17:24+0000"
+    said = " ".join(done.stdout.split())
+    assert "speed check: 8 lone requests took" in said and "predicted by the profile of 2026-12-01T03:17:24" in said
+    assert ("gate profile` again" in said) == check["drifted"]
+    assert "predicted vs measured" in said

@@ -1,0 +1,89 @@
+"""Whether the machine still runs at the speed it was profiled at: lone requests, predicted against measured.
+
+A latency model is fitted at one moment; a shared machine's speed moves (on the 2-core VM of
+benchmarks/README.md the bare model step moved by a factor of 1.7 within a minute), and near the knee
+queueing multiplies any such change. `gate plan --verify` therefore first sends a few requests one at a
+time, where no queueing amplifies anything, and compares their end-to-end latency with what the profile
+predicts for them: the ratio says how much of the errors that follow is the machine, not the model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.prediction import sim_setup
+from servegate.capacity.simulate import simulate
+from servegate.capacity.workload import make_requests
+from servegate.contracts.evaluation import Workload
+from servegate.contracts.manifest import ServedModel
+
+SPEED_CHECK_REQUESTS = 8
+"""Lone requests the check sends (the workload's lengths, one in flight)."""
+
+DRIFT_WARNING = 0.10
+"""A lone request this much slower or faster than predicted: the machine's speed has moved since profiling."""
+
+
+def lone_workload(workload: Workload, num_requests: int = SPEED_CHECK_REQUESTS) -> Workload:
+    """The workload's request shapes, sent one at a time (closed loop at concurrency 1)."""
+    return workload.model_copy(
+        update={"arrival": "closed", "concurrency": 1, "rate_rps": None, "num_requests": num_requests}
+    )
+
+
+def predicted_lone_e2e_ms(served: ServedModel, model: LatencyModel, lone: Workload, seed: int = 0) -> float:
+    """The profile's p50 end-to-end latency (ms) for `lone` (median over 5 simulations, as the planner's)."""
+    specs = make_requests(lone, seed)
+    setup = sim_setup(served)
+    runs = [simulate(setup, model, specs, concurrency=1, seed=s).summary()["e2el_ms"]["p50"] for s in range(5)]
+    return float(statistics.median(runs))
+
+
+@dataclass(frozen=True)
+class SpeedCheck:
+    """Lone requests: the profile's p50 end-to-end latency against the measured one."""
+
+    predicted_ms: float
+    measured_ms: float
+    requests: int
+    profiled_at: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Measured over predicted: above 1, the machine is slower now than when it was profiled."""
+        return self.measured_ms / self.predicted_ms if self.predicted_ms > 0 else float("nan")
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the machine's speed moved by more than DRIFT_WARNING since profiling."""
+        return not abs(self.ratio - 1.0) <= DRIFT_WARNING
+
+    def lines(self) -> list[str]:
+        """What `gate plan --verify` prints."""
+        when = f" of {self.profiled_at}" if self.profiled_at else ""
+        head = (
+            f"speed check: {self.requests} lone requests took {self.measured_ms:.1f} ms (p50 end-to-end) against "
+            f"{self.predicted_ms:.1f} ms predicted by the profile{when}: {self.ratio:.2f}x"
+        )
+        if not self.drifted:
+            return [head]
+        pace = "slower" if self.ratio > 1 else "faster"
+        return [
+            head,
+            f"  the machine runs {pace} than when it was profiled: the errors below include that change "
+            "(queueing near the knee multiplies it); `gate profile` again measures the machine as it is now",
+        ]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The check for the plan's JSON."""
+        return {
+            "requests": self.requests,
+            "predicted_e2el_p50_ms": self.predicted_ms,
+            "measured_e2el_p50_ms": self.measured_ms,
+            "measured_over_predicted": self.ratio,
+            "drifted": self.drifted,
+            "profiled_at": self.profiled_at,
+        }

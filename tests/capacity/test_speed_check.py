@@ -1,0 +1,47 @@
+"""The speed check of `gate plan --verify`: lone requests, the profile's prediction against the measurement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capacity_helpers import STEP_MODEL, manifest
+
+from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms
+from servegate.contracts.evaluation import LengthDistribution, Workload
+
+
+def test_a_machine_at_its_profiled_speed_gets_one_line() -> None:
+    check = SpeedCheck(predicted_ms=50.0, measured_ms=53.0, requests=8, profiled_at="2026-12-01T03:17")
+    assert not check.drifted
+    assert check.lines() == [
+        "speed check: 8 lone requests took 53.0 ms (p50 end-to-end) against 50.0 ms predicted by the profile "
+        "of 2026-12-01T03:17: 1.06x"
+    ]
+
+
+def test_a_machine_slower_or_faster_than_profiled_is_named_with_the_remedy() -> None:
+    slower = SpeedCheck(predicted_ms=50.0, measured_ms=75.0, requests=8)
+    faster = SpeedCheck(predicted_ms=76.2, measured_ms=49.1, requests=8)
+    assert slower.drifted and faster.drifted
+    assert "1.50x" in slower.lines()[0] and "runs slower than when it was profiled" in slower.lines()[1]
+    assert "0.64x" in faster.lines()[0] and "runs faster" in faster.lines()[1]
+    assert "`gate profile` again" in faster.lines()[1]
+    assert faster.as_dict()["drifted"] is True and faster.as_dict()["measured_over_predicted"] == 49.1 / 76.2
+
+
+def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir: Path) -> None:
+    workload = Workload(
+        input_tokens=LengthDistribution(distribution="fixed", mean=16, max=16),
+        output_tokens=LengthDistribution(distribution="fixed", mean=5, max=5),
+        rate_rps=500.0,
+        num_requests=40,
+    )
+    lone = lone_workload(workload)
+    assert (lone.arrival, lone.concurrency, lone.num_requests) == ("closed", 1, 8)
+    served = manifest(model_dir)
+    predicted = predicted_lone_e2e_ms(served, STEP_MODEL, lone)
+    # one step of 5-6 ms per output token, plus the prefill and the request overhead; no queueing at all
+    assert 5 * 5.0 <= predicted <= 5 * 6.0 + 2.0 + 2.0 + 5.0
+    twice = LatencyModel({k: 2 * v for k, v in STEP_MODEL.coefficients.items()}, request_overhead_s=0.002)
+    assert predicted_lone_e2e_ms(served, twice, lone) > 1.7 * predicted  # steps twice as slow: nearly twice the time
