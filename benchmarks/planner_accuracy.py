@@ -5,7 +5,9 @@
    always waiting). Loads: 0.3x (low), 0.8x (near the knee) and 1.3x (overload) of it.
 3. At each load the simulator predicts p50 and p99 end-to-end latency for the exact requests (same seed,
    arrivals and lengths) that `gate bench` then sends to the manifest's own server (open loop, Poisson).
-Targets below the knee: |error| <= 10% at p50 and <= 15% at p99.
+Targets below the knee: |error| <= 10% at p50 and <= 15% at p99. Before each load, `gate plan --verify`'s
+speed check: 8 requests sent one at a time, measured p50 over the profile's (the `lone` column), so a row's
+error can be read beside how fast the machine ran at that moment.
 
     python benchmarks/planner_accuracy.py [--manifest examples/quickstart/manifest.yaml] [--set runtime.threads=1]
                                           [--requests 300] [--repeats 3] [--reprofile] [--json results.json]
@@ -28,6 +30,7 @@ from servegate.capacity.local_server import LocalServer
 from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
 from servegate.capacity.profile import profile_manifest
 from servegate.capacity.simulate import simulate
+from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms
 from servegate.capacity.workload import make_requests, with_rate
 from servegate.cli.bench import manifest_tokenizer
 from servegate.contracts.loading import load_manifest
@@ -88,8 +91,12 @@ def main() -> None:
             specs = make_requests(workload, args.seed)
             sims = [simulate(setup, model, specs, seed=s).summary()["e2el_ms"] for s in range(5)]
             predicted = {p: statistics.median(s[p] for s in sims) for p in TARGETS}
+            # the speed check of gate plan --verify: lone requests say how fast the machine is right now
+            lone = lone_workload(base)
+            alone = asyncio.run(measure(server.url, served, lone, args.seed))["e2el_ms"]["p50"]
+            speed = alone / predicted_lone_e2e_ms(served, model, lone, args.seed)
             runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
-            row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps}
+            row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "lone_measured_over_predicted": speed}
             row["completed"] = [r["requests"]["completed"] for r in runs]
             row["measured_p50_ms_each"] = [r["e2el_ms"]["p50"] for r in runs]  # the spread is the measurement noise
             row["measured_p99_ms_each"] = [r["e2el_ms"]["p99"] for r in runs]
@@ -104,17 +111,21 @@ def main() -> None:
 
     print(f"\nplanner accuracy, end-to-end latency, {args.requests} requests per load ({time.time() - began:.0f} s)")
     columns = (("load", "<11"), ("req/s", ">7"), ("pred p50", ">10"), ("meas p50", ">10"), ("err", ">8"))
-    columns += (("pred p99", ">10"), ("meas p99", ">10"), ("err", ">8"), ("  measured p50 in each run", ""))
+    columns += (("pred p99", ">10"), ("meas p99", ">10"), ("err", ">8"), ("  lone", ">7"))
+    columns += (("  measured p50 in each run", ""),)
     print("".join(f"{name:{fmt}}" for name, fmt in columns))
     for r in rows:
         print(
             f"{r['load']:<11}{r['rate_rps']:>7.2f}{r['predicted_p50_ms']:>10.1f}{r['measured_p50_ms']:>10.1f}"
             f"{100 * r['error_p50']:>+7.1f}%{r['predicted_p99_ms']:>10.1f}{r['measured_p99_ms']:>10.1f}"
-            f"{100 * r['error_p99']:>+7.1f}%  " + ", ".join(f"{x:.1f}" for x in r["measured_p50_ms_each"])
+            f"{100 * r['error_p99']:>+7.1f}%{r['lone_measured_over_predicted']:>6.2f}x  "
+            + ", ".join(f"{x:.1f}" for x in r["measured_p50_ms_each"])
         )
     below = [r for r in rows if r["load"] != "overload"]
     ok = all(r["within_target"] for r in below)
     print(f"below the knee: p50 within 10% and p99 within 15%: {'yes' if ok else 'NO'}")
+    print("lone: p50 end-to-end of 8 requests sent one at a time just before the load, measured / predicted "
+          "(gate plan --verify's speed check: above 1, the machine is slower than when it was profiled)")  # fmt: skip
     if args.json:
         out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": model.hardware, "rows": rows}
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

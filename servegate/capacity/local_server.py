@@ -67,10 +67,15 @@ class LocalServer:
             if self._proc.poll() is not None:
                 raise ServegateError(f"the local server exited with {self._proc.returncode}: {self._tail()}")
             try:
-                if httpx.get(ready, timeout=2.0).status_code == 200:
-                    return self
+                answer = httpx.get(ready, timeout=2.0)
             except httpx.HTTPError:
-                pass
+                answer = None
+            if answer is not None and answer.status_code == 200:
+                return self
+            failed = _failed_start(answer)
+            if failed is not None:  # the model did not load or its warm-up failed: it will not become ready
+                self.stop()
+                raise ServegateError(f"the local server for {self.served.name} cannot serve: {failed}")
             time.sleep(0.2)
         self.stop()
         raise ServegateError(f"the local server was not ready after {self.startup_timeout_s:.0f} s: {self._tail()}")
@@ -158,3 +163,16 @@ def _serve(spec_path: str, port: int) -> None:
 
 if __name__ == "__main__":
     _serve(sys.argv[1], int(sys.argv[2]))
+
+
+def _failed_start(answer: httpx.Response | None) -> str | None:
+    """The reason a server that finished starting is not ready (None while it may still become ready)."""
+    if answer is None or answer.status_code != 503:
+        return None
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get("starting", True) or body.get("reason") == "shutting down":
+        return None
+    return str(body.get("reason") or "not ready")

@@ -37,6 +37,13 @@ def _build_engine(served: ServedModel) -> Engine:
 
 async def bring_up(state: ServerState) -> None:
     """Start the engine and run the warm-up; readiness (and its reason when not ready) follows."""
+    try:
+        await _bring_up(state)
+    finally:
+        state.starting = False
+
+
+async def _bring_up(state: ServerState) -> None:
     served = state.served
     try:
         await state.engine.start()

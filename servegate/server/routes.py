@@ -189,13 +189,15 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(request: Request) -> Response:
-    """Readiness: model loaded, warm-up passed, not draining (503 with the reason otherwise)."""
+    """Readiness: model loaded, warm-up passed, not draining (503 with the reason otherwise, and `starting`:
+    false when loading or warm-up failed, so a caller waiting for readiness can stop waiting)."""
     state = _state(request)
     if state.ready and not state.draining:
         return JSONResponse({"status": "ready", "model": state.served.name, "fingerprint": state.served.fingerprint})
     reason = "shutting down" if state.draining else state.not_ready_reason
     retry = str(state.served.failure_policy.retry_after_s)
-    return JSONResponse({"status": "not_ready", "reason": reason}, status_code=503, headers={"Retry-After": retry})
+    body = {"status": "not_ready", "reason": reason, "starting": state.starting}
+    return JSONResponse(body, status_code=503, headers={"Retry-After": retry})
 
 
 @router.get("/metrics")

@@ -32,6 +32,9 @@ class ServerState:
     ready: bool = False
     """Model loaded and warm-up passed."""
     not_ready_reason: str = "starting: loading the model"
+    starting: bool = True
+    """Still loading the model or warming up; False once that ended, ready or not (then not_ready_reason
+    says why it will not become ready by itself)."""
     draining: bool = False
     """SIGTERM received: new requests get 503 while in-flight ones finish."""
     in_flight: int = 0

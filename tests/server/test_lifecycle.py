@@ -118,6 +118,7 @@ def test_warmup_mismatch_keeps_the_server_not_ready_and_says_why(tmp_path: Path,
             time.sleep(0.2)
         ready = httpx.get(broken.url("/ready"))
         assert ready.status_code == 503 and "warm-up failed" in ready.json()["reason"]
+        assert ready.json()["starting"] is False  # it will not become ready by itself: no point waiting
         assert f"warm-up prompt 1 of 1: expected {expected!r}, got" in broken.log()
         refused = httpx.post(broken.url("/v1/completions"), json={"model": "tiny", "prompt": "x", "max_tokens": 2})
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_unavailable"
