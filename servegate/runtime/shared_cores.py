@@ -19,6 +19,9 @@ from servegate.contracts.manifest import ServedModel
 
 log = logging.getLogger("servegate.runtime")
 
+_said: set[tuple[str, int, str]] = set()
+"""Fallbacks whose lowered threads were already reported at WARNING in this process."""
+
 
 def fallback_threads(primary_threads: int | None, fallback_threads: int | None, cores: int) -> int | None:
     """The torch threads the fallback gets: its own `runtime.threads` (None: torch's default, `cores`),
@@ -41,7 +44,9 @@ def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
     if threads == fallback.runtime.threads:
         return fallback
     declared = fallback.runtime.threads or f"torch's default ({TORCH_DEFAULT_THREADS})"
-    log.warning(
+    said = (fallback.name, threads, str(declared))
+    # gate check builds the same engine several times: say it once per process
+    (log.info if said in _said else log.warning)(
         "fallback %s runs on %d torch thread(s), not %s: the primary's %d of this machine's %d cores leave no more "
         "(two engines' thread pools past the cores slow every step of the primary)",
         fallback.name,
@@ -50,6 +55,7 @@ def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
         primary.runtime.threads or TORCH_DEFAULT_THREADS,
         TORCH_DEFAULT_THREADS,
     )
+    _said.add(said)
     return fallback.with_changes(runtime=fallback.runtime.model_copy(update={"threads": threads}))
 
 

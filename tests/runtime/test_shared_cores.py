@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from servegate.contracts.loading import load_fallback, load_manifest
-from servegate.runtime import build, cpu_linear
+from servegate.runtime import build, cpu_linear, shared_cores
 from servegate.runtime.shared_cores import beside_primary, fallback_threads
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples/quickstart/manifest.yaml"
@@ -38,6 +38,7 @@ def test_the_quickstart_fallback_is_lowered_to_one_thread_on_two_cores(monkeypat
     declared = load_fallback(primary)
     assert declared.runtime.threads == 2 and primary.runtime.threads == 2
 
+    monkeypatch.setattr(shared_cores, "_said", set())
     with caplog.at_level(logging.WARNING, logger="servegate.runtime"):
         beside = beside_primary(primary, declared)
     assert beside.runtime.threads == 1
@@ -45,9 +46,10 @@ def test_the_quickstart_fallback_is_lowered_to_one_thread_on_two_cores(monkeypat
     assert "runs on 1 torch thread(s), not 2" in caplog.text
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="servegate.runtime"):
+    with caplog.at_level(logging.INFO, logger="servegate.runtime"):
         build(primary)  # the engine the CLI and the server use builds its fallback the same way
     assert "runs on 1 torch thread(s), not 2" in caplog.text
+    assert [r.levelname for r in caplog.records] == ["INFO"]  # said once per process at WARNING, then quietly
 
 
 def test_a_fallback_on_the_gpu_keeps_its_threads(monkeypatch, caplog):
