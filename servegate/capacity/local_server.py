@@ -161,10 +161,6 @@ def _serve(spec_path: str, port: int) -> None:
     uvicorn.run(create_app(served), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-if __name__ == "__main__":
-    _serve(sys.argv[1], int(sys.argv[2]))
-
-
 def _failed_start(answer: httpx.Response | None) -> str | None:
     """The reason a server that finished starting is not ready (None while it may still become ready)."""
     if answer is None or answer.status_code != 503:
@@ -176,3 +172,7 @@ def _failed_start(answer: httpx.Response | None) -> str | None:
     if not isinstance(body, dict) or body.get("starting", True) or body.get("reason") == "shutting down":
         return None
     return str(body.get("reason") or "not ready")
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], int(sys.argv[2]))
