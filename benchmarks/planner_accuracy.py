@@ -85,6 +85,8 @@ def main() -> None:
           f"predicted knee {knee:.2f} requests/s")  # fmt: skip
 
     rows: list[dict[str, Any]] = []
+    lone = lone_workload(base)
+    lone_predicted = predicted_lone_e2e_ms(served, model, lone, args.seed)
     with LocalServer(served) as server:
         for name, factor in LOADS:
             workload = with_rate(base, round(factor * knee, 3))
@@ -92,9 +94,8 @@ def main() -> None:
             sims = [simulate(setup, model, specs, seed=s).summary()["e2el_ms"] for s in range(5)]
             predicted = {p: statistics.median(s[p] for s in sims) for p in TARGETS}
             # the speed check of gate plan --verify: lone requests say how fast the machine is right now
-            lone = lone_workload(base)
             alone = asyncio.run(measure(server.url, served, lone, args.seed))["e2el_ms"]["p50"]
-            speed = alone / predicted_lone_e2e_ms(served, model, lone, args.seed)
+            speed = alone / lone_predicted
             runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
             row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "lone_measured_over_predicted": speed}
             row["completed"] = [r["requests"]["completed"] for r in runs]

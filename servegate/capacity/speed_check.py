@@ -35,7 +35,8 @@ def lone_workload(workload: Workload, num_requests: int = SPEED_CHECK_REQUESTS) 
 
 
 def predicted_lone_e2e_ms(served: ServedModel, model: LatencyModel, lone: Workload, seed: int = 0) -> float:
-    """The profile's p50 end-to-end latency (ms) for `lone` (median over 5 simulations, as the planner's)."""
+    """The profile's p50 end-to-end latency (ms) for `lone`: the median over 5 simulations of the same requests
+    (jitter seeds 0-4), as benchmarks/planner_accuracy.py takes its predictions."""
     specs = make_requests(lone, seed)
     setup = sim_setup(served)
     runs = [simulate(setup, model, specs, concurrency=1, seed=s).summary()["e2el_ms"]["p50"] for s in range(5)]

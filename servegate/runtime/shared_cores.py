@@ -23,12 +23,12 @@ _said: set[tuple[str, int, str]] = set()
 """Fallbacks whose lowered threads were already reported at WARNING in this process."""
 
 
-def fallback_threads(primary_threads: int | None, fallback_threads: int | None, cores: int) -> int | None:
-    """The torch threads the fallback gets: its own `runtime.threads` (None: torch's default, `cores`),
+def fallback_threads(primary_threads: int | None, declared: int | None, cores: int) -> int | None:
+    """The torch threads the fallback gets: its `declared` `runtime.threads` (None: torch's default, `cores`),
     lowered to what the primary's threads leave of `cores` but never below 1; None when left as declared."""
-    wanted = fallback_threads or cores
+    wanted = declared or cores
     room = max(1, cores - (primary_threads or cores))
-    return room if wanted > room else fallback_threads
+    return room if wanted > room else declared
 
 
 def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
