@@ -14,7 +14,9 @@ plus, per request, `request_overhead_s` before its first token (HTTP, tokenizati
 `admission_delay_per_running_s` for every sequence running when it is sent (the server streams their
 tokens on the event loop that must also read the new request), and `finish_overhead_s` after its last
 one, and `arrival_overhead_s` added to a step that is running while a request is being admitted (the
-server's CPU time for it competes with the engine's). So a request costs
+server's CPU time for it competes with the engine's), and `completion_overhead_s` added to the step that
+follows one which answered a request (the server sends the response meanwhile); every step is slower by
+`load_slowdown_per_rps` per request/s sent just before it. So a request costs
 t_queue + t_prefill(T_in) + T_out x t_decode + t_post, with t_prefill and t_decode read off the steps
 the scheduler actually forms. Models are saved as JSON keyed by the served model and the hardware.
 """
@@ -42,6 +44,9 @@ FEATURES = (
     "c_decode_attn",
 )
 """Coefficient names, in the order of `step_features`."""
+
+LOAD_WINDOW_S = 0.1
+"""Seconds of recent sends whose rate sets a step's load slowdown (load_slowdown_per_rps)."""
 
 Chunk = tuple[int, int]
 """(new tokens, tokens already cached) of one sequence in a step."""
@@ -81,6 +86,13 @@ class LatencyModel:
     """Seconds from a request's last token to the end of its response."""
     arrival_overhead_s: float = 0.0
     """Seconds a request's admission (HTTP parsing, validation, tokenization) adds to the step in flight."""
+    completion_overhead_s: float = 0.0
+    """Seconds a request's answer adds to the next step when that step follows at once (the server sends the
+    response on the interpreter the engine steps on)."""
+    load_slowdown_per_rps: float = 0.0
+    """Relative slowdown of a step per request/s sent in the LOAD_WINDOW_S before it: the CPU that HTTP
+    work (the server's and, on a shared machine, its clients') takes from the engine beyond what the
+    per-request costs above capture, fitted so that simulated runs match traced ones end to end."""
     admission_delay_per_running_s: float = 0.0
     """Seconds a request's admission is delayed per sequence running when it is sent (the server's event
     loop streams their tokens before it reads the new request)."""
@@ -181,28 +193,52 @@ class ServingStep:
     """When it began (perf_counter seconds in the serving process), if known."""
     ended: float | None = None
     """When it ended, if known."""
+    after_completed: int = 0
+    """Requests the step just before answered, when this one followed it at once (the responses were sent
+    while this one ran)."""
 
 
-def fit_serving_steps(steps: Sequence[ServingStep]) -> tuple[dict[str, float], float, dict[str, Any]]:
-    """Step coefficients and the per-admission cost, fitted on steps measured inside the serving process.
+@dataclass(frozen=True)
+class ServingFit:
+    """Coefficients fitted on serving steps (fit_serving_steps)."""
 
-    Non-negative least squares on absolute error, so the fitted mean step equals the measured mean:
-    a request's latency is a sum of steps, and a fit that is right in relative terms (as for the bare
-    model steps) underestimates that sum whenever step times are skewed, as they are under load.
-    Returns (coefficients, seconds per admission, quality).
+    coefficients: dict[str, float]
+    """FEATURES -> seconds per unit."""
+    admission_s: float
+    """Seconds each request admitted during a step adds to it."""
+    completion_s: float
+    """Seconds each request answered by the previous step adds to a step that follows at once."""
+    quality: dict[str, Any]
+    """Steps fitted, median and p90 relative error, mean step."""
+
+    def step_seconds(self, step: ServingStep) -> float:
+        """Predicted duration of a traced step."""
+        extra = self.admission_s * step.arrivals + self.completion_s * step.after_completed
+        return LatencyModel(self.coefficients).step_time(step.chunks) + extra
+
+
+def fit_serving_steps(steps: Sequence[ServingStep]) -> ServingFit:
+    """Step coefficients and the per-admission and per-answer costs, fitted on steps measured inside the
+    serving process.
+
+    Non-negative least squares on absolute error, each step counted once per sequence in it: a request's
+    latency is the sum of the steps it was in, so the fitted mean of the steps as requests see them equals
+    the measured one. (A fit right in relative terms, as for the bare model steps, underestimates that sum
+    whenever step times are skewed, as they are under load.)
     """
-    if len(steps) < 4 * (len(FEATURES) + 1):
-        raise ValueError(f"need at least {4 * (len(FEATURES) + 1)} serving steps to fit (got {len(steps)})")
-    x = np.array([[*step_features(s.chunks), float(s.arrivals)] for s in steps], dtype=float)
+    if len(steps) < 4 * (len(FEATURES) + 2):
+        raise ValueError(f"need at least {4 * (len(FEATURES) + 2)} serving steps to fit (got {len(steps)})")
+    x = np.array([[*step_features(s.chunks), float(s.arrivals), float(s.after_completed)] for s in steps], dtype=float)
     y = np.array([s.seconds for s in steps], dtype=float)
-    coef, rel = _nonnegative_fit(x, y)
+    coef, rel = _nonnegative_fit(x, y, np.sqrt([len(s.chunks) for s in steps]))  # squared: once per sequence
     quality = {
         "serving_steps": len(steps),
         "serving_median_rel_error": float(np.median(rel)),
         "serving_p90_rel_error": float(np.percentile(rel, 90)),
         "serving_mean_step_s": float(y.mean()),
     }
-    return dict(zip(FEATURES, (float(c) for c in coef[:-1]), strict=True)), float(coef[-1]), quality
+    coefficients = dict(zip(FEATURES, (float(c) for c in coef[:-2]), strict=True))
+    return ServingFit(coefficients, float(coef[-2]), float(coef[-1]), quality)
 
 
 def residual_spread(model: LatencyModel, samples: Sequence[StepSample]) -> float:

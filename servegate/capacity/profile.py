@@ -12,10 +12,15 @@ Three stages.
    last token to the end of the response is the finishing overhead. This model predicts capacity well
    enough to choose the loads of stage 3.
 3. Serving steps under load. The manifest's server runs open-loop traffic of its declared workload at
-   0.3x, 0.7x and 1.1x of that capacity with a step trace on (runtime/step_trace.py); the step
-   coefficients and the cost of admitting a request during a step are refitted on the steps it
-   actually ran. Under load a step costs more than the bare model step: sampling and streaming for
-   every sequence, and the HTTP work of arriving requests, share the interpreter with the engine.
+   0.05x, 0.3x, 0.7x and 1.1x of that capacity with a step trace on (runtime/step_trace.py); the step
+   coefficients and the costs of admitting and of answering a request during a step are refitted on
+   the steps it actually ran. Under load a step costs more than the bare model step: sampling and
+   streaming for every sequence, and the HTTP work of arriving and finishing requests, share the
+   interpreter with the engine. Last, the runs below capacity are simulated and two numbers are chosen
+   so that their mean end-to-end latency matches: a scale of the step times and a slowdown per request/s
+   sent (what a busier server takes from the engine beyond the per-request costs), then the admission
+   delay that matches their TTFT. Near capacity a few percent of step time moves latency by tens of
+   percent, which is why this last fit is made end to end.
 """
 
 from __future__ import annotations
@@ -237,19 +242,29 @@ def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batc
     return statistics.fmean(gaps) - statistics.fmean(predicted)
 
 
+BACK_TO_BACK_S = 0.002
+"""Steps closer than this (seconds) ran one after the other with no idle wait between them."""
+
+
 def serving_steps(records: Sequence[dict[str, Any]]) -> list[ServingStep]:
     """The steps of a step trace (runtime/step_trace.py) as fitting samples."""
-    return [
-        ServingStep(
-            tuple((int(n), int(start)) for n, start in r["chunks"]),
-            r["ended"] - r["began"],
-            r["arrivals"],
-            began=r["began"],
-            ended=r["ended"],
+    steps = []
+    for i, r in enumerate(records):
+        if not (r["ended"] > r["began"] and r["chunks"]):
+            continue
+        before = records[i - 1] if i else None
+        at_once = before is not None and 0 <= r["began"] - before["ended"] < BACK_TO_BACK_S
+        steps.append(
+            ServingStep(
+                tuple((int(n), int(start)) for n, start in r["chunks"]),
+                r["ended"] - r["began"],
+                r["arrivals"],
+                began=r["began"],
+                ended=r["ended"],
+                after_completed=int(before.get("completed", 0)) if at_once and before is not None else 0,
+            )
         )
-        for r in records
-        if r["ended"] > r["began"] and r["chunks"]
-    ]
+    return steps
 
 
 def refit_on_serving(
@@ -257,22 +272,22 @@ def refit_on_serving(
 ) -> LatencyModel:
     """The latency model refitted on steps the server ran under open-loop load.
 
-    Step coefficients and the per-admission cost come from the serving steps (fit_serving_steps); the
-    request overhead is re-derived from the single requests against the new prefill prediction; the
-    finishing overhead is kept. The step jitter becomes the spread of serving steps around the fit.
+    Step coefficients and the per-admission and per-answer costs come from the serving steps
+    (fit_serving_steps); the request overhead is re-derived from the single requests against the new
+    prefill prediction; the finishing overhead is kept. The step jitter becomes the spread of serving
+    steps around the fit.
     """
-    coefficients, admission, quality = fit_serving_steps(steps)
-    out = LatencyModel(coefficients, fit={**model.fit, **quality}, finish_overhead_s=model.finish_overhead_s)
-    out.arrival_overhead_s = admission
+    fitted = fit_serving_steps(steps)
+    out = LatencyModel(
+        fitted.coefficients, fit={**model.fit, **fitted.quality}, finish_overhead_s=model.finish_overhead_s
+    )
+    out.arrival_overhead_s = fitted.admission_s
+    out.completion_overhead_s = fitted.completion_s
     out.request_overhead_s = _request_overhead(out, [r for r in single if r.ok and r.token_times], batch_wait_s)
-    ratios = np.array([s.seconds / max(out.step_time(s.chunks) + s.arrivals * admission, 1e-9) for s in steps])
+    ratios = np.array([s.seconds / max(fitted.step_seconds(s), 1e-9) for s in steps])
     out.step_jitter = float(np.std(ratios) / max(np.mean(ratios), 1e-9))
     out.step_jitter_correlation = _lag1_correlation(np.log(np.maximum(ratios, 1e-9)), steps)
     return out
-
-
-BACK_TO_BACK_S = 0.002
-"""Steps closer than this (seconds) ran one after the other with no idle wait between them."""
 
 
 def _lag1_correlation(log_ratios: np.ndarray, steps: Sequence[ServingStep]) -> float:
@@ -314,10 +329,13 @@ def tracing_variant(served: ServedModel) -> ServedModel:
     return served.with_changes(batching=batching)
 
 
-TRACE_LOADS = (0.3, 0.7, 1.1)
+TRACE_LOADS = (0.05, 0.3, 0.7, 1.1)
 """Open-loop rates, as fractions of the predicted capacity, at which serving steps are traced."""
-TRACE_SECONDS = 8.0
-"""Seconds of arrivals sent at each traced rate (between 30 and 150 requests)."""
+TRACE_SECONDS = 3.0
+"""Seconds of arrivals sent at each traced rate, within TRACE_REQUESTS."""
+TRACE_REQUESTS = (30, 300)
+"""Fewest and most requests sent at each traced rate (the most: as many as planner_accuracy.py sends per load,
+so that the busiest run is as long as the runs it predicts)."""
 
 
 @dataclass
@@ -326,6 +344,8 @@ class TracedRun:
 
     specs: list[RequestSpec]
     records: list[RequestRecord]
+    rate_rps: float = 0.0
+    """The open-loop arrival rate it was sent at, requests/s."""
 
 
 def trace_serving(
@@ -355,10 +375,10 @@ def trace_serving(
     with LocalServer(variant, step_trace=trace) as server:
         for i, factor in enumerate(TRACE_LOADS):
             rate = factor * capacity
-            count = int(min(150, max(30, rate * TRACE_SECONDS)))
+            count = int(min(TRACE_REQUESTS[1], max(TRACE_REQUESTS[0], rate * TRACE_SECONDS)))
             workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
             specs = make_requests(workload, seed=11 + i)
-            runs.append(TracedRun(specs, asyncio.run(send(server.url, specs))))
+            runs.append(TracedRun(specs, asyncio.run(send(server.url, specs)), rate))
     return serving_steps(read_step_trace(trace)), runs
 
 
@@ -383,6 +403,71 @@ def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[Tra
 
     best = min((0.001 * i for i in range(21)), key=loss)
     return min((max(0.0, best + 0.0001 * i) for i in range(-10, 11)), key=loss)
+
+
+def scaled_steps(model: LatencyModel, scale: float, slowdown: float) -> LatencyModel:
+    """`model` with every step-time term multiplied by `scale` and the given load slowdown."""
+    return LatencyModel(
+        **{
+            **model.__dict__,
+            "coefficients": {name: value * scale for name, value in model.coefficients.items()},
+            "arrival_overhead_s": model.arrival_overhead_s * scale,
+            "completion_overhead_s": model.completion_overhead_s * scale,
+            "load_slowdown_per_rps": slowdown,
+        }
+    )
+
+
+def fit_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> tuple[float, float]:
+    """(scale of the step times, load slowdown per request/s) that best match the traced runs' mean
+    end-to-end latency in simulation (see LatencyModel.load_slowdown_per_rps).
+
+    The step coefficients were fitted on steps of every traced load at once, so they carry the average
+    load's slowdown; the scale takes it back out where the slowdown puts it per step. Each run counts
+    equally (squared relative error of its simulated mean against the measured one); near capacity a few
+    percent of step time moves latency by tens of percent, so the busiest run pins the slowdown down.
+    A coarse grid (scale 0.8-1.1, slowdown up to 30% at the highest rate traced), then a finer one
+    around the best point: 170 simulations of each run.
+    """
+    runs = [run for run in runs if any(r.ok for r in run.records) and run.rate_rps > 0]
+    if not runs:
+        return 1.0, 0.0
+    measured = [statistics.fmean(r.e2el for r in run.records if r.ok) for run in runs]
+    unit = 0.3 / max(run.rate_rps for run in runs) / 10
+
+    def loss(point: tuple[float, float]) -> float:
+        trial = scaled_steps(model, *point)
+        total = 0.0
+        for run, target in zip(runs, measured, strict=True):
+            e2el = [r.e2el for r in simulate(setup, trial, run.specs, seed=0, jitter=False).records if r.ok]
+            total += ((statistics.fmean(e2el) - target) / target) ** 2 if e2el else 1.0
+        return total
+
+    scale, slowdown = min(((0.8 + 0.03 * i, unit * k) for i in range(11) for k in range(11)), key=loss)
+    finer = ((scale + 0.005 * i, max(0.0, slowdown + unit * k / 3)) for i in range(-3, 4) for k in range(-3, 4))
+    return min(finer, key=loss)
+
+
+def traced_run_fit(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> list[dict[str, float]]:
+    """How the fitted model reproduces each traced run: rate, requests, measured and simulated mean TTFT and
+    end-to-end latency (ms)."""
+    rows = []
+    for run in runs:
+        measured = [r for r in run.records if r.ok]
+        simulated = [r for r in simulate(setup, model, run.specs, seed=0, jitter=False).records if r.ok]
+        if not measured or not simulated:
+            continue
+        rows.append(
+            {
+                "rate_rps": run.rate_rps,
+                "requests": len(run.specs),
+                "measured_mean_ttft_ms": 1000 * statistics.fmean(r.ttft for r in measured),
+                "simulated_mean_ttft_ms": 1000 * statistics.fmean(r.ttft for r in simulated),
+                "measured_mean_e2el_ms": 1000 * statistics.fmean(r.e2el for r in measured),
+                "simulated_mean_e2el_ms": 1000 * statistics.fmean(r.e2el for r in simulated),
+            }
+        )
+    return rows
 
 
 PROFILE_BATCH = 64
@@ -484,8 +569,14 @@ def profile_manifest(
         model = refit_on_serving(model, steps[3:], runs["single"], calibration.batching.max_wait_ms / 1000)
     except ValueError as exc:
         raise ServegateError(f"too few serving steps were traced to fit the latency model: {exc}") from None
+    model.fit["traced_rates_rps"] = [run.rate_rps for run in traced]
     below = [run for run, factor in zip(traced, TRACE_LOADS, strict=True) if factor < 1]  # queueing aside
-    model.admission_delay_per_running_s = fit_admission_delay(model, sim_setup(tracing_variant(served)), below)
+    traced_setup = sim_setup(tracing_variant(served))
+    scale, slowdown = fit_load_response(model, traced_setup, below)
+    model = scaled_steps(model, scale, slowdown)
+    model.fit["step_scale_under_load_fit"] = scale
+    model.admission_delay_per_running_s = fit_admission_delay(model, traced_setup, below)
+    model.fit["traced_runs"] = traced_run_fit(model, traced_setup, traced)
     model.runtime_overhead_bytes = overhead
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint

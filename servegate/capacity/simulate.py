@@ -8,7 +8,9 @@ profiling (slow steps come in runs: a busy interpreter or a busy core stays busy
 scheduler `request_overhead_s` after they are sent, plus `admission_delay_per_running_s` for every
 sequence running at that moment; a token is seen when its step ends, and a
 response ends `finish_overhead_s` after its last token; a step running while requests are sent to the
-server lasts `arrival_overhead_s` longer per request. The failure policy's queue bound and deadline
+server lasts `arrival_overhead_s` longer per request, and a step that follows at once one which answered
+requests lasts `completion_overhead_s` longer per answer, and every step is `load_slowdown_per_rps` slower per
+request/s sent in the LOAD_WINDOW_S before it. The failure policy's queue bound and deadline
 apply as in the engine. Prefix caching is not simulated (prompts are distinct).
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.latency_model import LOAD_WINDOW_S, LatencyModel
 from servegate.capacity.metrics import SLO, RequestRecord, summarize
 from servegate.capacity.workload import RequestSpec
 from servegate.contracts.manifest import ServedModel
@@ -144,7 +146,12 @@ def simulate(
         for _ in range(min(concurrency, len(pending))):
             send(pending.pop(), 0.0)
 
+    answered = 0  # requests the last step answered; their responses are sent while the next step runs
+    last_end = -1.0
+
     def close(seq: Seq, record: RequestRecord, now: float, error: str | None = None) -> None:
+        nonlocal answered
+        answered += 1
         scheduler.finish(seq)
         record.error = error
         record.end = now + (post if error is None else 0.0)
@@ -196,7 +203,14 @@ def simulate(
         if model.arrival_overhead_s:  # requests sent while this step runs are admitted on the same CPU
             during = bisect.bisect_left(sends, now + duration) - bisect.bisect_left(sends, now)
             duration += during * model.arrival_overhead_s
+        if model.load_slowdown_per_rps:  # the HTTP work of recent requests takes CPU from the engine
+            recent = bisect.bisect_left(sends, now) - bisect.bisect_left(sends, now - LOAD_WINDOW_S)
+            duration *= 1.0 + model.load_slowdown_per_rps * recent / LOAD_WINDOW_S
+        if now == last_end:  # back to back: the answers of the step before are sent during this one
+            duration += answered * model.completion_overhead_s
+        answered = 0
         now += duration
+        last_end = now
         result.steps += 1
         result.preemptions += len(output.preempted)
         grown = scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})

@@ -8,13 +8,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
+from servegate.gates.reports import transient_progress
 
 WorkloadOption = Annotated[
     Path | None,
@@ -152,7 +153,7 @@ def run_bench_against(
         try:
             await target.probe()
             columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            with Progress(*columns, console=console, transient=True) as bar:
+            with transient_progress(console, *columns) as bar:
                 task = bar.add_task("requests", total=total)
                 return await run_bench(
                     target,

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from servegate.cli.bench import WorkloadOption, manifest_tokenizer, resolve_workload, run_bench_against
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.units import parse_bytes
+from servegate.gates.reports import transient_progress
 
 
 def _memory_only(
@@ -137,7 +138,7 @@ def plan(
     model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with transient_progress(console, *columns) as bar:
         task = bar.add_task("plan", total=None)
         result = make_plan(
             served,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.gates.reports import transient_progress
 
 
 def profile(
@@ -32,7 +33,7 @@ def profile(
     served = load(manifest, set_)
     console = console_for(json_out)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    with transient_progress(console, *columns) as bar:
         task = bar.add_task("loading the model", total=None)
 
         def stage(name: str, total: int) -> None:
@@ -61,8 +62,9 @@ def profile(
     console.print(
         f"serving overheads: {1000 * model.request_overhead_s:.2f} ms before the first token, "
         f"{1000 * model.finish_overhead_s:.2f} ms after the last, {1000 * model.arrival_overhead_s:.3f} ms per "
-        f"request admitted during a step, admission delayed {1000 * model.admission_delay_per_running_s:.3f} ms "
-        "per running sequence"
+        f"request admitted during a step, {1000 * model.completion_overhead_s:.3f} ms per request answered by the "
+        f"step before, admission delayed {1000 * model.admission_delay_per_running_s:.3f} ms per running sequence; "
+        f"steps {100 * model.load_slowdown_per_rps:.3f}% slower per request/s sent"
     )
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
     console.print(f"saved: {path}")

@@ -28,17 +28,21 @@ def quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
+def transient_progress(console: Console, *columns: Any) -> Progress:
+    """A progress bar that disappears when done; shown on a terminal only.
+
+    Off a terminal (CI logs, a pipe) rich cannot erase the bar, and a transient one would leave a blank
+    line in the output each time it stops.
+    """
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+
+
 class RichProgress(ProgressHook):
     """A rich progress bar: one line per piece of work a gate starts."""
 
     def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
+        self.progress = transient_progress(
+            console, TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         )
         self.task: Any = None
 

@@ -61,6 +61,8 @@ class ReferenceEngine:
         self._news_seen = 0
         self._arrivals = 0
         """Requests accepted so far (a step trace records how many arrived while each step ran)."""
+        self._completed = 0
+        """Requests answered so far (a step trace records how many each step finished)."""
         self._trace = open_step_trace()
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -279,13 +281,14 @@ class ReferenceEngine:
 
     def step(self) -> bool:
         """One engine step: schedule -> run model -> postprocess. False when there was nothing to run."""
-        began, arrivals = time.perf_counter(), self._arrivals
+        began, arrivals, completed, held = time.perf_counter(), self._arrivals, self._completed, len(self._requests)
         if (plan := self._schedule()) is None:
             return False
         logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
         self._postprocess(plan, logits)
         if self._trace is not None:
-            self._trace.record(plan, began, time.perf_counter(), self._arrivals - arrivals)
+            ended = time.perf_counter()
+            self._trace.record(plan, began, ended, self._arrivals - arrivals, self._completed - completed, held)
         return True
 
     def _schedule(self) -> SchedulerOutput | None:
@@ -353,6 +356,7 @@ class ReferenceEngine:
         result = state.finish_event(now, parts.validator)
         parts.scheduler.finish(state.seq)  # type: ignore[union-attr]
         del self._requests[state.seq.seq_id]
+        self._completed += 1
         if isinstance(result, ErrorEvent):
             state.sink(result)
         else:

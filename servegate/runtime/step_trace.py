@@ -25,12 +25,25 @@ class StepTrace:
     def __init__(self, path: Path) -> None:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open
 
-    def record(self, plan: Any, began: float, ended: float, arrivals: int) -> None:
-        """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile."""
+    def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0, held: int = 0) -> None:
+        """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile,
+        requests it answered, requests the engine held when it began (running and waiting)."""
         if self._file is None:
             return
         chunks = [[c.num_tokens, c.start_pos] for c in plan.chunks]
-        self._file.write(json.dumps({"began": began, "ended": ended, "chunks": chunks, "arrivals": arrivals}) + "\n")
+        self._file.write(
+            json.dumps(
+                {
+                    "began": began,
+                    "ended": ended,
+                    "chunks": chunks,
+                    "arrivals": arrivals,
+                    "completed": completed,
+                    "held": held,
+                }
+            )
+            + "\n"
+        )
 
     def close(self) -> None:
         """Flush and close the file (later records are dropped)."""

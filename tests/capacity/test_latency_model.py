@@ -88,7 +88,7 @@ def test_saved_model_round_trips_and_is_keyed_by_manifest_and_machine(tmp_path, 
     assert profile_key(changed) != profile_key(served)
 
 
-def test_serving_fit_recovers_step_costs_and_the_admission_cost_and_keeps_the_mean() -> None:
+def test_serving_fit_recovers_step_costs_the_admission_and_answer_costs_and_keeps_the_mean() -> None:
     from servegate.capacity.latency_model import ServingStep, fit_serving_steps
 
     rng = np.random.default_rng(1)
@@ -99,23 +99,26 @@ def test_serving_fit_recovers_step_costs_and_the_admission_cost_and_keeps_the_me
         chunks = [(1, int(rng.integers(10, 120))) for _ in range(decodes)]
         if rng.random() < 0.4 or not chunks:
             chunks.append((int(rng.integers(8, 64)), 0))
-        arrivals = int(rng.poisson(0.8))
+        arrivals, answered = int(rng.poisson(0.8)), int(rng.poisson(0.6))
         # skewed noise: most steps on time, some much slower (another thread had the interpreter)
-        seconds = truth.step_time(chunks) + 0.003 * arrivals + float(rng.exponential(0.002))
-        steps.append(ServingStep(tuple(chunks), seconds, arrivals))
-    coefficients, admission, quality = fit_serving_steps(steps)
-    fitted = LatencyModel(coefficients)
-    predicted = [fitted.step_time(s.chunks) + admission * s.arrivals for s in steps]
-    assert np.mean(predicted) == pytest.approx(np.mean([s.seconds for s in steps]), rel=0.01)
-    assert admission == pytest.approx(0.003, rel=0.2)
-    assert coefficients["c_decode_seq"] == pytest.approx(TRUE["c_decode_seq"], rel=0.2)
-    assert quality["serving_steps"] == 400
+        seconds = truth.step_time(chunks) + 0.003 * arrivals + 0.002 * answered + float(rng.exponential(0.002))
+        steps.append(ServingStep(tuple(chunks), seconds, arrivals, after_completed=answered))
+    fit = fit_serving_steps(steps)
+    predicted = [fit.step_seconds(s) for s in steps]
+    per_sequence = [len(s.chunks) for s in steps]  # the mean step as the requests in them see it
+    assert np.average(predicted, weights=per_sequence) == pytest.approx(
+        np.average([s.seconds for s in steps], weights=per_sequence), rel=0.01
+    )
+    assert fit.admission_s == pytest.approx(0.003, rel=0.2)
+    assert fit.completion_s == pytest.approx(0.002, rel=0.2)
+    assert fit.coefficients["c_decode_seq"] == pytest.approx(TRUE["c_decode_seq"], rel=0.2)
+    assert fit.quality["serving_steps"] == 400
 
 
 def test_serving_fit_refuses_too_few_steps() -> None:
     from servegate.capacity.latency_model import ServingStep, fit_serving_steps
 
-    with pytest.raises(ValueError, match="need at least 28 serving steps"):
+    with pytest.raises(ValueError, match="need at least 32 serving steps"):
         fit_serving_steps([ServingStep(((1, 10),), 0.01, 0)] * 5)
 
 
@@ -136,3 +139,27 @@ def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
     assert (
         fit_admission_delay(slow, setup, [TracedRun(specs, simulate(setup, model, specs, jitter=False).records)]) == 0
     )
+
+
+def test_step_scale_and_load_slowdown_are_recovered_from_runs_at_two_rates() -> None:
+    from servegate.capacity.profile import TracedRun, fit_load_response, scaled_steps
+    from servegate.capacity.simulate import SimSetup, simulate
+    from servegate.capacity.workload import RequestSpec
+
+    model = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.0001, "c_decode_seq": 0.0008}, request_overhead_s=0.003)
+    setup = SimSetup("continuous", 16, 0.0, 1024, False, num_blocks=512, block_size=16)
+    rng = np.random.default_rng(3)
+    # what the server did: steps 10% faster than the fit when idle, 0.2% slower per request/s sent
+    truth = scaled_steps(model, 0.9, 0.002)
+    runs = []
+    for rate in (20.0, 120.0):
+        specs = [RequestSpec(int(rng.integers(10, 60)), int(rng.integers(4, 12)), i / rate) for i in range(80)]
+        runs.append(TracedRun(specs, simulate(setup, truth, specs, jitter=False).records, rate))
+    scale, slowdown = fit_load_response(model, setup, runs)
+    assert scale == pytest.approx(0.9, abs=0.02)
+    assert slowdown == pytest.approx(0.002, rel=0.2)
+    # the fitted model predicts the busy run's mean end-to-end latency
+    fitted = simulate(setup, scaled_steps(model, scale, slowdown), runs[1].specs, jitter=False).records
+    assert np.mean([r.e2el for r in fitted]) == pytest.approx(np.mean([r.e2el for r in runs[1].records]), rel=0.03)
+    # nothing to fit on: the model is left as it is
+    assert fit_load_response(model, setup, []) == (1.0, 0.0)

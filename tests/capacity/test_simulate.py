@@ -97,6 +97,39 @@ def test_a_request_sent_during_a_step_lengthens_it_by_the_arrival_overhead() -> 
     assert a.token_times == pytest.approx([0.025, 0.042, 0.054, 0.066])
 
 
+def test_the_step_after_an_answer_pays_for_sending_it_when_it_follows_at_once() -> None:
+    answering = LatencyModel(**{**MODEL.__dict__, "completion_overhead_s": 0.004})
+    specs = [RequestSpec(10, 2, 0.0), RequestSpec(10, 3, 0.0)]
+    plain = simulate(setup("continuous"), MODEL, specs, jitter=False).records
+    a, b = simulate(setup("continuous"), answering, specs, jitter=False).records
+    # both prefilled in one step (5-35 ms), decoded together (35-49 ms), where the first is answered; the
+    # second's last decode step starts at once and lasts 4 ms longer (49-65 ms instead of 49-61)
+    assert a.end == pytest.approx(plain[0].end)
+    assert b.token_times[:-1] == pytest.approx(plain[1].token_times[:-1])
+    assert b.token_times[-1] == pytest.approx(plain[1].token_times[-1] + 0.004)
+    # a request answered while nothing else runs costs no later step anything
+    lone = simulate(setup("continuous"), answering, [RequestSpec(10, 3, 0.0), RequestSpec(10, 3, 1.0)], jitter=False)
+    alone = simulate(setup("continuous"), MODEL, [RequestSpec(10, 3, 0.0), RequestSpec(10, 3, 1.0)], jitter=False)
+    assert [r.end for r in lone.records] == pytest.approx([r.end for r in alone.records])
+
+
+def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
+    loaded = LatencyModel(**{**MODEL.__dict__, "load_slowdown_per_rps": 0.001})
+    burst = [RequestSpec(10, 2, 0.0) for _ in range(10)]
+    plain = simulate(setup("continuous", batch=16), MODEL, burst, jitter=False).records[0]
+    busy = simulate(setup("continuous", batch=16), loaded, burst, jitter=False).records[0]
+    # 10 requests sent in the last 0.1 s are 100 requests/s: every step within 0.1 s of them is 10% longer
+    # (prefill 5-115 ms becomes 5-126 ms; the decode step after it begins past the window and is not)
+    assert plain.token_times == pytest.approx([0.115, 0.145])
+    assert busy.token_times == pytest.approx([0.126, 0.156])
+    # spread over 2 s, the same requests barely slow anything
+    spread = [RequestSpec(10, 2, 0.2 * i) for i in range(10)]
+    alone = simulate(setup("continuous"), MODEL, spread, jitter=False).records
+    assert [r.e2el for r in simulate(setup("continuous"), loaded, spread, jitter=False).records] == pytest.approx(
+        [r.e2el * 1.01 for r in alone], rel=0.005
+    )
+
+
 def test_admission_waits_for_the_streaming_of_running_sequences() -> None:
     busy = LatencyModel(**{**MODEL.__dict__, "admission_delay_per_running_s": 0.004})
     alone = simulate(setup("continuous"), busy, [RequestSpec(10, 4, 0.0)], jitter=False).records[0]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import xml.etree.ElementTree as ET
 
-from servegate.gates.reports import json_text, junit_xml, markdown
+from rich.console import Console
+from rich.progress import BarColumn
+
+from servegate.gates.reports import RichProgress, json_text, junit_xml, markdown, transient_progress
 from servegate.gates.result import GateReport, GateResult, example, worst
 
 IDENTITY = {"name": "m", "version": "1", "fingerprint": "ab" * 32, "form": "reference form", "source": ""}
@@ -79,3 +83,29 @@ def test_worst_orders_verdicts() -> None:
     assert worst(["pass", "warn", "skipped"]) == "warn"
     assert worst(["pass", "fail", "warn"]) == "fail"
     assert worst([]) == "skipped"
+
+
+def _run_bars(console: Console) -> None:
+    with transient_progress(console, BarColumn()) as bar:
+        task = bar.add_task("x", total=3)
+        bar.advance(task)
+    with RichProgress(console) as progress:
+        progress.start("gate", 2)
+        progress.advance()
+
+
+def test_progress_bars_leave_nothing_in_a_log() -> None:
+    """Off a terminal the bars are off: lines printed around them are not separated by blank lines."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False)
+    console.print("before")
+    _run_bars(console)
+    console.print("after")
+    assert out.getvalue() == "before\nafter\n"
+
+
+def test_progress_bars_draw_on_a_terminal() -> None:
+    """On a terminal the bars are drawn (and erased: transient)."""
+    out = io.StringIO()
+    _run_bars(Console(file=out, force_terminal=True, width=60))
+    assert "\x1b[" in out.getvalue()

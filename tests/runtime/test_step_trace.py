@@ -31,6 +31,21 @@ def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: 
     computed = sum(n for r in records for n, _ in r["chunks"])
     assert computed == sum(s.num_prompt_tokens + len(expected[s.seq_id]) - 1 for s in seqs)
     assert sum(r["arrivals"] for r in records) <= len(results)
+    assert sum(r["completed"] for r in records) == len(results) == 6  # each request answered by one step
+
+
+def test_a_step_answering_requests_is_charged_to_the_step_that_follows_it_at_once() -> None:
+    from servegate.capacity.profile import serving_steps
+
+    def step(began: float, ended: float, completed: int) -> dict[str, object]:
+        return {"began": began, "ended": ended, "chunks": [[1, 9]], "arrivals": 0, "completed": completed}
+
+    # 2 answered, next step 0.5 ms later (at once); 1 answered, next step 50 ms later (the server idled)
+    steps = serving_steps([step(0.0, 0.01, 2), step(0.0105, 0.02, 1), step(0.07, 0.08, 0)])
+    assert [s.after_completed for s in steps] == [0, 2, 0]
+    # a trace written before steps recorded answers reads as none answered
+    old = [{"began": 0.0, "ended": 0.01, "chunks": [[1, 9]], "arrivals": 0}] * 2
+    assert [s.after_completed for s in serving_steps(old)] == [0, 0]
 
 
 def test_an_untraced_engine_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
