@@ -350,14 +350,17 @@ class TracedRun:
 
 def trace_serving(
     served: ServedModel, model: LatencyModel, shape: Workload, prompts: PromptFactory, trace: Path
-) -> tuple[list[ServingStep], list[TracedRun]]:
+) -> tuple[list[ServingStep], list[TracedRun], float]:
     """Serve open-loop traffic of `shape` at TRACE_LOADS of the predicted capacity: the steps the engine
-    ran and the runs as the client saw them."""
+    ran, the runs as the client saw them, and then the p50 end-to-end latency (ms) of the speed check's
+    lone requests (speed_check.py), the reference that check compares later measurements with."""
     import asyncio
 
+    from servegate.capacity.bench import run_once
     from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.prediction import saturation_throughput, sim_setup
+    from servegate.capacity.speed_check import lone_workload
     from servegate.runtime.step_trace import read_step_trace
 
     variant = tracing_variant(served)
@@ -371,6 +374,15 @@ def trace_serving(
         finally:
             await target.aclose()
 
+    async def lone_p50_ms(url: str) -> float:
+        target = HttpTarget.for_manifest(url, served)
+        try:
+            await target.probe()
+            run = await run_once(target, lone_workload(shape), prompts, seed=0)
+            return float(run.summary["e2el_ms"]["p50"])
+        finally:
+            await target.aclose()
+
     runs: list[TracedRun] = []
     with LocalServer(variant, step_trace=trace) as server:
         for i, factor in enumerate(TRACE_LOADS):
@@ -379,7 +391,9 @@ def trace_serving(
             workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
             specs = make_requests(workload, seed=11 + i)
             runs.append(TracedRun(specs, asyncio.run(send(server.url, specs)), rate))
-    return serving_steps(read_step_trace(trace)), runs
+        traced = len(read_step_trace(trace))  # the lone requests' steps stay out of the fit
+        lone_ms = asyncio.run(lone_p50_ms(server.url))
+    return serving_steps(read_step_trace(trace)[:traced]), runs, lone_ms
 
 
 def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> float:
@@ -508,6 +522,7 @@ def profile_manifest(
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.memory_plan import manifest_memory
     from servegate.capacity.prediction import profile_key, sim_setup
+    from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms
     from servegate.runtime.engine_setup import build_parts
 
     if served.runtime.backend != "reference":
@@ -564,7 +579,7 @@ def profile_manifest(
         num_requests=48,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="servegate-trace-") as tmp:
-        steps, traced = trace_serving(served, model, shape, prompts, Path(tmp) / "steps.jsonl")
+        steps, traced, lone_ms = trace_serving(served, model, shape, prompts, Path(tmp) / "steps.jsonl")
     try:
         model = refit_on_serving(model, steps[3:], runs["single"], calibration.batching.max_wait_ms / 1000)
     except ValueError as exc:
@@ -577,6 +592,12 @@ def profile_manifest(
     model.fit["step_scale_under_load_fit"] = scale
     model.admission_delay_per_running_s = fit_admission_delay(model, traced_setup, below)
     model.fit["traced_runs"] = traced_run_fit(model, traced_setup, traced)
+    lone = lone_workload(shape)
+    model.fit["lone_reference"] = {
+        "requests": lone.num_requests,
+        "measured_e2el_p50_ms": lone_ms,
+        "predicted_e2el_p50_ms": predicted_lone_e2e_ms(tracing_variant(served), model, lone),
+    }
     model.runtime_overhead_bytes = overhead
     model.key = profile_key(served)
     model.fingerprint = served.fingerprint

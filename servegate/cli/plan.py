@@ -50,7 +50,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
     after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
     from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms
+    from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 
     policy = served.with_changes(batching=data["recommended"]["batching"])
     console.print("verifying: benchmarking the recommended policy...")
@@ -66,6 +66,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         measured_ms=alone.as_dict()["e2el_ms"]["p50"],
         requests=lone.num_requests,
         profiled_at=model.fit.get("profiled_at"),
+        bias=profile_lone_bias(model),
     )
     for line in check.lines():
         console.print(line, highlight=False)

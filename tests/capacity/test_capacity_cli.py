@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from capacity_helpers import STEP_MODEL, TINY_LLAMA, manifest
 
 from servegate.capacity.latency_model import hardware_id
@@ -108,16 +109,21 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
     )
     model = STEP_MODEL
     model.key, model.hardware = profile_key(load_manifest(path)), hardware_id()
-    model.fit = {"profiled_at": "2026-12-01T03:17:24+0000"}
+    model.fit = {
+        "profiled_at": "2026-12-01T03:17:24+0000",
+        "lone_reference": {"requests": 8, "measured_e2el_p50_ms": 9.0, "predicted_e2el_p50_ms": 10.0},
+    }
     model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
     done = gate("plan", str(path), "--requests", "40", "--verify", "--json", "plan.json", cwd=tmp_path,
                 home=tmp_path / "home")  # fmt: skip
     assert done.returncode == 0, done.stderr
     check = json.loads((tmp_path / "plan.json").read_text())["verify"]["speed_check"]
     assert check["requests"] == 8 and check["measured_e2el_p50_ms"] > 0 and check["predicted_e2el_p50_ms"] > 0
-    assert check["measured_over_predicted"] == check["measured_e2el_p50_ms"] / check["predicted_e2el_p50_ms"]
+    assert check["profile_lone_bias"] == 0.9
+    expected = check["predicted_e2el_p50_ms"] * 0.9
+    assert check["measured_over_expected"] == pytest.approx(check["measured_e2el_p50_ms"] / expected)
     assert check["profiled_at"] == "2026-12-01T03:17:24+0000"
     said = " ".join(done.stdout.split())
-    assert "speed check: 8 lone requests took" in said and "predicted by the profile of 2026-12-01T03:17:24" in said
+    assert "speed check: 8 lone requests took" in said and "expected from the profile of 2026-12-01T03:17:24" in said
     assert ("gate profile` again" in said) == check["drifted"]
     assert "predicted vs measured" in said

@@ -7,7 +7,7 @@ from pathlib import Path
 from capacity_helpers import STEP_MODEL, manifest
 
 from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms
+from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
@@ -15,7 +15,7 @@ def test_a_machine_at_its_profiled_speed_gets_one_line() -> None:
     check = SpeedCheck(predicted_ms=50.0, measured_ms=53.0, requests=8, profiled_at="2026-12-01T03:17")
     assert not check.drifted
     assert check.lines() == [
-        "speed check: 8 lone requests took 53.0 ms (p50 end-to-end) against 50.0 ms predicted by the profile "
+        "speed check: 8 lone requests took 53.0 ms (p50 end-to-end) against 50.0 ms expected from the profile "
         "of 2026-12-01T03:17: 1.06x"
     ]
 
@@ -27,7 +27,23 @@ def test_a_machine_slower_or_faster_than_profiled_is_named_with_the_remedy() -> 
     assert "1.50x" in slower.lines()[0] and "runs slower than when it was profiled" in slower.lines()[1]
     assert "0.64x" in faster.lines()[0] and "runs faster" in faster.lines()[1]
     assert "`gate profile` again" in faster.lines()[1]
-    assert faster.as_dict()["drifted"] is True and faster.as_dict()["measured_over_predicted"] == 49.1 / 76.2
+    assert faster.as_dict()["drifted"] is True and faster.as_dict()["measured_over_expected"] == 49.1 / 76.2
+
+
+def test_the_check_expects_lone_requests_to_run_against_the_model_as_they_did_when_profiled() -> None:
+    profiled = LatencyModel({"c_step": 0.002}, fit={"lone_reference": {"measured_e2el_p50_ms": 17.0,
+                                                                        "predicted_e2el_p50_ms": 20.0}})  # fmt: skip
+    assert profile_lone_bias(profiled) == 0.85
+    assert profile_lone_bias(LatencyModel({"c_step": 0.002})) == 1.0  # a profile from before it kept them
+    same = SpeedCheck(predicted_ms=60.0, measured_ms=52.0, requests=8, bias=0.85)
+    assert same.expected_ms == 51.0 and not same.drifted
+    assert same.lines() == [
+        "speed check: 8 lone requests took 52.0 ms (p50 end-to-end) against 51.0 ms expected from the profile "
+        "(the prediction, 60.0 ms, x 0.85 as lone requests ran when profiled): 1.02x"
+    ]
+    assert same.as_dict()["profile_lone_bias"] == 0.85 and same.as_dict()["expected_e2el_p50_ms"] == 51.0
+    # the same measurement against the bare prediction would have claimed a faster machine
+    assert SpeedCheck(predicted_ms=60.0, measured_ms=52.0, requests=8).drifted
 
 
 def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir: Path) -> None:
