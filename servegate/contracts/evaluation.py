@@ -149,7 +149,8 @@ class Targets(Section):
     throughput: Throughput | None = None
     """Throughput floor."""
     memory: ByteSize | None = None
-    """Memory budget for weights, runtime and KV cache together ("16GiB")."""
+    """Memory budget for weights, runtime and KV cache together ("16GiB"): the whole server process at its peak
+    as the capacity gate measures it (resident memory), or as planned for an endpoint it cannot measure."""
 
 
 class Capacity(Section):

@@ -162,7 +162,8 @@ def capacity_gate_bench(report: dict[str, Any] | None) -> dict[str, Any] | None:
             and gate.get("verdict") in ("pass", "fail")
             and isinstance(m.get("e2el_ms"), dict)
         ):
-            return {k: m[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests") if k in m}
+            keys = ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests", "peak_memory_bytes")
+            return {k: m[k] for k in keys if m.get(k) is not None}
     return None
 
 

@@ -122,3 +122,45 @@ def test_what_a_gate_prepared_and_never_used_is_stopped(monkeypatch: pytest.Monk
     (result,) = [g for g in report.gates if g.name == "capacity"]
     assert result.verdict == "fail" and "broke" in result.reason
     assert stopped == ["left"]
+
+
+class Measured:
+    """A server that reports its peak resident memory, as LocalServer does for the manifest's own server."""
+
+    def __init__(self, server: SyntheticServer, peak: int) -> None:
+        self.server, self.peak = server, peak
+        self.url = server.url
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def peak_rss_bytes(self) -> int:
+        return self.peak
+
+
+@pytest.mark.parametrize(("peak_mib", "verdict"), [(300, "pass"), (600, "fail")])
+def test_memory_is_the_peak_of_the_server_process_it_ran(gate_class: type, peak_mib: int, verdict: str) -> None:
+    with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:
+        manifest = served(server.url, {"e2e_ms": {"p99": 1000}, "memory": "512MiB"})
+        ctx = GateContext(manifest, manifest)
+        ctx.prepared["capacity"] = Measured(server, peak_mib * 2**20)
+        result = gate_class().run(ctx)
+    assert result.verdict == verdict, result.reason
+    assert result.measurements["peak_memory_bytes"] == peak_mib * 2**20
+    memory = next(t for t in result.measurements["targets"] if t["name"] == "memory")
+    assert memory["predicted"] == peak_mib * 2**20 and memory["met"] == (verdict == "pass")
+    if verdict == "pass":
+        assert "peak resident memory of the server process" in result.reason
+    else:
+        assert "memory measured 600.00 MiB against 512.00 MiB (missed by 88.00 MiB, 17.2%)" in result.reason
+
+
+def test_an_endpoints_memory_is_the_manifests_plan(gate_class: type) -> None:
+    with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:
+        result = run(gate_class, server.url, {"e2e_ms": {"p99": 1000}, "memory": "512MiB"})
+    assert result.verdict == "pass", result.reason
+    assert result.measurements["peak_memory_bytes"] is None
+    assert "memory: planned" in result.reason

@@ -57,7 +57,7 @@ def test_items_carry_the_manifest_and_the_evidence(served: ServedModel, tmp_path
     assert rows["E2E latency p99"] == {**rows["E2E latency p99"], "target": 5000, "predicted": 250, "measured": 300}
     assert rows["E2E latency p99"]["met"] is True
     assert rows["throughput"]["unit"] == "requests/s" and rows["throughput"]["measured"] == 4.8
-    assert rows["memory"]["target"] == 512 * 2**20 and rows["memory"]["predicted"] == 80_000_000
+    assert rows["memory"]["target"] == 2**30 and rows["memory"]["predicted"] == 80_000_000
 
     plan = items["capacity_target"]["plan"]
     assert plan["policy"] == {"kv_blocks": 4096, "mode": "continuous", "max_batch_size": 32}
@@ -149,7 +149,8 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
             "verdict": "pass",
             "reason": "3 target(s) met at 5 requests/s",
             "measurements": {
-                k: bench[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")
+                **{k: bench[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
+                "peak_memory_bytes": 600 * 2**20,  # the server process the gate ran
             },
         }
     )
@@ -158,4 +159,5 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
     assert capacity["sources"]["measured"] == "gate check (capacity gate)"
     rows = {r["metric"]: r for r in capacity["rows"]}
     assert rows["E2E latency p99"]["measured"] == 300 and rows["throughput"]["measured"] == 4.8
+    assert rows["memory"]["measured"] == 600 * 2**20
     assert note.plots == []  # plots come with --bench only
