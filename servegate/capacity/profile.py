@@ -396,6 +396,19 @@ def trace_serving(
     return serving_steps(read_step_trace(trace)[:traced]), runs, lone_ms
 
 
+def _misfit(
+    setup: SimSetup, model: LatencyModel, runs: Sequence[TracedRun], metric: Callable[[RequestRecord], float]
+) -> float:
+    """Sum over the runs of the squared relative error of the simulated mean of `metric` against the measured
+    one (each run counts equally, so a light run is matched as well as a busy one)."""
+    total = 0.0
+    for run in runs:
+        target = statistics.fmean(metric(r) for r in run.records if r.ok)
+        simulated = [metric(r) for r in simulate(setup, model, run.specs, seed=0, jitter=False).records if r.ok]
+        total += ((statistics.fmean(simulated) - target) / target) ** 2 if simulated else 1.0
+    return total
+
+
 def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> float:
     """Seconds of admission delay per running sequence that best match the traced runs' mean TTFT.
 
@@ -403,17 +416,12 @@ def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[Tra
     so a light run is matched as well as a busy one. A scan over 0-20 ms, then a finer one around the best.
     """
     runs = [run for run in runs if any(r.ok for r in run.records)]
-    measured = [statistics.fmean(r.ttft for r in run.records if r.ok) for run in runs]
     if not runs:
         return 0.0
 
     def loss(delay: float) -> float:
         trial = LatencyModel(**{**model.__dict__, "admission_delay_per_running_s": delay})
-        total = 0.0
-        for run, target in zip(runs, measured, strict=True):
-            ttfts = [r.ttft for r in simulate(setup, trial, run.specs, seed=0, jitter=False).records if r.ok]
-            total += ((statistics.fmean(ttfts) - target) / target) ** 2 if ttfts else 1.0
-        return total
+        return _misfit(setup, trial, runs, lambda r: r.ttft)
 
     best = min((0.001 * i for i in range(21)), key=loss)
     return min((max(0.0, best + 0.0001 * i) for i in range(-10, 11)), key=loss)
@@ -446,16 +454,10 @@ def fit_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[Trace
     runs = [run for run in runs if any(r.ok for r in run.records) and run.rate_rps > 0]
     if not runs:
         return 1.0, 0.0
-    measured = [statistics.fmean(r.e2el for r in run.records if r.ok) for run in runs]
     unit = 0.3 / max(run.rate_rps for run in runs) / 10
 
     def loss(point: tuple[float, float]) -> float:
-        trial = scaled_steps(model, *point)
-        total = 0.0
-        for run, target in zip(runs, measured, strict=True):
-            e2el = [r.e2el for r in simulate(setup, trial, run.specs, seed=0, jitter=False).records if r.ok]
-            total += ((statistics.fmean(e2el) - target) / target) ** 2 if e2el else 1.0
-        return total
+        return _misfit(setup, scaled_steps(model, *point), runs, lambda r: r.e2el)
 
     scale, slowdown = min(((0.8 + 0.03 * i, unit * k) for i in range(11) for k in range(11)), key=loss)
     finer = ((scale + 0.005 * i, max(0.0, slowdown + unit * k / 3)) for i in range(-3, 4) for k in range(-3, 4))
