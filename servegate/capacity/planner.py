@@ -148,8 +148,9 @@ def candidate_policies(served: ServedModel) -> list[dict[str, Any]]:
     return out
 
 
-def check_targets(targets: Targets | None, summary: dict[str, Any], memory: MemoryPlan) -> list[TargetCheck]:
-    """Each declared target against a predicted (or measured) summary."""
+def check_targets(targets: Targets | None, summary: dict[str, Any], memory_bytes: float | None) -> list[TargetCheck]:
+    """Each declared target against a predicted (or measured) summary; the memory target against `memory_bytes`
+    (a plan's total or a measured peak; None: the memory target is not checked)."""
     checks: list[TargetCheck] = []
     if targets is None:
         return checks
@@ -165,8 +166,8 @@ def check_targets(targets: Targets | None, summary: dict[str, Any], memory: Memo
         unit = targets.throughput.unit
         got = summary["throughput"]["requests_per_s" if unit == "requests/s" else "output_tokens_per_s"]
         checks.append(TargetCheck(f"throughput.{unit}", targets.throughput.value, float(got), unit, upper=False))
-    if targets.memory is not None:
-        checks.append(TargetCheck("memory", float(targets.memory), float(memory.total_bytes), "bytes"))
+    if targets.memory is not None and memory_bytes is not None:
+        checks.append(TargetCheck("memory", float(targets.memory), float(memory_bytes), "bytes"))
     return checks
 
 
@@ -303,7 +304,7 @@ def plan(
         except (ValidationError, ServegateError, ValueError):
             continue  # the manifest's own rules (or its KV pool) rule this policy out
         prediction = predict(setup, model, workload, n, seed)
-        checks = check_targets(targets, prediction.summary, memory)
+        checks = check_targets(targets, prediction.summary, memory.total_bytes)
         cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
         needs_capacity = regime == "throughput-bound" or (targets is not None and targets.throughput is not None)
         latency_ok = all(c.met for c in checks if c.unit == "ms")

@@ -29,7 +29,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -350,16 +350,30 @@ class TracedRun:
     """The open-loop arrival rate it was sent at, requests/s."""
 
 
+def _against(url: str, served: ServedModel, action: Callable[[Any], Awaitable[Any]]) -> Any:
+    """What `action` returns when run on a client of the manifest's server at `url` (probed first, closed after)."""
+    import asyncio
+
+    from servegate.capacity.bench_targets import HttpTarget
+
+    async def go() -> Any:
+        target = HttpTarget.for_manifest(url, served)
+        try:
+            await target.probe()
+            return await action(target)
+        finally:
+            await target.aclose()
+
+    return asyncio.run(go())
+
+
 def trace_serving(
     served: ServedModel, model: LatencyModel, shape: Workload, prompts: PromptFactory, trace: Path
 ) -> tuple[list[ServingStep], list[TracedRun], float]:
     """Serve open-loop traffic of `shape` at TRACE_LOADS of the predicted capacity: the steps the engine
     ran, the runs as the client saw them, and then the p50 end-to-end latency (ms) of the speed check's
     lone requests (speed_check.py), the reference that check compares later measurements with."""
-    import asyncio
-
     from servegate.capacity.bench import run_once
-    from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.prediction import saturation_throughput, sim_setup
     from servegate.capacity.speed_check import lone_workload
@@ -367,24 +381,6 @@ def trace_serving(
 
     variant = tracing_variant(served)
     capacity = saturation_throughput(sim_setup(variant), model, shape)
-
-    async def send(url: str, specs: list[RequestSpec]) -> list[RequestRecord]:
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            return await run_open_loop(target, specs, prompts)
-        finally:
-            await target.aclose()
-
-    async def lone_p50_ms(url: str) -> float:
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            run = await run_once(target, lone_workload(shape), prompts, seed=0)
-            return float(run.summary["e2el_ms"]["p50"])
-        finally:
-            await target.aclose()
-
     runs: list[TracedRun] = []
     with LocalServer(variant, step_trace=trace) as server:
         for i, factor in enumerate(TRACE_LOADS):
@@ -392,10 +388,11 @@ def trace_serving(
             count = int(min(TRACE_REQUESTS[1], max(TRACE_REQUESTS[0], rate * TRACE_SECONDS)))
             workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
             specs = make_requests(workload, seed=11 + i)
-            runs.append(TracedRun(specs, asyncio.run(send(server.url, specs)), rate))
-        traced = len(read_step_trace(trace))  # the lone requests' steps stay out of the fit
-        lone_ms = asyncio.run(lone_p50_ms(server.url))
-    return serving_steps(read_step_trace(trace)[:traced]), runs, lone_ms
+            records = _against(server.url, served, lambda t, specs=specs: run_open_loop(t, specs, prompts))
+            runs.append(TracedRun(specs, records, rate))
+        steps = serving_steps(read_step_trace(trace))  # read now: the lone requests' steps stay out of the fit
+        lone = _against(server.url, served, lambda t: run_once(t, lone_workload(shape), prompts, seed=0))
+    return steps, runs, float(lone.summary["e2el_ms"]["p50"])
 
 
 def _misfit(
@@ -520,9 +517,7 @@ def profile_manifest(
     stage: Callable[[str, int], None] | None = None,
 ) -> LatencyModel:
     """Measure model steps in this process, then serving overheads through the manifest's own server."""
-    import asyncio
 
-    from servegate.capacity.bench_targets import HttpTarget
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.memory_plan import manifest_memory
     from servegate.capacity.prediction import profile_key, sim_setup
@@ -560,18 +555,10 @@ def profile_manifest(
     prompt_lengths = sorted({max(2, served.preprocess.max_input_tokens // 4), served.preprocess.max_input_tokens})
     output = max(2, min(16, served.postprocess.max_output_tokens))
 
-    async def through(url: str, action: Callable[[HttpTarget], Any]) -> Any:
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            return await action(target)
-        finally:
-            await target.aclose()
-
     prompts = PromptFactory(tokenizer)
     calibration = profiling_variant(served, burst)
     with LocalServer(calibration) as server:
-        runs = asyncio.run(through(server.url, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output)))
+        runs = _against(server.url, served, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output))
         model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
     if stage:
         stage("tracing serving steps under load", 0)

@@ -102,18 +102,18 @@ class CapacityGate(Gate):
         with prepared if prepared is not None else self.server_factory(served) as server:
             report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
             peak = _peak_memory(server)
+        # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
+        # sees it; an endpoint's plan when there is no such process; unchecked when neither is known
+        memory_bytes = peak if peak is not None else (memory.total_bytes if memory is not None else None)
+        checks = check_targets(targets, report, memory_bytes)
         note = ""
-        if targets.memory is not None and peak is not None:
-            # the server this gate ran: its whole process (interpreter, torch, both engines), as an operator sees it
-            checks = check_targets(targets.model_copy(update={"memory": None}), report, None)  # type: ignore[arg-type]
-            checks.append(TargetCheck("memory", float(targets.memory), float(peak), "bytes"))
-            note = "memory: peak resident memory of the server process"
-        elif memory is None and targets.memory is not None:
-            checks = check_targets(targets.model_copy(update={"memory": None}), report, None)  # type: ignore[arg-type]
-            note = "memory not checked: the model config could not be read"
-        else:
-            checks = check_targets(targets, report, memory)
-            note = "memory: planned (weights, KV pool, runtime estimate), not measured" if memory is not None else ""
+        if targets.memory is not None:
+            if peak is not None:
+                note = "memory: peak resident memory of the server process"
+            elif memory is not None:
+                note = "memory: planned (weights, KV pool, runtime estimate), not measured"
+            else:
+                note = "memory not checked: the model config could not be read"
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
             "targets": [c.as_dict() for c in checks],

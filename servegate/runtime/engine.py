@@ -281,14 +281,14 @@ class ReferenceEngine:
 
     def step(self) -> bool:
         """One engine step: schedule -> run model -> postprocess. False when there was nothing to run."""
-        began, arrivals, completed, held = time.perf_counter(), self._arrivals, self._completed, len(self._requests)
+        began, arrivals, completed = time.perf_counter(), self._arrivals, self._completed
         if (plan := self._schedule()) is None:
             return False
         logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
         self._postprocess(plan, logits)
         if self._trace is not None:
             ended = time.perf_counter()
-            self._trace.record(plan, began, ended, self._arrivals - arrivals, self._completed - completed, held)
+            self._trace.record(plan, began, ended, self._arrivals - arrivals, self._completed - completed)
         return True
 
     def _schedule(self) -> SchedulerOutput | None:

@@ -2,9 +2,10 @@
 
 `gate profile` starts the manifest's server with SERVEGATE_STEP_TRACE set to a file path; the engine
 then appends one JSON line per step: when it began and ended (seconds on the perf_counter clock), the
-chunks it computed as (new tokens, tokens already cached) pairs, and how many requests were admitted
-while it ran. Steps measured inside the serving process include what a bare model step does not:
-scheduling, sampling, streaming, and the HTTP work that competes for the same interpreter.
+chunks it computed as (new tokens, tokens already cached) pairs, how many requests were admitted
+while it ran and how many it answered. Steps measured inside the serving process include what a bare
+model step does not: scheduling, sampling, streaming, and the HTTP work that competes for the same
+interpreter.
 Unset (the default), the engine records nothing and pays nothing.
 """
 
@@ -25,9 +26,9 @@ class StepTrace:
     def __init__(self, path: Path) -> None:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open
 
-    def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0, held: int = 0) -> None:
+    def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0) -> None:
         """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile,
-        requests it answered, requests the engine held when it began (running and waiting)."""
+        requests it answered."""
         if self._file is None:
             return
         chunks = [[c.num_tokens, c.start_pos] for c in plan.chunks]
@@ -39,7 +40,6 @@ class StepTrace:
                     "chunks": chunks,
                     "arrivals": arrivals,
                     "completed": completed,
-                    "held": held,
                 }
             )
             + "\n"
