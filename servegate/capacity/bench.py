@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.capacity.bench_targets import BenchTarget, PromptFactory
+from servegate.capacity.machine_speed import MachineSpeed, MachineSpeedMonitor
 from servegate.capacity.metrics import DEFINITIONS, SLO, RequestRecord, summarize
 from servegate.capacity.workload import RequestSpec, make_requests, with_rate
 from servegate.contracts.evaluation import Workload
@@ -38,6 +39,12 @@ class BenchRun:
     """Offered rate (open loop), requests/s."""
     concurrency: int | None
     """Workers (closed loop)."""
+    began_at: float = 0.0
+    """Wall-clock time (time.time()) the run started."""
+    ended_at: float = 0.0
+    """Wall-clock time its last request ended."""
+    machine_speed: MachineSpeed | None = None
+    """How fast this machine ran meanwhile (machine_speed.py), when it was monitored."""
 
 
 @dataclass
@@ -48,6 +55,8 @@ class BenchResult:
     runs: list[BenchRun] = field(default_factory=list)
     slo: SLO = field(default_factory=SLO)
     target: str = ""
+    machine_speed: MachineSpeed | None = None
+    """How fast this machine ran over all the runs, when it was monitored."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON report: pooled figures at the top, per-run figures, the interval across repeats."""
@@ -60,11 +69,20 @@ class BenchResult:
             "workload": self.workload.model_dump(mode="json"),
             **{k: pooled.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "throughput", "goodput")},
             "requests": pooled.get("requests"),
-            "runs": [{"rate_rps": run.rate_rps, "concurrency": run.concurrency, **run.summary} for run in self.runs],
+            "runs": [_run_dict(run) for run in self.runs],
         }
+        if self.machine_speed is not None:
+            out["machine_speed"] = self.machine_speed.as_dict()
         if len(self.runs) > 1 and out["runs"] and len({run.rate_rps for run in self.runs}) == 1:
             out["across_runs"] = across_runs([run.summary for run in self.runs])
         return out
+
+
+def _run_dict(run: BenchRun) -> dict[str, Any]:
+    out = {"rate_rps": run.rate_rps, "concurrency": run.concurrency, **run.summary}
+    if run.machine_speed is not None:
+        out["machine_speed"] = run.machine_speed.as_dict()
+    return out
 
 
 def across_runs(summaries: Sequence[dict[str, Any]], confidence: float = 0.95) -> dict[str, Any]:
@@ -155,12 +173,14 @@ async def run_once(
 ) -> BenchRun:
     """One run of `workload.num_requests` requests."""
     specs = make_requests(workload, seed, prompt_lengths=prompt_lengths)
+    began = time.time()
     if workload.arrival == "closed":
         assert workload.concurrency is not None
         records = await run_closed_loop(target, specs, prompts, workload.concurrency, progress)
     else:
         records = await run_open_loop(target, specs, prompts, progress)
-    return BenchRun(records, summarize(records, slo), workload.rate_rps, workload.concurrency)
+    summary = summarize(records, slo)
+    return BenchRun(records, summary, workload.rate_rps, workload.concurrency, began_at=began, ended_at=time.time())
 
 
 async def run_bench(
@@ -175,11 +195,27 @@ async def run_bench(
     prompt_lengths: Sequence[int] | None = None,
     progress: Progress | None = None,
     target_name: str = "",
+    monitor_machine: bool = True,
 ) -> BenchResult:
-    """Repeated runs at the workload's load, or one run per rate of a sweep (then repeats per rate)."""
+    """Repeated runs at the workload's load, or one run per rate of a sweep (then repeats per rate).
+
+    With `monitor_machine`, this machine's speed is sampled throughout (machine_speed.py) and reported for
+    the whole bench and for each run: the client's machine, and the server's too when it runs here.
+    """
     result = BenchResult(workload, slo=slo or SLO(), target=target_name)
     loads = [with_rate(workload, r) for r in rates] if rates else [workload]
-    for load in loads:
-        for i in range(repeats):
-            result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
+    monitor = MachineSpeedMonitor() if monitor_machine else None
+    if monitor is not None:
+        monitor.start()
+    try:
+        for load in loads:
+            for i in range(repeats):
+                result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    if monitor is not None:
+        result.machine_speed = monitor.summary()
+        for run in result.runs:
+            run.machine_speed = monitor.summary(run.began_at, run.ended_at)
     return result

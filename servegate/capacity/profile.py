@@ -1,6 +1,7 @@
 """`gate profile`: measure this machine's step times and fit the latency model.
 
-Three stages.
+Three stages, while this machine's speed is sampled throughout (machine_speed.py) so that the profile
+says how fast the machine ran and whether it held still.
 
 1. Model steps. The runtime's model runner executes hand-built steps over its paged KV pool: prefills of
    growing prompts, decodes of growing batches at several context lengths, and mixes of the two. Each
@@ -11,16 +12,11 @@ Three stages.
    detokenizing, streaming); TTFT beyond the prefill step is the per-request overhead; the gap from the
    last token to the end of the response is the finishing overhead. This model predicts capacity well
    enough to choose the loads of stage 3.
-3. Serving steps under load. The manifest's server runs open-loop traffic of its declared workload at
-   0.05x, 0.3x, 0.5x, 0.7x and 1.1x of that capacity with a step trace on (runtime/step_trace.py); the step
-   coefficients and the costs of admitting and of answering a request during a step are refitted on
-   the steps it actually ran. Under load a step costs more than the bare model step: sampling and
-   streaming for every sequence, and the HTTP work of arriving and finishing requests, share the
-   interpreter with the engine. Last, the runs below capacity are simulated and two numbers are chosen
-   so that their mean end-to-end latency matches: a scale of the step times and a slowdown per request/s
-   sent (what a busier server takes from the engine beyond the per-request costs), then the admission
-   delay that matches their TTFT. Near capacity a few percent of step time moves latency by tens of
-   percent, which is why this last fit is made end to end.
+3. Serving steps under load (serving_trace.py): the manifest's server runs open-loop traffic of its
+   declared workload at 0.05x-1.1x of that capacity with a step trace on, and the step coefficients and
+   the costs of admitting and of answering a request during a step are refitted on the steps it ran.
+   Last, the runs below capacity are simulated end to end and the step scale, the slowdown per request/s
+   and the admission delay are chosen so that they match (load_fit.py).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,16 +37,24 @@ from servegate.capacity.bench_targets import BenchTarget, PromptFactory
 from servegate.capacity.latency_model import (
     Chunk,
     LatencyModel,
-    ServingStep,
     StepSample,
-    fit_serving_steps,
     fit_steps,
     hardware_id,
     residual_spread,
 )
+from servegate.capacity.load_fit import fit_admission_delay, fit_load_response, scaled_steps, traced_run_fit
+from servegate.capacity.machine_speed import MachineSpeedMonitor
 from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.simulate import SimSetup, simulate
-from servegate.capacity.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.serving_trace import (
+    TRACE_LOADS,
+    TracedRun,
+    against_server,
+    refit_on_serving,
+    request_overhead,
+    trace_serving,
+    tracing_variant,
+)
+from servegate.capacity.workload import RequestSpec
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
@@ -211,7 +215,7 @@ def calibrate(model: LatencyModel, runs: dict[str, Any], burst: int = 0, batch_w
     coefficients["c_decode_seq"] += e1
     coefficients["c_prefill_chunk"] += e1
     out = LatencyModel(coefficients, fit=dict(model.fit))
-    out.request_overhead_s = _request_overhead(out, single, batch_wait_s)
+    out.request_overhead_s = request_overhead(out, single, batch_wait_s)
     out.finish_overhead_s = max(0.0, statistics.median([r.end - r.token_times[-1] for r in single if r.end]))
     ratios = [
         gap / out.decode_time(batch, max(2, r.prompt_tokens) + i + 1)
@@ -240,249 +244,6 @@ def _decode_residual(model: LatencyModel, records: Sequence[RequestRecord], batc
             gaps.append(gap)
             predicted.append(model.decode_time(batch, p + i + 1))
     return statistics.fmean(gaps) - statistics.fmean(predicted)
-
-
-BACK_TO_BACK_S = 0.002
-"""Steps closer than this (seconds) ran one after the other with no idle wait between them."""
-
-
-def serving_steps(records: Sequence[dict[str, Any]]) -> list[ServingStep]:
-    """The steps of a step trace (runtime/step_trace.py) as fitting samples."""
-    steps = []
-    for i, r in enumerate(records):
-        if not (r["ended"] > r["began"] and r["chunks"]):
-            continue
-        before = records[i - 1] if i else None
-        at_once = before is not None and 0 <= r["began"] - before["ended"] < BACK_TO_BACK_S
-        steps.append(
-            ServingStep(
-                tuple((int(n), int(start)) for n, start in r["chunks"]),
-                r["ended"] - r["began"],
-                r["arrivals"],
-                began=r["began"],
-                ended=r["ended"],
-                after_completed=int(before.get("completed", 0)) if at_once and before is not None else 0,
-            )
-        )
-    return steps
-
-
-def refit_on_serving(
-    model: LatencyModel, steps: Sequence[ServingStep], single: Sequence[RequestRecord], batch_wait_s: float = 0.0
-) -> LatencyModel:
-    """The latency model refitted on steps the server ran under open-loop load.
-
-    Step coefficients and the per-admission and per-answer costs come from the serving steps
-    (fit_serving_steps); the request overhead is re-derived from the single requests against the new
-    prefill prediction; the finishing overhead is kept. The step jitter becomes the spread of serving
-    steps around the fit.
-    """
-    fitted = fit_serving_steps(steps)
-    out = LatencyModel(
-        fitted.coefficients, fit={**model.fit, **fitted.quality}, finish_overhead_s=model.finish_overhead_s
-    )
-    out.arrival_overhead_s = fitted.admission_s
-    out.completion_overhead_s = fitted.completion_s
-    out.request_overhead_s = _request_overhead(out, [r for r in single if r.ok and r.token_times], batch_wait_s)
-    ratios = np.array([s.seconds / max(fitted.step_seconds(s), 1e-9) for s in steps])
-    out.step_jitter = float(np.std(ratios) / max(np.mean(ratios), 1e-9))
-    out.step_jitter_correlation = _lag1_correlation(np.log(np.maximum(ratios, 1e-9)), steps)
-    return out
-
-
-def _lag1_correlation(log_ratios: np.ndarray, steps: Sequence[ServingStep]) -> float:
-    """Correlation of consecutive back-to-back steps' log slowdowns (0 when too few or undefined)."""
-    pairs = [
-        (log_ratios[i], log_ratios[i + 1])
-        for i in range(len(steps) - 1)
-        if steps[i].ended is not None
-        and steps[i + 1].began is not None
-        and 0 <= steps[i + 1].began - steps[i].ended < BACK_TO_BACK_S
-    ]
-    if len(pairs) < 10:
-        return 0.0
-    a, b = np.array(pairs).T
-    if a.std() == 0 or b.std() == 0:
-        return 0.0
-    return float(max(0.0, np.corrcoef(a, b)[0, 1]))
-
-
-def _request_overhead(model: LatencyModel, single: Sequence[RequestRecord], batch_wait_s: float) -> float:
-    """Median TTFT of lone requests beyond their batching wait and predicted prefill step, seconds."""
-    extra = [r.ttft - batch_wait_s - model.prefill_time(max(2, r.prompt_tokens)) for r in single]
-    return max(0.0, statistics.median(extra)) if extra else 0.0
-
-
-def tracing_variant(served: ServedModel) -> ServedModel:
-    """The manifest under continuous batching with no window, whose steps cover every mix of work.
-
-    Its caches stay as declared: looking up and filling them costs time on every request even when,
-    as with the bench's fresh prompts, nothing hits.
-    """
-    batching = {
-        "mode": "continuous",
-        "max_batch_size": max(8, served.batching.max_batch_size),
-        "max_wait_ms": 0.0,
-        "max_num_batched_tokens": served.batching.max_num_batched_tokens,
-        "chunked_prefill": served.batching.chunked_prefill,
-    }
-    return served.with_changes(batching=batching)
-
-
-TRACE_LOADS = (0.05, 0.3, 0.5, 0.7, 1.1)
-"""Open-loop rates, as fractions of the predicted capacity, at which serving steps are traced. The end-to-end
-fit matches the runs below capacity; three of them between a third and most of capacity pin down how fast
-latency rises there (with 0.05, 0.3 and 0.7 alone, near-knee predictions came out 8% low on average)."""
-TRACE_SECONDS = 3.0
-"""Seconds of arrivals sent at each traced rate, within TRACE_REQUESTS."""
-TRACE_REQUESTS = (30, 300)
-"""Fewest and most requests sent at each traced rate (the most: as many as planner_accuracy.py sends per load,
-so that the busiest run is as long as the runs it predicts)."""
-
-
-@dataclass
-class TracedRun:
-    """One open-loop run of the trace stage: what was sent and what the client measured."""
-
-    specs: list[RequestSpec]
-    records: list[RequestRecord]
-    rate_rps: float = 0.0
-    """The open-loop arrival rate it was sent at, requests/s."""
-
-
-def _against(url: str, served: ServedModel, action: Callable[[Any], Awaitable[Any]]) -> Any:
-    """What `action` returns when run on a client of the manifest's server at `url` (probed first, closed after)."""
-    import asyncio
-
-    from servegate.capacity.bench_targets import HttpTarget
-
-    async def go() -> Any:
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            return await action(target)
-        finally:
-            await target.aclose()
-
-    return asyncio.run(go())
-
-
-def trace_serving(
-    served: ServedModel, model: LatencyModel, shape: Workload, prompts: PromptFactory, trace: Path
-) -> tuple[list[ServingStep], list[TracedRun], float]:
-    """Serve open-loop traffic of `shape` at TRACE_LOADS of the predicted capacity: the steps the engine
-    ran, the runs as the client saw them, and then the p50 end-to-end latency (ms) of the speed check's
-    lone requests (speed_check.py), the reference that check compares later measurements with."""
-    from servegate.capacity.bench import run_once
-    from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.prediction import saturation_throughput, sim_setup
-    from servegate.capacity.speed_check import lone_workload
-    from servegate.runtime.step_trace import read_step_trace
-
-    variant = tracing_variant(served)
-    capacity = saturation_throughput(sim_setup(variant), model, shape)
-    runs: list[TracedRun] = []
-    with LocalServer(variant, step_trace=trace) as server:
-        for i, factor in enumerate(TRACE_LOADS):
-            rate = factor * capacity
-            count = int(min(TRACE_REQUESTS[1], max(TRACE_REQUESTS[0], rate * TRACE_SECONDS)))
-            workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
-            specs = make_requests(workload, seed=11 + i)
-            records = _against(server.url, served, lambda t, specs=specs: run_open_loop(t, specs, prompts))
-            runs.append(TracedRun(specs, records, rate))
-        steps = serving_steps(read_step_trace(trace))  # read now: the lone requests' steps stay out of the fit
-        lone = _against(server.url, served, lambda t: run_once(t, lone_workload(shape), prompts, seed=0))
-    return steps, runs, float(lone.summary["e2el_ms"]["p50"])
-
-
-def _misfit(
-    setup: SimSetup, model: LatencyModel, runs: Sequence[TracedRun], metric: Callable[[RequestRecord], float]
-) -> float:
-    """Sum over the runs of the squared relative error of the simulated mean of `metric` against the measured
-    one (each run counts equally, so a light run is matched as well as a busy one)."""
-    total = 0.0
-    for run in runs:
-        target = statistics.fmean(metric(r) for r in run.records if r.ok)
-        simulated = [metric(r) for r in simulate(setup, model, run.specs, seed=0, jitter=False).records if r.ok]
-        total += ((statistics.fmean(simulated) - target) / target) ** 2 if simulated else 1.0
-    return total
-
-
-def fit_admission_delay(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> float:
-    """Seconds of admission delay per running sequence that best match the traced runs' mean TTFT.
-
-    Each run counts equally (squared relative error of its simulated mean TTFT against the measured one),
-    so a light run is matched as well as a busy one. A scan over 0-20 ms, then a finer one around the best.
-    """
-    runs = [run for run in runs if any(r.ok for r in run.records)]
-    if not runs:
-        return 0.0
-
-    def loss(delay: float) -> float:
-        trial = LatencyModel(**{**model.__dict__, "admission_delay_per_running_s": delay})
-        return _misfit(setup, trial, runs, lambda r: r.ttft)
-
-    best = min((0.001 * i for i in range(21)), key=loss)
-    return min((max(0.0, best + 0.0001 * i) for i in range(-10, 11)), key=loss)
-
-
-def scaled_steps(model: LatencyModel, scale: float, slowdown: float) -> LatencyModel:
-    """`model` with every step-time term multiplied by `scale` and the given load slowdown."""
-    return LatencyModel(
-        **{
-            **model.__dict__,
-            "coefficients": {name: value * scale for name, value in model.coefficients.items()},
-            "arrival_overhead_s": model.arrival_overhead_s * scale,
-            "completion_overhead_s": model.completion_overhead_s * scale,
-            "load_slowdown_per_rps": slowdown,
-        }
-    )
-
-
-def fit_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> tuple[float, float]:
-    """(scale of the step times, load slowdown per request/s) that best match the traced runs' mean
-    end-to-end latency in simulation (see LatencyModel.load_slowdown_per_rps).
-
-    The step coefficients were fitted on steps of every traced load at once, so they carry the average
-    load's slowdown; the scale takes it back out where the slowdown puts it per step. Each run counts
-    equally (squared relative error of its simulated mean against the measured one); near capacity a few
-    percent of step time moves latency by tens of percent, so the busiest run pins the slowdown down.
-    A coarse grid (scale 0.8-1.19, slowdown up to 30% at the highest rate traced), then a finer one
-    around the best point: 203 simulations of each run.
-    """
-    runs = [run for run in runs if any(r.ok for r in run.records) and run.rate_rps > 0]
-    if not runs:
-        return 1.0, 0.0
-    unit = 0.3 / max(run.rate_rps for run in runs) / 10
-
-    def loss(point: tuple[float, float]) -> float:
-        return _misfit(setup, scaled_steps(model, *point), runs, lambda r: r.e2el)
-
-    scale, slowdown = min(((0.8 + 0.03 * i, unit * k) for i in range(14) for k in range(11)), key=loss)
-    finer = ((scale + 0.005 * i, max(0.0, slowdown + unit * k / 3)) for i in range(-3, 4) for k in range(-3, 4))
-    return min(finer, key=loss)
-
-
-def traced_run_fit(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> list[dict[str, float]]:
-    """How the fitted model reproduces each traced run: rate, requests, measured and simulated mean TTFT and
-    end-to-end latency (ms)."""
-    rows = []
-    for run in runs:
-        measured = [r for r in run.records if r.ok]
-        simulated = [r for r in simulate(setup, model, run.specs, seed=0, jitter=False).records if r.ok]
-        if not measured or not simulated:
-            continue
-        rows.append(
-            {
-                "rate_rps": run.rate_rps,
-                "requests": len(run.specs),
-                "measured_mean_ttft_ms": 1000 * statistics.fmean(r.ttft for r in measured),
-                "simulated_mean_ttft_ms": 1000 * statistics.fmean(r.ttft for r in simulated),
-                "measured_mean_e2el_ms": 1000 * statistics.fmean(r.e2el for r in measured),
-                "simulated_mean_e2el_ms": 1000 * statistics.fmean(r.e2el for r in simulated),
-            }
-        )
-    return rows
 
 
 PROFILE_BATCH = 64
@@ -516,16 +277,36 @@ def profile_manifest(
     tick: Tick | None = None,
     stage: Callable[[str, int], None] | None = None,
 ) -> LatencyModel:
-    """Measure model steps in this process, then serving overheads through the manifest's own server."""
+    """Measure model steps in this process, then serving overheads through the manifest's own server.
 
+    This machine's speed is sampled meanwhile: `fit.machine_speed` is how fast it ran during the traced runs
+    (what the last fit matched), `fit.machine_speed_profile` over the whole profile (machine_speed.py).
+    """
+    if served.runtime.backend != "reference":
+        raise ServegateError("gate profile measures the reference runtime; an endpoint is measured with gate bench")
+    with MachineSpeedMonitor() as monitor:
+        model, traced = _profile(served, repeats, burst, tick, stage)
+        traced_speed = monitor.summary(traced[0].began_at, traced[-1].ended_at) if traced else None
+        for run, row in zip(traced, model.fit["traced_runs"], strict=False):
+            speed = monitor.summary(run.began_at, run.ended_at)
+            if speed is not None and row["rate_rps"] == run.rate_rps:
+                row["probe_us"] = speed.probe_us
+    whole = monitor.summary()
+    model.fit["machine_speed"] = traced_speed.as_dict() if traced_speed is not None else None
+    model.fit["machine_speed_profile"] = whole.as_dict() if whole is not None else None
+    return model
+
+
+def _profile(
+    served: ServedModel, repeats: int, burst: int, tick: Tick | None, stage: Callable[[str, int], None] | None
+) -> tuple[LatencyModel, list[TracedRun]]:
+    """The three stages: the fitted model and the runs traced in stage 3."""
     from servegate.capacity.local_server import LocalServer
     from servegate.capacity.memory_plan import manifest_memory
     from servegate.capacity.prediction import profile_key, sim_setup
     from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms
     from servegate.runtime.engine_setup import build_parts
 
-    if served.runtime.backend != "reference":
-        raise ServegateError("gate profile measures the reference runtime; an endpoint is measured with gate bench")
     if served.runtime.threads:
         import torch
 
@@ -558,7 +339,7 @@ def profile_manifest(
     prompts = PromptFactory(tokenizer)
     calibration = profiling_variant(served, burst)
     with LocalServer(calibration) as server:
-        runs = _against(server.url, served, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output))
+        runs = against_server(server.url, served, lambda t: measure_serving(t, prompts, prompt_lengths, burst, output))
         model = calibrate(model, runs, burst, calibration.batching.max_wait_ms / 1000)
     if stage:
         stage("tracing serving steps under load", 0)
@@ -596,4 +377,4 @@ def profile_manifest(
     model.fit["load_average_1m"] = os.getloadavg()[0]  # other work on the machine while it was measured
     model.fit["profiled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     model.fit["step_samples"] = [{"chunks": list(s.chunks), "seconds": s.seconds} for s in samples]
-    return model
+    return model, traced

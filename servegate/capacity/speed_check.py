@@ -9,6 +9,10 @@ predicts for them: the ratio says how much of the errors that follow is the mach
 The model itself can be off for lone requests (its step costs are fitted on steps served under load), so
 `gate profile` sends the same lone requests once the model is fitted and keeps how they ran against its
 prediction; the check expects that same ratio, and reports only a change from it.
+
+Lone requests are sent before the bench, so they cannot see the machine change during it: the bench's
+own sample of the machine's speed (machine_speed.py), against the one the profile kept, says that
+(machine_comparison).
 """
 
 from __future__ import annotations
@@ -115,3 +119,39 @@ class SpeedCheck:
             "drifted": self.drifted,
             "profiled_at": self.profiled_at,
         }
+
+
+def machine_comparison(model: LatencyModel, measured: dict[str, Any]) -> dict[str, Any] | None:
+    """How fast this machine ran during a bench (`measured`, a bench report) against while the profile's traced
+    runs were served (machine_speed.py); None when either was not sampled."""
+    then, now = model.fit.get("machine_speed"), measured.get("machine_speed")
+    if not then or not now or not then.get("probe_us"):
+        return None
+    ratio = float(now["probe_us"]) / float(then["probe_us"])
+    return {
+        "profile_probe_us": then["probe_us"],
+        "bench_probe_us": now["probe_us"],
+        "bench_over_profile": ratio,
+        "bench_spread": now.get("spread"),
+        "bench_steady": now.get("steady"),
+        "moved": not abs(ratio - 1.0) <= DRIFT_WARNING or not now.get("steady", True),
+    }
+
+
+def machine_comparison_lines(comparison: dict[str, Any] | None) -> list[str]:
+    """What `gate plan --verify` prints of machine_comparison."""
+    if comparison is None:
+        return []
+    ratio = comparison["bench_over_profile"]
+    head = (
+        f"machine: a Python loop took {comparison['bench_probe_us']:.0f} us during the bench against "
+        f"{comparison['profile_probe_us']:.0f} us while profiling ({ratio:.2f}x; spread within the bench "
+        f"{comparison['bench_spread']:.2f}x)"
+    )
+    if not comparison["moved"]:
+        return [head + ": the same speed"]
+    if abs(ratio - 1.0) > DRIFT_WARNING:
+        what = f"the machine ran {'slower' if ratio > 1 else 'faster'} than when it was profiled"
+    else:
+        what = "the machine's speed moved during the bench"
+    return [head, f"  {what} (other work on its cores): the errors below include that, not only the model's"]

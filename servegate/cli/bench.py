@@ -99,9 +99,11 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
         for r in runs:
             console.print(_table(f"offered {r['rate_rps']:g} requests/s", r))
             console.print(_rates(r))
-        return
-    console.print(_table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
-    console.print(_rates(report))
+    else:
+        console.print(_table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
+        console.print(_rates(report))
+    for line in machine_lines(report):
+        console.print(line, highlight=False)
     if "across_runs" in report:
         a = report["across_runs"]
         for key in ("ttft_ms", "e2el_ms"):
@@ -111,6 +113,25 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
                     f"  {key} {p} across {v['runs']} runs: {v['mean']:.2f} ms "
                     f"({100 * a['confidence']:.0f}% interval {v['low']:.2f} to {v['high']:.2f} ms)"
                 )
+
+
+def machine_lines(report: dict[str, Any]) -> list[str]:
+    """How fast this machine ran during the bench (and in each run, when there were several)."""
+    from servegate.capacity.machine_speed import MachineSpeed
+
+    if not report.get("machine_speed"):
+        return []
+    speed = MachineSpeed.from_dict(report["machine_speed"])
+    lines = [f"this machine during the bench: {speed.describe()}"]
+    per_run = [r["machine_speed"]["probe_us"] for r in report.get("runs", []) if r.get("machine_speed")]
+    if len(per_run) > 1:
+        lines.append("  loop median per run: " + ", ".join(f"{us:.0f}" for us in per_run) + " us")
+    if not speed.steady:
+        lines.append(
+            "  the machine's speed moved while it was measured (other work on its cores): these figures describe "
+            "this stretch of time, not the server; repeat on a steady machine"
+        )
+    return lines
 
 
 def _rates(data: dict[str, Any]) -> str:

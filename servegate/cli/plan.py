@@ -50,7 +50,14 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
     after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
     from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
+    from servegate.capacity.speed_check import (
+        SpeedCheck,
+        lone_workload,
+        machine_comparison,
+        machine_comparison_lines,
+        predicted_lone_e2e_ms,
+        profile_lone_bias,
+    )
 
     policy = served.with_changes(batching=data["recommended"]["batching"])
     console.print("verifying: benchmarking the recommended policy...")
@@ -68,9 +75,10 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         profiled_at=model.fit.get("profiled_at"),
         bias=profile_lone_bias(model),
     )
-    for line in check.lines():
-        console.print(line, highlight=False)
     measured = result.as_dict()
+    machine = machine_comparison(model, measured)
+    for line in [*check.lines(), *machine_comparison_lines(machine)]:
+        console.print(line, highlight=False)
     rows = []
     table = Table(title="predicted vs measured")
     for col in ("metric", "predicted (ms)", "measured (ms)", "error"):
@@ -84,7 +92,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured["throughput"]["requests_per_s"]
     table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
     console.print(table)
-    return {"measured": measured, "comparison": rows, "speed_check": check.as_dict()}
+    return {"measured": measured, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
 
 
 def plan(

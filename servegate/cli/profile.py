@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -67,6 +67,8 @@ def profile(
         f"steps {100 * model.load_slowdown_per_rps:.3f}% slower per request/s sent"
     )
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
+    for line in machine_speed_lines(fit):
+        console.print(line, highlight=False)
     console.print(f"saved: {path}")
     write_json(
         json_out,
@@ -76,6 +78,23 @@ def profile(
             "fit": {k: v for k, v in fit.items() if k != "step_samples"},
         },
     )
+
+
+def machine_speed_lines(fit: dict[str, Any]) -> list[str]:
+    """How fast this machine ran while the traced runs were served, and a warning when it did not hold still."""
+    from servegate.capacity.machine_speed import MachineSpeed
+
+    if not fit.get("machine_speed"):
+        return []
+    speed = MachineSpeed.from_dict(fit["machine_speed"])
+    lines = [f"this machine while serving the traced runs: {speed.describe()}"]
+    if not speed.steady:
+        lines.append(
+            "  warning: its speed moved while it was profiled (other work on its cores): predictions from this "
+            "profile hold only while the machine runs as it did; profile again when it is steady, and read "
+            "`gate plan --verify`'s machine line beside its errors"
+        )
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -119,12 +119,13 @@ class CapacityGate(Gate):
             "targets": [c.as_dict() for c in checks],
             "memory_total_bytes": memory.total_bytes if memory is not None else None,
             "peak_memory_bytes": peak,
+            "machine_speed": report.get("machine_speed"),
         }
         missed = [c for c in checks if not c.met]
         if report["requests"]["completed"] == 0:
             return self.result("fail", "no request of the bench completed", measurements)
         if missed:
-            return self.result("fail", "; ".join(_miss(c) for c in missed), measurements)
+            return self.result("fail", "; ".join(_miss(c) for c in missed) + _unsteady(report), measurements)
         reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note else "")
         return self.result("pass", reason, measurements)
 
@@ -155,6 +156,21 @@ def _miss(check: TargetCheck) -> str:
     else:
         got, want, by = (f"{x:.4g} {check.unit}" for x in (check.predicted, check.target, d["missed_by"]))
     return f"{check.name} measured {got} against {want} (missed by {by}, {d['missed_by_pct']:.1f}%)"
+
+
+def _unsteady(report: dict[str, Any]) -> str:
+    """A warning for a miss measured while this machine's speed moved (machine_speed.py), else nothing."""
+    from servegate.capacity.machine_speed import MachineSpeed
+
+    if not report.get("machine_speed"):
+        return ""
+    speed = MachineSpeed.from_dict(report["machine_speed"])
+    if speed.steady:
+        return ""
+    return (
+        f" (this machine's speed moved by {speed.spread:.2f}x during the bench: other work on its cores may "
+        "have caused the miss; run the gate again on a steady machine)"
+    )
 
 
 def _load(workload: Any) -> str:

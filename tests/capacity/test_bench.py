@@ -100,3 +100,19 @@ def test_requests_carry_the_tenant_the_manifest_reads() -> None:
         assert server.last_headers.get("x-tenant") == "bench"
     by_user = served.with_changes(preprocess={"tenant_from": "user"})
     assert HttpTarget.for_manifest("http://h/v1", by_user).body("p", 1)["user"] == "bench"
+
+
+def test_the_report_says_how_fast_this_machine_ran_in_the_bench_and_in_each_run() -> None:
+    from servegate.cli.bench import machine_lines
+
+    with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:
+        report = bench(server.url, workload(rate_rps=40, num_requests=15), repeats=2).as_dict()
+        unmonitored = bench(server.url, workload(rate_rps=40, num_requests=5), monitor_machine=False).as_dict()
+    speed = report["machine_speed"]
+    assert speed["probe_us"] > 0 and speed["samples"] >= 2 and isinstance(speed["steady"], bool)
+    assert all(run["machine_speed"]["probe_us"] > 0 for run in report["runs"])
+    lines = machine_lines(report)
+    assert lines[0].startswith("this machine during the bench: a 5,000-step Python loop took")
+    assert lines[1].startswith("  loop median per run: ")
+    assert ("repeat on a steady machine" in lines[-1]) == (not speed["steady"])
+    assert "machine_speed" not in unmonitored and machine_lines(unmonitored) == []

@@ -112,6 +112,7 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
     model.fit = {
         "profiled_at": "2026-12-01T03:17:24+0000",
         "lone_reference": {"requests": 8, "measured_e2el_p50_ms": 9.0, "predicted_e2el_p50_ms": 10.0},
+        "machine_speed": {"probe_us": 250.0, "window_p10_us": 240.0, "window_p90_us": 260.0, "steady": True},
     }
     model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
     done = gate("plan", str(path), "--requests", "40", "--verify", "--json", "plan.json", cwd=tmp_path,
@@ -127,3 +128,7 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
     assert "speed check: 8 lone requests took" in said and "expected from the profile of 2026-12-01T03:17:24" in said
     assert ("gate profile` again" in said) == check["drifted"]
     assert "predicted vs measured" in said
+    machine = json.loads((tmp_path / "plan.json").read_text())["verify"]["machine_speed"]
+    assert machine["profile_probe_us"] == 250.0 and machine["bench_probe_us"] > 0
+    assert machine["bench_over_profile"] == pytest.approx(machine["bench_probe_us"] / 250.0)
+    assert "machine: a Python loop took" in said and "us while profiling" in said

@@ -123,7 +123,8 @@ def test_serving_fit_refuses_too_few_steps() -> None:
 
 
 def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
-    from servegate.capacity.profile import TracedRun, fit_admission_delay
+    from servegate.capacity.load_fit import fit_admission_delay
+    from servegate.capacity.serving_trace import TracedRun
     from servegate.capacity.simulate import SimSetup, simulate
     from servegate.capacity.workload import RequestSpec
 
@@ -142,7 +143,8 @@ def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
 
 
 def test_step_scale_and_load_slowdown_are_recovered_from_runs_at_two_rates() -> None:
-    from servegate.capacity.profile import TracedRun, fit_load_response, scaled_steps
+    from servegate.capacity.load_fit import fit_load_response, scaled_steps
+    from servegate.capacity.serving_trace import TracedRun
     from servegate.capacity.simulate import SimSetup, simulate
     from servegate.capacity.workload import RequestSpec
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
 from servegate.capacity.latency_model import LatencyModel
@@ -61,3 +62,24 @@ def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir:
     assert 5 * 5.0 <= predicted <= 5 * 6.0 + 2.0 + 2.0 + 5.0
     twice = LatencyModel({k: 2 * v for k, v in STEP_MODEL.coefficients.items()}, request_overhead_s=0.002)
     assert predicted_lone_e2e_ms(served, twice, lone) > 1.7 * predicted  # steps twice as slow: nearly twice the time
+
+
+def test_the_machine_line_compares_the_benchs_loop_time_with_the_profiles() -> None:
+    from servegate.capacity.speed_check import machine_comparison, machine_comparison_lines
+
+    profiled = LatencyModel({"c_step": 0.002}, fit={"machine_speed": {"probe_us": 200.0}})
+    same = machine_comparison(profiled, {"machine_speed": {"probe_us": 210.0, "spread": 1.05, "steady": True}})
+    assert same is not None and same["bench_over_profile"] == pytest.approx(1.05) and not same["moved"]
+    assert machine_comparison_lines(same) == [
+        "machine: a Python loop took 210 us during the bench against 200 us while profiling (1.05x; spread within "
+        "the bench 1.05x): the same speed"
+    ]
+    slower = machine_comparison(profiled, {"machine_speed": {"probe_us": 330.0, "spread": 1.1, "steady": True}})
+    assert slower is not None and slower["moved"]
+    assert "ran slower than when it was profiled" in machine_comparison_lines(slower)[1]
+    moving = machine_comparison(profiled, {"machine_speed": {"probe_us": 205.0, "spread": 1.6, "steady": False}})
+    assert moving is not None and moving["moved"]
+    assert "speed moved during the bench" in machine_comparison_lines(moving)[1]
+    # nothing to compare: a profile from before it sampled the machine, or a bench that did not
+    assert machine_comparison(LatencyModel({"c_step": 0.002}), {"machine_speed": {"probe_us": 1.0}}) is None
+    assert machine_comparison(profiled, {}) is None and machine_comparison_lines(None) == []

@@ -164,3 +164,32 @@ def test_an_endpoints_memory_is_the_manifests_plan(gate_class: type) -> None:
     assert result.verdict == "pass", result.reason
     assert result.measurements["peak_memory_bytes"] is None
     assert "memory: planned" in result.reason
+
+
+class ShakyMachine:
+    """A machine-speed monitor that saw the machine slow down 1.65x during the bench."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> list[Any]:
+        return []
+
+    def summary(self, began: float | None = None, ended: float | None = None) -> Any:
+        from servegate.capacity.machine_speed import MachineSpeed
+
+        return MachineSpeed(265.0, {0: 265.0}, 200.0, 330.0, samples=80, seconds=4.0)
+
+
+def test_a_miss_measured_while_the_machine_moved_says_so(gate_class: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    import servegate.capacity.bench as bench_module
+
+    with SyntheticServer(Delays(ttft_ms=60, itl_ms=5)) as server:
+        steady = run(gate_class, server.url, {"e2e_ms": {"p99": 30}})
+        monkeypatch.setattr(bench_module, "MachineSpeedMonitor", ShakyMachine)
+        shaky = run(gate_class, server.url, {"e2e_ms": {"p99": 30}})
+    assert steady.verdict == "fail" and shaky.verdict == "fail"
+    assert shaky.measurements["machine_speed"]["spread"] == pytest.approx(1.65)
+    assert "machine's speed moved by 1.65x during the bench" in shaky.reason and "steady machine" in shaky.reason
+    assert steady.measurements["machine_speed"]["probe_us"] > 0
+    assert ("speed moved" in steady.reason) == (not steady.measurements["machine_speed"]["steady"])
