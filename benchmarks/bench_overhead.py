@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import httpx
 
@@ -78,17 +79,11 @@ async def bench_ttfts(url: str, n: int, rate: float | None, sampled: bool = True
     machine's speed sampled meanwhile unless `sampled` is False."""
     target = HttpTarget(url, model="m")
     await target.probe()
-    monitor = MachineSpeedMonitor() if sampled else None
-    if monitor is not None:
-        monitor.start()
-    try:
+    with MachineSpeedMonitor() if sampled else nullcontext():
         if rate is None:
             records = await run_closed_loop(target, [RequestSpec(5, 1, None)] * n, PromptFactory(), 1)
         else:
             records = await run_open_loop(target, [RequestSpec(5, 1, i / rate) for i in range(n)], PromptFactory())
-    finally:
-        if monitor is not None:
-            monitor.stop()
     await target.aclose()
     return [r.ttft for r in records if r.ok]
 

@@ -90,7 +90,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     lone = lone_workload(base)
     lone_expected = predicted_lone_e2e_ms(served, model, lone, args.seed) * profile_lone_bias(model)
-    profiled_us = (model.fit.get("machine_speed") or {}).get("probe_us")
+    profiled = model.fit.get("machine_speed")
     with LocalServer(served) as server, MachineSpeedMonitor() as monitor:
         for name, factor in LOADS:
             workload = with_rate(base, round(factor * knee, 3))
@@ -106,7 +106,7 @@ def main() -> None:
             machine = monitor.summary(bench_runs[0].began_at, bench_runs[-1].ended_at)
             row["machine_probe_us"] = machine.probe_us if machine else None
             row["machine_spread"] = machine.spread if machine else None
-            row["machine_over_profile"] = machine.probe_us / profiled_us if machine and profiled_us else None
+            row["machine_over_profile"] = machine.relative_to(profiled) if machine and profiled else None
             row["completed"] = [r["requests"]["completed"] for r in runs]
             row["measured_p50_ms_each"] = [r["e2el_ms"]["p50"] for r in runs]  # the spread is the measurement noise
             row["measured_p99_ms_each"] = [r["e2el_ms"]["p99"] for r in runs]

@@ -12,6 +12,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,15 +206,10 @@ async def run_bench(
     result = BenchResult(workload, slo=slo or SLO(), target=target_name)
     loads = [with_rate(workload, r) for r in rates] if rates else [workload]
     monitor = MachineSpeedMonitor() if monitor_machine else None
-    if monitor is not None:
-        monitor.start()
-    try:
+    with monitor or nullcontext():
         for load in loads:
             for i in range(repeats):
                 result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
-    finally:
-        if monitor is not None:
-            monitor.stop()
     if monitor is not None:
         result.machine_speed = monitor.summary()
         for run in result.runs:

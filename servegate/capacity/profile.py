@@ -287,9 +287,9 @@ def profile_manifest(
     with MachineSpeedMonitor() as monitor:
         model, traced = _profile(served, repeats, burst, tick, stage)
         traced_speed = monitor.summary(traced[0].began_at, traced[-1].ended_at) if traced else None
-        for run, row in zip(traced, model.fit["traced_runs"], strict=False):
-            speed = monitor.summary(run.began_at, run.ended_at)
-            if speed is not None and row["rate_rps"] == run.rate_rps:
+        by_rate = {run.rate_rps: monitor.summary(run.began_at, run.ended_at) for run in traced}
+        for row in model.fit["traced_runs"]:  # a run with no completed request has no row
+            if (speed := by_rate.get(row["rate_rps"])) is not None:
                 row["probe_us"] = speed.probe_us
     whole = monitor.summary()
     model.fit["machine_speed"] = traced_speed.as_dict() if traced_speed is not None else None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.machine_speed import MachineSpeed
 from servegate.capacity.prediction import sim_setup
 from servegate.capacity.simulate import simulate
 from servegate.capacity.workload import make_requests
@@ -124,17 +125,18 @@ class SpeedCheck:
 def machine_comparison(model: LatencyModel, measured: dict[str, Any]) -> dict[str, Any] | None:
     """How fast this machine ran during a bench (`measured`, a bench report) against while the profile's traced
     runs were served (machine_speed.py); None when either was not sampled."""
-    then, now = model.fit.get("machine_speed"), measured.get("machine_speed")
-    if not then or not now or not then.get("probe_us"):
+    then, sampled = model.fit.get("machine_speed"), measured.get("machine_speed")
+    if not then or not sampled or not then.get("probe_us"):
         return None
-    ratio = float(now["probe_us"]) / float(then["probe_us"])
+    now = MachineSpeed.from_dict(sampled)
+    ratio = now.relative_to(then)
     return {
         "profile_probe_us": then["probe_us"],
-        "bench_probe_us": now["probe_us"],
+        "bench_probe_us": now.probe_us,
         "bench_over_profile": ratio,
-        "bench_spread": now.get("spread"),
-        "bench_steady": now.get("steady"),
-        "moved": not abs(ratio - 1.0) <= DRIFT_WARNING or not now.get("steady", True),
+        "bench_spread": now.spread,
+        "bench_steady": now.steady,
+        "moved": not abs(ratio - 1.0) <= DRIFT_WARNING or not now.steady,
     }
 
 

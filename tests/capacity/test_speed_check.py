@@ -65,19 +65,24 @@ def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir:
 
 
 def test_the_machine_line_compares_the_benchs_loop_time_with_the_profiles() -> None:
+    from servegate.capacity.machine_speed import MachineSpeed
     from servegate.capacity.speed_check import machine_comparison, machine_comparison_lines
 
+    def bench(probe_us: float, fastest_us: float, slowest_us: float) -> dict[str, object]:
+        """A bench report's machine_speed: its median and its fastest and slowest half-second medians."""
+        return {"machine_speed": MachineSpeed(probe_us, {0: probe_us}, fastest_us, slowest_us, 80, 4.0).as_dict()}
+
     profiled = LatencyModel({"c_step": 0.002}, fit={"machine_speed": {"probe_us": 200.0}})
-    same = machine_comparison(profiled, {"machine_speed": {"probe_us": 210.0, "spread": 1.05, "steady": True}})
+    same = machine_comparison(profiled, bench(210.0, 200.0, 210.0))
     assert same is not None and same["bench_over_profile"] == pytest.approx(1.05) and not same["moved"]
     assert machine_comparison_lines(same) == [
         "machine: a Python loop took 210 us during the bench against 200 us while profiling (1.05x; spread within "
         "the bench 1.05x): the same speed"
     ]
-    slower = machine_comparison(profiled, {"machine_speed": {"probe_us": 330.0, "spread": 1.1, "steady": True}})
+    slower = machine_comparison(profiled, bench(330.0, 300.0, 330.0))
     assert slower is not None and slower["moved"]
     assert "ran slower than when it was profiled" in machine_comparison_lines(slower)[1]
-    moving = machine_comparison(profiled, {"machine_speed": {"probe_us": 205.0, "spread": 1.6, "steady": False}})
+    moving = machine_comparison(profiled, bench(205.0, 150.0, 240.0))
     assert moving is not None and moving["moved"]
     assert "speed moved during the bench" in machine_comparison_lines(moving)[1]
     # nothing to compare: a profile from before it sampled the machine, or a bench that did not

@@ -169,11 +169,11 @@ def test_an_endpoints_memory_is_the_manifests_plan(gate_class: type) -> None:
 class ShakyMachine:
     """A machine-speed monitor that saw the machine slow down 1.65x during the bench."""
 
-    def start(self) -> None:
-        pass
+    def __enter__(self) -> ShakyMachine:
+        return self
 
-    def stop(self) -> list[Any]:
-        return []
+    def __exit__(self, *exc: object) -> None:
+        pass
 
     def summary(self, began: float | None = None, ended: float | None = None) -> Any:
         from servegate.capacity.machine_speed import MachineSpeed
