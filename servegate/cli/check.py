@@ -46,7 +46,8 @@ def check(
         bool, typer.Option("--no-cache", help="Regenerate baseline outputs instead of reusing them.")
     ] = False,
 ) -> None:
-    """Gate a served model: exit 0 when no gate failed, 1 when one did (or warned, with --strict), 2 on usage errors.
+    """Gate a served model: exit 0 when no gate failed, 1 when one did (or warned, with --strict), 2 on usage errors
+    or when an engine a gate needed could not be reached (verdict `unavailable`).
 
     A single manifest is checked against its reference form (same weights and suites, every optimization
     off); --baseline/--candidate checks a change, and the diff decides which gates run. Baseline outputs are
@@ -93,6 +94,8 @@ def check(
         console.print(f"serving note written to {note}")
     if report.verdict == "fail" or (strict and report.warned):
         raise typer.Exit(1)
+    if report.verdict == "unavailable":  # nothing was measured: a broken deployment, not an inferior model
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
 from servegate.contracts.diff import diff_report
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.remote_scope import remote_scope
 from servegate.contracts.schema import manifest_json_schema
 from servegate.contracts.units import format_bytes
 
@@ -80,10 +81,30 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
     for element, text in _explain(served):
         table.add_row(element, text)
     console.print(table)
+    scope = remote_scope(served)
+    if scope is not None:
+        console.print(_scope_table(served, scope))
     console.print(f"fingerprint {served.fingerprint}")
     if not served.weights.sha256:
         console.print("note: weights.sha256 is empty, so the fingerprint cannot tell two checkpoints apart")
-    write_json(json_out, {"valid": True, "name": served.name, "fingerprint": served.fingerprint})
+    payload: dict[str, Any] = {"valid": True, "name": served.name, "fingerprint": served.fingerprint}
+    if scope is not None:
+        payload["remote_scope"] = scope
+    write_json(json_out, payload)
+
+
+def _scope_table(served: ServedModel, scope: dict[str, Any]) -> Table:
+    """For an endpoint manifest: which fields servegate enforces in front, verifies, or only repeats."""
+    table = Table(title=f"{served.runtime.backend} {served.runtime.endpoint_url}: who holds each field")
+    table.add_column("field")
+    table.add_column("held by")
+    for path, how in scope["enforced_in_front"].items():
+        table.add_row(path, f"servegate, in front: {how}")
+    for path, how in scope["verified_on_remote"].items():
+        table.add_row(path, f"verified on the remote: {how}")
+    for path, value in scope["declared_not_verified"].items():
+        table.add_row(path, f"declared by the remote, not verified ({json.dumps(value)})")
+    return table
 
 
 def schema(

@@ -128,3 +128,7 @@ class ManifestError(ServegateError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+class RemoteUnavailable(ServegateError):
+    """A remote engine could not be reached, or failed too many requests to be measured (exit 2, never a score)."""

@@ -48,6 +48,9 @@ class Quality(Section):
     """Confidence level of the one-sided non-inferiority test."""
     max_failure_examples: int = Field(default=5, ge=0, le=100)
     """Most failure examples (baseline vs candidate output) kept per gate; public suites only."""
+    max_unavailable_share: float = Field(default=0.0, ge=0, lt=1)
+    """Largest share of a suite's requests that may end `model_unavailable` (a remote that cannot be reached or
+    answers 5xx) before the run is reported unavailable (exit 2) instead of scored."""
 
     @field_validator("margins")
     @classmethod

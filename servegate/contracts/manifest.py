@@ -113,8 +113,13 @@ class ServedModel(Section):
         return path if path.is_absolute() else (self.base_dir / path)
 
     def six_elements(self) -> dict[str, Any]:
-        """The canonical (JSON) form of the six behaviour-defining elements."""
+        """The canonical (JSON) form of the six behaviour-defining elements.
+
+        An endpoint's URL says where the remote runs, not what it serves, so it is left out: moving the
+        server to another port is the same behaviour; its engine and version (`runtime.engine`) are in.
+        """
         data = self.model_dump(mode="json")
+        data["runtime"].pop("endpoint_url", None)
         return {key: data[key] for key in SIX_ELEMENTS}
 
     @cached_property
@@ -147,7 +152,15 @@ class ServedModel(Section):
         post["response_cache"] = {**post["response_cache"], "enabled": False}
         fail = {**self.failure_policy.model_dump(mode="python"), "fallback": None}
         batching = {"mode": "none", "max_batch_size": 1}
+        # an endpoint is gated against servegate's own runtime on the same weights: the remote cannot be
+        # asked to switch its optimizations off, so its reference form runs here
+        rt.update(backend="reference", endpoint_url=None, endpoint_model=None, engine=None)
         return self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
+
+
+    def with_engine(self, engine: dict[str, Any]) -> ServedModel:
+        """A copy whose runtime.engine is `engine` (name, version): the identity a remote reported."""
+        return self.with_changes(runtime={**self.runtime.model_dump(mode="python"), "engine": engine})
 
 
 def fingerprint_of(six_elements: dict[str, Any]) -> str:

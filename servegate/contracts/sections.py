@@ -166,15 +166,30 @@ class KVCache(Section):
     """Prefix cache sharing: per `tenant` (hashes salted with the tenant) or `global` (shared by all tenants)."""
 
 
+class EngineIdentity(Section):
+    """The serving engine behind a manifest, as declared or as the remote reported it at gate time."""
+
+    name: str = Field(min_length=1, max_length=64)
+    """Engine name as the remote reports it, e.g. `vllm` (`/version`) or `servegate`."""
+    version: str | None = Field(default=None, max_length=64)
+    """Engine version, e.g. `0.32.0`; a different version is different behaviour (it is fingerprinted)."""
+
+
 class Runtime(Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
     backend: Literal["reference", "endpoint"] = "reference"
-    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url."""
+    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url,
+    with servegate applying preprocess, postprocess and failure policy in front of it."""
     endpoint_url: str | None = None
-    """Base URL of the OpenAI-compatible server (e.g. http://10.0.0.5:8000/v1) when backend is `endpoint`."""
+    """Base URL of the OpenAI-compatible server (e.g. http://10.0.0.5:8000/v1) when backend is `endpoint`.
+    Where the remote runs, not what it serves: not part of the fingerprint."""
     endpoint_model: str | None = None
     """Model name to send to the endpoint (defaults to the manifest's name)."""
+    engine: EngineIdentity | None = None
+    """The engine that runs the model (name and version). For an endpoint, declare it to pin it (a remote that
+    reports another engine or version fails the contract gate); left out, gate check records what the remote
+    reports and fingerprints that."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device to run on; `auto` picks CUDA when present."""
     dtype: DType = "auto"

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
 
-from servegate.contracts.errors import ServegateError
+from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, load_suite_data, run_items, score_run
 from servegate.gates.output_cache import OutputCache, cache_key
@@ -110,6 +110,8 @@ class GateContext:
     cache: OutputCache = field(default_factory=OutputCache)
     progress: ProgressHook = field(default_factory=ProgressHook)
     suite_loader: Callable[[ServedModel, Any], SuiteData] = load_suite_data
+    remote: Any = None
+    """The candidate's remote as it identified itself (RemoteIdentity), for an endpoint candidate."""
     prepared: dict[str, Any] = field(default_factory=dict)
     """What gates started ahead of their turn (Gate.prepare), by gate name; run_check stops what is left."""
     _suites: dict[tuple[str, str], SuiteData] = field(default_factory=dict)
@@ -126,7 +128,13 @@ class GateContext:
         return reference.with_changes(batching={"mode": "none", "max_batch_size": 1})
 
     def isolated(self, paths: Iterable[str], source: ServedModel | None = None) -> ServedModel:
-        """The baseline with the values at `paths` (dotted) taken from the candidate (or `source`)."""
+        """The baseline with the values at `paths` (dotted) taken from the candidate (or `source`).
+
+        A remote candidate is returned whole: a remote cannot run the baseline with one field changed, so
+        the gate measures the deployment as it is (and says so: `timed` marks the result).
+        """
+        if on_remote(source or self.candidate):
+            return source or self.candidate
         donor = (source or self.candidate).model_dump(mode="python")
         data = self.baseline.model_dump(mode="python")
         for path in paths:
@@ -184,6 +192,7 @@ class GateContext:
         if outputs is None:
             self.progress.start(f"{data.name}: {role} ({served.name})", len(chosen))
             outputs = run_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
+            check_available(served, data.name, outputs)
             if cacheable:
                 self.cache.store(ckey, data, outputs)
         run = SuiteRun(data, outputs, score_run(data, outputs, chosen), from_cache=from_cache)
@@ -223,12 +232,46 @@ class Gate:
         return GateResult(self.name, verdict, reason, measurements or {}, evidence or [])
 
 
+def on_remote(served: ServedModel) -> bool:
+    """Whether the manifest's model runs on a remote engine (the endpoint backend)."""
+    return served.runtime.backend != "reference"
+
+
+def check_available(served: ServedModel, suite: str, outputs: Sequence[ItemOutput]) -> None:
+    """Raise RemoteUnavailable when more of a run's requests ended model_unavailable than the manifest allows."""
+    lost = [o for o in outputs if o.error == "model_unavailable"]
+    if not outputs or not lost:
+        return
+    share = len(lost) / len(outputs)
+    if share > served.quality.max_unavailable_share:
+        where = served.runtime.endpoint_url if on_remote(served) else "the engine"
+        raise RemoteUnavailable(
+            f"{suite}: {len(lost)} of {len(outputs)} requests to {where} ended model_unavailable "
+            f"({share:.0%} > quality.max_unavailable_share {served.quality.max_unavailable_share:.0%}): "
+            "nothing was measured"
+        )
+
+
 def timed(gate: Gate, ctx: GateContext) -> GateResult:
-    """Run a gate, timing it; setup errors become a failing result that names the problem."""
+    """Run a gate, timing it; setup errors become a failing result that names the problem, an engine that
+    cannot be reached an `unavailable` one; a result measured on a remote says so."""
     began = time.perf_counter()
     try:
         result = gate.run(ctx)
     except GateSetupError as exc:
         result = gate.result("fail", f"could not run: {exc}")
+    except RemoteUnavailable as exc:
+        result = gate.result("unavailable", str(exc))
+    if on_remote(ctx.candidate) and result.verdict not in ("skipped", "unavailable"):
+        result.measurements.setdefault("ran_on", remote_label(ctx))
     result.duration_s = round(time.perf_counter() - began, 3)
     return result
+
+
+def remote_label(ctx: GateContext) -> str:
+    """Where a remote candidate ran, as reports name it: engine, version, model and URL."""
+    rt = ctx.candidate.runtime
+    who = "endpoint"
+    if ctx.remote is not None:
+        who = f"{ctx.remote.engine} {ctx.remote.version or '(version not reported)'}"
+    return f"{who} serving {rt.endpoint_model or ctx.candidate.name} at {rt.endpoint_url} (measured whole, as deployed)"

@@ -3,9 +3,11 @@
 When `capacity.targets` are declared it benches the manifest's own server (or its endpoint) at
 `capacity.workload` and fails when a target is missed: a latency percentile over budget, throughput
 under its floor, or memory over its budget. Memory is what the server process it ran used at its peak
-(resident: interpreter, torch, weights, KV pool, a fallback's engine); for an endpoint, which it cannot
-measure, the manifest's memory plan (weights + runtime + KV pool). Latencies count from each request's
-scheduled send time, so queueing is never hidden.
+(resident: interpreter, torch, weights, KV pool, a fallback's engine); for an endpoint, what the remote
+itself reports of its whole deployment, and when it cannot (vLLM's /metrics covers its API process, not
+the engine processes that hold the model) the memory target is not checked and the gate warns, naming
+why: a plan is never taken for a measurement. Latencies count from each request's scheduled send time,
+so queueing is never hidden.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from servegate.capacity.metrics import slo_from_targets
 from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext
+from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -40,6 +42,14 @@ def _peak_memory(server: Any) -> int | None:
     """Peak resident memory of the server the gate ran, bytes, when it runs here (None for an endpoint)."""
     peak = getattr(server, "peak_rss_bytes", None)
     return peak() if callable(peak) else None
+
+
+def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
+    """The remote's memory as its /metrics says it for the whole deployment, else None and why not."""
+    from servegate.runtime.remote_identity import RemoteIdentity, remote_memory
+
+    identity = remote or RemoteIdentity("unknown", None, ())
+    return asyncio.run(remote_memory(served.runtime.endpoint_url or "", identity))
 
 
 def _memory(served: ServedModel) -> Any:
@@ -96,24 +106,28 @@ class CapacityGate(Gate):
             return self.result("skipped", "no capacity.targets declared")
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
-        memory = _memory(served) if targets.memory is not None else None
+        memory = _memory(served) if targets.memory is not None and not on_remote(served) else None
         ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
         prepared = ctx.prepared.pop(self.name, None)
         with prepared if prepared is not None else self.server_factory(served) as server:
             report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
             peak = _peak_memory(server)
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
-        # sees it; an endpoint's plan when there is no such process; unchecked when neither is known
-        memory_bytes = peak if peak is not None else (memory.total_bytes if memory is not None else None)
-        checks = check_targets(targets, report, memory_bytes)
-        note = ""
-        if targets.memory is not None:
+        # sees it; a remote's own report of its whole deployment; unchecked otherwise
+        note, unchecked, memory_bytes = "", "", peak
+        if targets.memory is not None and on_remote(served):
+            peak, note = _remote_memory(served, ctx.remote)
+            memory_bytes = peak
+            unchecked = "" if peak is not None else f"memory target not checked: {note}"
+        elif targets.memory is not None:
             if peak is not None:
                 note = "memory: peak resident memory of the server process"
-            elif memory is not None:
+            elif memory is not None:  # a substituted server (tests): the plan, said as such
+                memory_bytes = memory.total_bytes
                 note = "memory: planned (weights, KV pool, runtime estimate), not measured"
             else:
-                note = "memory not checked: the model config could not be read"
+                unchecked = "memory target not checked: the model config could not be read"
+        checks = check_targets(targets, report, memory_bytes)
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
             "targets": [c.as_dict() for c in checks],
@@ -123,10 +137,16 @@ class CapacityGate(Gate):
         }
         missed = [c for c in checks if not c.met]
         if report["requests"]["completed"] == 0:
+            if on_remote(served):
+                where = served.runtime.endpoint_url
+                return self.result("unavailable", f"no request to {where} completed", measurements)
             return self.result("fail", "no request of the bench completed", measurements)
         if missed:
             return self.result("fail", "; ".join(_miss(c) for c in missed) + _unsteady(report), measurements)
-        reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note else "")
+        reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note and not unchecked else "")
+        if unchecked:
+            measurements["memory_unchecked"] = unchecked
+            return self.result("warn", f"{reason}; {unchecked}", measurements)
         return self.result("pass", reason, measurements)
 
     @staticmethod

@@ -11,9 +11,10 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from servegate.contracts.diff import diff_manifests, gates_for_changes
+from servegate.contracts.errors import RemoteUnavailable
 from servegate.contracts.manifest import ServedModel
 from servegate.gates import (  # noqa: F401 - importing a gate module registers its gates
     batching,
@@ -25,7 +26,7 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
     quantization,
     truncation,
 )
-from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, timed
+from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, on_remote, remote_label, timed
 from servegate.gates.output_cache import OutputCache
 from servegate.gates.registry import GATES
 from servegate.gates.result import GateReport, GateResult
@@ -147,6 +148,23 @@ def run_check(
         ctx.suites()  # a suite that cannot be loaded is a manifest error (exit 2), not a gate failure
     results: list[GateResult] = []
     try:
+        ctx.remote = _probe_remote(ctx, planned)
+    except RemoteUnavailable as exc:  # nothing can be measured: every gate that would run says why
+        pool.close()
+        results = [
+            GateResult(p.name, "unavailable" if p.run else "skipped", str(exc) if p.run else p.why,
+                       triggered_by=[p.why] if p.run else list(p.changed_paths))
+            for p in planned
+        ]  # fmt: skip
+        return GateReport(
+            baseline=_identity(baseline, "reference form" if mode == "reference" else "manifest"),
+            candidate=_identity(candidate, "manifest"),
+            gates=results,
+            mode=mode,
+            duration_s=time.perf_counter() - began,
+            notes=[f"the candidate's remote could not be measured: {exc}"],
+        )
+    try:
         for plan in planned:
             if plan.run:
                 GATES.get(plan.name)().prepare(ctx)
@@ -171,6 +189,10 @@ def run_check(
                 stop()
         pool.close()
     notes = []
+    if ctx.remote is not None:
+        notes.append(
+            f"candidate ran on {remote_label(ctx)}; its fingerprint covers the engine the remote reported, not its URL"
+        )
     if evaluated is not baseline:
         notes.append(
             f"suites ran under batching {evaluated.batching.mode} on both sides of every comparison; "
@@ -180,7 +202,7 @@ def run_check(
         notes.append(f"baseline cache {ctx.cache.directory}: {ctx.cache.hits} hit(s), {ctx.cache.misses} miss(es)")
     return GateReport(
         baseline=_identity(baseline, "reference form" if mode == "reference" else "manifest"),
-        candidate=_identity(candidate, "manifest"),
+        candidate=_identity(candidate, "manifest", ctx.remote),
         gates=results,
         mode=mode,
         duration_s=time.perf_counter() - began,
@@ -196,14 +218,26 @@ def _is_runtime_failure(exc: Exception) -> bool:
     return not isinstance(exc, (AssertionError, TypeError, NameError, AttributeError, KeyError, IndexError))
 
 
-def _identity(served: ServedModel, form: str) -> dict[str, str]:
-    return {
+def _probe_remote(ctx: GateContext, planned: Sequence[PlannedGate]) -> Any:
+    """Start a remote candidate's engine before any gate runs: its identity, or RemoteUnavailable at once."""
+    if not on_remote(ctx.candidate) or not any(p.run for p in planned):
+        return None
+    return getattr(ctx.engines.get(ctx.candidate), "identity", None)
+
+
+def _identity(served: ServedModel, form: str, remote: Any = None) -> dict[str, Any]:
+    """A side of the report: name, version, fingerprint; for a remote, the identity it reported (fingerprinted)."""
+    out: dict[str, Any] = {
         "name": served.name,
         "version": served.version,
         "fingerprint": served.fingerprint,
         "form": form,
         "source": str(served.source) if served.source else "",
     }
+    if remote is not None:
+        recorded = served if served.runtime.engine is not None else served.with_engine(remote.as_engine())
+        out.update(fingerprint=recorded.fingerprint, declared_fingerprint=served.fingerprint, remote=remote.to_dict())
+    return out
 
 
 def check_manifest(served: ServedModel, **kwargs: object) -> GateReport:

@@ -79,6 +79,26 @@ def _check(probe: Probe, responses: list[Any]) -> str | None:
     return None
 
 
+def remote_drift(served: ServedModel, remote: Any) -> list[str]:
+    """How a remote differs from what the manifest declares of it (engine, version, context length)."""
+    if remote is None:
+        return []
+    problems = []
+    declared = served.runtime.engine
+    if declared is not None and declared.name.lower() != remote.engine:
+        problems.append(f"runtime.engine.name declares {declared.name!r}, the remote reports {remote.engine!r}")
+    if declared is not None and declared.version is not None and declared.version != remote.version:
+        problems.append(
+            f"runtime.engine.version declares {declared.version!r}, the remote reports {remote.version!r}"
+        )
+    if remote.max_model_len is not None and remote.max_model_len < served.runtime.max_model_len:
+        problems.append(
+            f"runtime.max_model_len declares {served.runtime.max_model_len} tokens, the remote serves at most "
+            f"{remote.max_model_len}: lower max_model_len or restart the remote with a longer context"
+        )
+    return problems
+
+
 def _sse_text(body: str) -> str:
     text = []
     for line in body.splitlines():
@@ -146,6 +166,10 @@ class ContractGate(Gate):
         """Run the HTTP probes when the server is available, the engine-level checks otherwise."""
         create_app = self.app_factory or default_app_factory()
         prompts = [item.prompt for data in ctx.suites() for item in data.items[:4]] or ["1+1="]
+        drift = remote_drift(ctx.candidate, ctx.remote)
+        if drift:
+            return self.result("fail", f"{drift[0]} ({len(drift)} problem(s))", {"remote": ctx.remote.to_dict()},
+                               [{"problem": p} for p in drift])  # fmt: skip
         if create_app is None:
             return self._engine_only(ctx, prompts)
         server_log = logging.getLogger("servegate.server")

@@ -15,7 +15,13 @@ from rich.table import Table
 from servegate.gates.base import ProgressHook
 from servegate.gates.result import GateReport
 
-STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow", "skipped": "dim"}
+STYLE = {
+    "pass": "bold green",
+    "fail": "bold red",
+    "warn": "bold yellow",
+    "skipped": "dim",
+    "unavailable": "bold magenta",
+}
 
 
 def quiet_libraries() -> None:
@@ -110,10 +116,12 @@ def json_text(report: GateReport) -> str:
 def junit_xml(report: GateReport, strict: bool = False) -> str:
     """JUnit XML: one testcase per gate; a failing gate's reason is the failure message.
 
-    Warnings are reported in system-out, and as failures under --strict; skipped gates as <skipped>.
+    Warnings are reported in system-out, and as failures under --strict; skipped gates as <skipped>; a gate
+    whose engine was unavailable as an <error> (nothing was measured).
     """
     failed = [g for g in report.gates if g.verdict == "fail" or (strict and g.verdict == "warn")]
     skipped = [g for g in report.gates if g.verdict == "skipped"]
+    errored = [g for g in report.gates if g.verdict == "unavailable"]
     suites = ET.Element("testsuites", name="servegate gate check")
     suite = ET.SubElement(
         suites,
@@ -121,7 +129,7 @@ def junit_xml(report: GateReport, strict: bool = False) -> str:
         name=f"gate check {report.candidate['name']}",
         tests=str(len(report.gates)),
         failures=str(len(failed)),
-        errors="0",
+        errors=str(len(errored)),
         skipped=str(len(skipped)),
         time=f"{report.duration_s:.3f}",
     )
@@ -134,6 +142,8 @@ def junit_xml(report: GateReport, strict: bool = False) -> str:
             failure.text = json.dumps(
                 {"measurements": gate.measurements, "evidence": gate.evidence}, indent=2, default=str
             )
+        elif gate in errored:
+            ET.SubElement(case, "error", message=gate.reason, type="unavailable")
         elif gate.verdict == "skipped":
             ET.SubElement(case, "skipped", message=gate.reason)
         out = ET.SubElement(case, "system-out")

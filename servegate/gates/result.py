@@ -7,14 +7,16 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-Verdict = Literal["pass", "fail", "warn", "skipped"]
-VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "skipped")
+Verdict = Literal["pass", "fail", "warn", "skipped", "unavailable"]
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "skipped", "unavailable")
+"""`unavailable`: the engine the gate needed could not be reached or failed too many requests; nothing was
+measured, and it blocks like a failure (exit 2: a broken deployment is not an inferior model)."""
 
-_SEVERITY = {"skipped": 0, "pass": 1, "warn": 2, "fail": 3}
+_SEVERITY = {"skipped": 0, "pass": 1, "warn": 2, "fail": 3, "unavailable": 4}
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The most severe verdict (fail > warn > pass > skipped); `skipped` for none."""
+    """The most severe verdict (unavailable > fail > warn > pass > skipped); `skipped` for none."""
     return max(verdicts, key=_SEVERITY.__getitem__, default="skipped")
 
 
@@ -60,9 +62,12 @@ class GateReport:
     """When the gates ran (UTC, ISO 8601); `gate note --check` compares it with the manifest's age."""
 
     @property
-    def verdict(self) -> Literal["pass", "fail"]:
-        """`fail` when any gate failed, otherwise `pass` (warnings are reported, and fail only with --strict)."""
-        return "fail" if any(g.verdict == "fail" for g in self.gates) else "pass"
+    def verdict(self) -> Literal["pass", "fail", "unavailable"]:
+        """`fail` when any gate failed, else `unavailable` when a gate could not measure its engine, else `pass`
+        (warnings are reported, and fail only with --strict)."""
+        if any(g.verdict == "fail" for g in self.gates):
+            return "fail"
+        return "unavailable" if any(g.verdict == "unavailable" for g in self.gates) else "pass"
 
     @property
     def warned(self) -> bool:

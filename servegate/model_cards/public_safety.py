@@ -230,7 +230,7 @@ class PublicFilter:
                 )
 
 
-_VERDICTS = ("pass", "fail", "warn", "skipped")
+_VERDICTS = ("pass", "fail", "warn", "skipped", "unavailable")
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:

@@ -12,25 +12,27 @@ if TYPE_CHECKING:
 def build(served: ServedModel, *, fallback: bool = True) -> Engine:
     """The engine a manifest declares, not yet started (call `await engine.start()` or `start_sync()`).
 
-    runtime.backend `reference` gives servegate's in-process engine; `endpoint` forwards to an
-    OpenAI-compatible server. With fallback=True and a declared failure_policy.fallback, the fallback
-    manifest's engine is built too and serves the requests the declared triggers route to it (on CPU, with
-    at most the cores the primary leaves: runtime/shared_cores.py).
+    runtime.backend `reference` gives servegate's in-process engine; `endpoint` an OpenAI-compatible server
+    wrapped in the same contract (runtime/contract_layer.py). With fallback=True and a declared
+    failure_policy.fallback, the fallback manifest's engine is built too and serves the requests the
+    declared triggers route to it (on CPU, with at most the cores the primary leaves: runtime/shared_cores.py).
     """
-    if served.runtime.backend == "endpoint":
-        from servegate.runtime.endpoint import EndpointEngine
-
-        primary: Engine = EndpointEngine(served)
-        return primary
     from servegate.contracts.loading import load_fallback
-    from servegate.runtime.engine import ReferenceEngine
 
     backup = load_fallback(served) if fallback else None
-    if backup is not None:
+    if backup is not None and served.runtime.backend == "reference":
         from servegate.runtime.shared_cores import beside_primary
 
         backup = beside_primary(served, backup)
-    return ReferenceEngine(served, fallback=build(backup, fallback=False) if backup is not None else None)
+    backup_engine = build(backup, fallback=False) if backup is not None else None
+    if served.runtime.backend == "endpoint":
+        from servegate.runtime.endpoint import EndpointEngine
+
+        primary: Engine = EndpointEngine(served, fallback=backup_engine)
+        return primary
+    from servegate.runtime.engine import ReferenceEngine
+
+    return ReferenceEngine(served, fallback=backup_engine)
 
 
 __all__ = ["build"]

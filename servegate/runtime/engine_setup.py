@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.contract_layer import contract_parts
 from servegate.runtime.kv_blocks import KVBlockManager, pool_size
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
@@ -52,9 +53,6 @@ def build_parts(
     model: Any = None,
 ) -> EngineParts:
     """Load (or take) the model, size the KV pool, and assemble scheduler, caches and validators."""
-    post = served.postprocess
-    validator = OutputValidator(post.output_schema) if post.output_schema is not None else None
-    cache = ResponseCache(post.response_cache, served.fingerprint) if post.response_cache.enabled else None
     if served.preprocess.task == "embed":
         from servegate.runtime.embedding import EmbeddingModel
 
@@ -65,16 +63,13 @@ def build_parts(
             sampler or _default_sampler(),
             None,
             None,
-            cache,
+            None,  # embeddings are not cached: an embedding is cheap next to a generation
             embedder=EmbeddingModel(served),
         )
     report = None
     if runner is None:
         runner, tokenizer, report = _load_runner(served, model, tokenizer)
-    if preprocessor is None:
-        from servegate.runtime.preprocess import Preprocessor
-
-        preprocessor = Preprocessor(served, tokenizer)
+    contract = contract_parts(served, tokenizer, preprocessor)  # the same pieces the endpoint engine uses
     kv = served.runtime.kv_cache
     block_manager = KVBlockManager(
         runner.num_blocks, runner.block_size, prefix_caching=kv is not None and kv.prefix_caching
@@ -83,11 +78,11 @@ def build_parts(
     return EngineParts(
         runner=runner,
         tokenizer=tokenizer,
-        preprocessor=preprocessor,
+        preprocessor=contract.preprocessor,
         sampler=sampler or _default_sampler(),
         scheduler=scheduler,
-        validator=validator,
-        response_cache=cache,
+        validator=contract.validator,
+        response_cache=contract.response_cache,
         device=getattr(runner, "device", "cpu"),
         quantization=report,
     )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Usage
+from servegate.runtime.contract_layer import admit
 from servegate.runtime.failure import Sink
 from servegate.runtime.postprocess import OutputStream, OutputValidator
 from servegate.runtime.scheduling import Sequence
@@ -70,67 +70,39 @@ class RequestState:
         )
 
 
-def check_params(served: ServedModel, params: SamplingParams) -> None:
-    """Raise invalid_request for sampling parameters out of range or not offered by the manifest."""
-    problems = [
-        ("max_tokens", params.max_tokens < 1, "max_tokens must be >= 1"),
-        ("temperature", params.temperature < 0, "temperature must be >= 0"),
-        ("top_p", not 0 < params.top_p <= 1, "top_p must be in (0, 1]"),
-        ("top_k", params.top_k < 0, "top_k must be >= 0 (0 disables it)"),
-        ("seed", params.seed is not None and not 0 <= params.seed < 2**63, "seed must be in [0, 2**63)"),
-        (
-            "logprobs",
-            (params.logprobs or params.top_logprobs > 0) and not served.postprocess.logprobs,
-            "this model does not offer logprobs (postprocess.logprobs is false)",
-        ),
-    ]
-    for param, bad, detail in problems:
-        if bad:
-            raise ServingError("invalid_request", param=param, detail=detail)
-
-
 def new_request_state(
     served: ServedModel, parts: EngineParts, request: GenerationRequest, sink: Sink, seq_id: int
 ) -> RequestState:
     """Validate and encode a request into engine state (raises ServingError for a bad request)."""
     from servegate.runtime.sampling import request_generator
 
-    check_params(served, request.params)
-    encoded = parts.preprocessor.encode(request)
-    prompt = list(encoded.token_ids)
-    room = served.runtime.max_model_len - len(prompt)
-    if not prompt:
-        raise ServingError("invalid_request", param="prompt", detail="the prompt is empty")
-    if room < 1:
-        raise ServingError("input_too_long", tokens=len(prompt), limit=served.runtime.max_model_len - 1)
-    params = request.params
-    kv = served.runtime.kv_cache
-    salt = (request.tenant or "") if kv is None or kv.cache_scope == "tenant" else ""
-    now = time.monotonic()
-    arrival = request.arrival_time if request.arrival_time is not None else now
-    timeout = request.timeout_s if request.timeout_s is not None else served.failure_policy.request_timeout_s
-    max_tokens = min(params.max_tokens, served.postprocess.max_output_tokens, room)
-    stops = tuple(dict.fromkeys((*params.stop, *served.postprocess.stop)))
-    seed = params.seed if params.seed is not None else served.runtime.seed
-    generator = request_generator(seed, parts.device)
+    admitted = admit(served, parts.preprocessor, request)
+    prompt = admitted.token_ids
     output = OutputStream(
         parts.tokenizer,
-        max_tokens=max_tokens,
-        stop=stops,
+        max_tokens=admitted.max_tokens,
+        stop=admitted.stop,
         eos_token_ids=frozenset(parts.runner.eos_token_ids),
-        ignore_eos=params.ignore_eos,
+        ignore_eos=request.params.ignore_eos,
         prompt_token_ids=prompt,
     )
-    seq = Sequence(seq_id, prompt, max_tokens, arrival_time=arrival, cache_salt=salt, request_id=request.id)
+    seq = Sequence(
+        seq_id,
+        prompt,
+        admitted.max_tokens,
+        arrival_time=admitted.arrival,
+        cache_salt=admitted.cache_salt,
+        request_id=request.id,
+    )
     return RequestState(
         request=request,
         sink=sink,
         seq=seq,
         output=output,
-        generator=generator,
-        arrival=arrival,
-        deadline=arrival + timeout,
-        timeout_s=timeout,
-        truncated_tokens=encoded.truncated_tokens,
+        generator=request_generator(admitted.seed, parts.device),
+        arrival=admitted.arrival,
+        deadline=admitted.deadline,
+        timeout_s=admitted.timeout_s,
+        truncated_tokens=admitted.truncated_tokens,
         flag_invalid=served.failure_policy.on_invalid_output == "flag",
     )

@@ -157,3 +157,14 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     # weights.dtype rounds the stored weights; runtime.dtype is what they compute in
     model = model.to(device=device, dtype=dtype).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, weights_dir=directory)
+
+
+def load_tokenizer(served: ServedModel) -> Any:
+    """The manifest's tokenizer alone (an endpoint backend preprocesses here and runs the model remotely)."""
+    from transformers import AutoTokenizer
+
+    directory = resolve_weights_dir(served)
+    try:
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ServegateError(f"cannot load the tokenizer from {directory}: {str(exc).splitlines()[0]}") from None

@@ -181,6 +181,15 @@ async def models(request: Request) -> Response:
     return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
 
 
+@router.get("/version")
+async def version(request: Request) -> dict[str, str]:
+    """The engine behind this server, as a gateway in front of it reads it (vLLM answers the same route)."""
+    from servegate import __version__
+
+    state = _state(request)
+    return {"engine": "servegate", "version": __version__, "model": state.served.name}
+
+
 @router.get("/health")
 async def health() -> dict[str, str]:
     """Liveness: the process answers."""

@@ -37,7 +37,8 @@ def test_build_gives_an_endpoint_engine_that_streams_tokens() -> None:
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     [finish] = [e for e in events if isinstance(e, FinishEvent)]
     assert len(tokens) == 4 and "".join(t.text for t in tokens) == finish.text == "xxxx"
-    assert finish.usage.completion_tokens == 4 and finish.usage.prompt_tokens == 5
+    assert finish.usage.completion_tokens == 4
+    assert finish.usage.prompt_tokens == 6  # what was sent: the manifest's tokenizer (BOS + 5 characters)
     assert finish.finish_reason == "length"
     assert finish.ttft_s is not None and 0.03 <= finish.ttft_s < 0.5  # the first call also opens the pool
     assert tokens[-1].time - tokens[0].time >= 0.045  # three 20 ms gaps: each token is stamped as it arrives

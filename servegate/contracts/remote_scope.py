@@ -1,0 +1,74 @@
+"""Which manifest fields servegate enforces in front of a remote engine, and which only describe the remote.
+
+For `runtime.backend: endpoint`, servegate's contract layer (runtime/contract_layer.py) applies the
+preprocess, postprocess and failure policy itself, so those mean the same as on the reference runtime.
+Fields that say how the remote runs the model (its quantization, KV cache, scheduler) cannot be set or
+read from outside: they are declared by whoever deployed the remote and are reported as declared, not
+verified, unless a measurement on the remote covers them (`VERIFIED_ON_REMOTE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+
+ENFORCED_IN_FRONT: dict[str, str] = {
+    "preprocess": "chat template, input limit and truncation, payload size, tenant identity: applied here, "
+    "the remote gets token ids",
+    "postprocess": "output cap, stop strings, output schema, logprobs passthrough, response cache: applied here",
+    "failure_policy": "deadline, bounded queue and overload answer, invalid output, fallback: applied here",
+    "batching.max_batch_size": "requests in flight to the remote at once (the rest wait in the bounded queue)",
+    "runtime.max_model_len": "prompt + output tokens allowed per request, checked here",
+    "runtime.seed": "sent with every request that gives no seed",
+    "runtime.kv_cache.cache_scope": "tenant scope sent as vLLM's cache_salt (a hash of the tenant); other "
+    "engines: declared only",
+}
+"""Field (prefix) -> how servegate enforces it in front of the remote."""
+
+DECLARED_BY_REMOTE: tuple[str, ...] = (
+    "weights.sha256",
+    "weights.format",
+    "weights.dtype",
+    "runtime.device",
+    "runtime.dtype",
+    "runtime.threads",
+    "runtime.cpu_linear",
+    "runtime.quantization",
+    "runtime.kv_cache.block_size",
+    "runtime.kv_cache.memory_budget",
+    "runtime.kv_cache.dtype",
+    "runtime.kv_cache.prefix_caching",
+    "batching.mode",
+    "batching.max_wait_ms",
+    "batching.max_num_batched_tokens",
+    "batching.chunked_prefill",
+)
+"""Fields that only describe how the remote runs the model: servegate can neither set nor read them."""
+
+VERIFIED_ON_REMOTE: dict[str, str] = {
+    "runtime.engine": "the engine and version the remote reports (/version), recorded at gate time",
+    "runtime.endpoint_model": "the model id the remote lists (/v1/models)",
+}
+"""Fields a probe of the remote checks."""
+
+
+def _value(data: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def remote_scope(served: ServedModel) -> dict[str, Any] | None:
+    """For an endpoint manifest: what is enforced here, verified on the remote, or only declared (None otherwise)."""
+    if served.runtime.backend == "reference":
+        return None
+    data = served.model_dump(mode="json")
+    declared = {path: _value(data, path) for path in DECLARED_BY_REMOTE}
+    return {
+        "enforced_in_front": dict(ENFORCED_IN_FRONT),
+        "verified_on_remote": dict(VERIFIED_ON_REMOTE),
+        "declared_not_verified": {k: v for k, v in declared.items() if v is not None},
+    }

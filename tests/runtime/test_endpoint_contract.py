@@ -1,0 +1,184 @@
+"""The endpoint backend applies the manifest's contract in front of the remote, as the reference engine does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime import build
+from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.endpoint import EndpointEngine
+from tests.runtime.fake_remote import FakeRemote, RemoteBehaviour
+
+LONG_PROMPT = "1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20+21+22+23+24+25+26+27+28+29+30="
+
+
+def endpoint(url: str, **sections: Any) -> ServedModel:
+    """An endpoint manifest over zoo:tiny-primary's tokenizer, with sections merged over the defaults."""
+    data: dict[str, Any] = {
+        "name": "remote",
+        "weights": {"source": "zoo:tiny-primary"},
+        "runtime": {"backend": "endpoint", "endpoint_url": url, "max_model_len": 256},
+        "preprocess": {"max_input_tokens": 96},
+        "postprocess": {"max_output_tokens": 32, "logprobs": True},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return ServedModel.model_validate(data)
+
+
+def run(engine: Any, *requests: GenerationRequest) -> list[Any]:
+    return engine.generate(list(requests))
+
+
+def test_an_over_long_prompt_is_rejected_here_and_never_reaches_the_remote() -> None:
+    with FakeRemote() as remote:
+        served = endpoint(remote.url, preprocess={"max_input_tokens": 16})
+        [result] = run(build(served), GenerationRequest("long", prompt=LONG_PROMPT))
+    assert isinstance(result, ErrorEvent) and result.error.code == "input_too_long"
+    assert remote.bodies == []
+
+
+def test_truncation_sends_the_remote_exactly_the_kept_tokens_and_reports_the_drop() -> None:
+    with FakeRemote() as remote:
+        served = endpoint(remote.url, preprocess={"max_input_tokens": 16, "truncation": "left"})
+        [result] = run(build(served), GenerationRequest("long", prompt=LONG_PROMPT, params=SamplingParams(4)))
+    assert isinstance(result, FinishEvent)
+    [body] = remote.bodies
+    assert len(body["prompt"]) == 16 and all(isinstance(t, int) for t in body["prompt"])
+    assert result.usage.prompt_tokens == 16 and result.usage.truncated_tokens == len(LONG_PROMPT) + 1 - 16
+
+
+def test_output_cap_stop_strings_and_seed_are_sent_and_applied() -> None:
+    with FakeRemote(RemoteBehaviour(answer=lambda ids, n: "12;34")) as remote:
+        served = endpoint(remote.url, postprocess={"max_output_tokens": 8, "stop": [";"]}, runtime={"seed": 7})
+        [result] = run(build(served), GenerationRequest("r", prompt="1+1=", params=SamplingParams(max_tokens=100)))
+    [body] = remote.bodies
+    assert body["max_tokens"] == 8 and body["stop"] == [";"] and body["seed"] == 7
+    assert isinstance(result, FinishEvent) and result.text == "12" and result.finish_reason == "stop"
+
+
+def test_logprobs_are_passed_through() -> None:
+    with FakeRemote() as remote:
+        params = SamplingParams(max_tokens=3, logprobs=True, top_logprobs=1)
+        [result] = run(build(endpoint(remote.url)), GenerationRequest("lp", prompt="1+1=", params=params))
+    assert isinstance(result, FinishEvent)
+    assert result.logprobs == pytest.approx((-0.5, -0.51, -0.52))
+    assert result.top_logprobs is not None and len(result.top_logprobs) == 3
+    assert remote.bodies[0]["logprobs"] == 1
+
+
+def test_the_queue_bound_answers_overloaded_with_retry_after() -> None:
+    with FakeRemote(RemoteBehaviour(delay_s=0.4)) as remote:
+        served = endpoint(
+            remote.url,
+            batching={"max_batch_size": 1},
+            failure_policy={"max_queue": 2, "retry_after_s": 3},
+        )
+        engine = build(served)
+        engine.start_sync()
+
+        async def burst() -> list[Any]:
+            async def one(i: int) -> Any:
+                events = [
+                    e async for e in engine.submit(GenerationRequest(f"b{i}", prompt="1+1=", params=SamplingParams(2)))
+                ]
+                return events[-1]
+
+            return list(await asyncio.gather(*(one(i) for i in range(6))))
+
+        results = asyncio.run(burst())
+    codes = [r.error.code if isinstance(r, ErrorEvent) else "ok" for r in results]
+    assert codes.count("ok") == 3 and codes.count("overloaded") == 3  # 1 in flight + 2 queued
+    rejected = next(r for r in results if isinstance(r, ErrorEvent))
+    assert rejected.error.status == 429 and rejected.error.headers() == {"Retry-After": "3"}
+    assert remote.in_flight_max == 1  # batching.max_batch_size bounds what the remote gets at once
+
+
+def test_the_deadline_counts_the_wait_in_the_queue() -> None:
+    with FakeRemote(RemoteBehaviour(delay_s=1.0)) as remote:
+        served = endpoint(remote.url, failure_policy={"request_timeout_s": 0.3})
+        [result] = run(build(served), GenerationRequest("slow", prompt="1+1="))
+    assert isinstance(result, ErrorEvent) and result.error.code == "deadline_exceeded"
+
+
+def test_the_response_cache_answers_repeats_without_the_remote() -> None:
+    with FakeRemote() as remote:
+        served = endpoint(remote.url, postprocess={"response_cache": {"enabled": True}})
+        engine = build(served)
+        first, second = (
+            run(engine, GenerationRequest(f"c{i}", prompt="1+1=", params=SamplingParams(3)))[0] for i in range(2)
+        )
+    assert len(remote.bodies) == 1
+    assert isinstance(second, FinishEvent) and second.cached and second.text == first.text
+
+
+def test_output_schema_is_checked_on_the_remote_answer() -> None:
+    schema = {"type": "object", "required": ["a"]}
+    with FakeRemote(RemoteBehaviour(answer=lambda ids, n: "not json")) as remote:
+        served = endpoint(remote.url, postprocess={"output_schema": schema})
+        [result] = run(build(served), GenerationRequest("j", prompt="1+1="))
+    assert isinstance(result, ErrorEvent) and result.error.code == "invalid_output"
+
+
+def test_a_failing_remote_hands_requests_to_the_declared_fallback(tmp_path: Any) -> None:
+    (tmp_path / "fallback.yaml").write_text(
+        "name: backup\nweights: {source: zoo:tiny-fallback}\npostprocess: {max_output_tokens: 32}\n"
+    )
+    with FakeRemote(RemoteBehaviour(status=500)) as remote:
+        data = endpoint(remote.url).model_dump(mode="python")
+        data["failure_policy"]["fallback"] = {"manifest": str(tmp_path / "fallback.yaml"), "on": ["error"]}
+        served = ServedModel.model_validate(data)
+        [result] = run(build(served), GenerationRequest("f", prompt="1+1=", params=SamplingParams(3)))
+    assert isinstance(result, FinishEvent) and result.fallback_used
+
+
+def test_tenant_scoped_prefix_cache_is_salted_for_vllm_and_the_tenant_never_leaves() -> None:
+    with FakeRemote() as remote:
+        served = endpoint(remote.url, runtime={"kv_cache": {"prefix_caching": True, "cache_scope": "tenant"}},
+                          batching={"mode": "continuous"})  # fmt: skip
+        run(
+            build(served),
+            *(GenerationRequest(f"t{t}", prompt="1+1=", tenant=t, params=SamplingParams(2)) for t in "ab"),
+        )
+    salts = [b.get("cache_salt") for b in remote.bodies]
+    assert None not in salts and len(set(salts)) == 2
+    assert all(b.get("user") is None and "a" != b["cache_salt"] for b in remote.bodies)
+
+
+def test_the_remote_identity_is_read_at_start() -> None:
+    with FakeRemote(RemoteBehaviour(version="0.32.0", max_model_len=256)) as remote:
+        engine = build(endpoint(remote.url))
+        assert isinstance(engine, EndpointEngine)
+        engine.start_sync()
+    assert engine.identity is not None
+    assert (engine.identity.engine, engine.identity.version, engine.identity.max_model_len) == ("vllm", "0.32.0", 256)
+
+
+def test_gate_serve_in_front_of_an_endpoint_enforces_limits_and_returns_logprobs() -> None:
+    from servegate.server import create_app
+
+    async def scenario(url: str) -> tuple[httpx.Response, httpx.Response]:
+        app = create_app(endpoint(url, preprocess={"max_input_tokens": 16}))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
+                for _ in range(200):
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.05)
+                long = await client.post("/v1/completions", json={"model": "remote", "prompt": LONG_PROMPT})
+                lp = await client.post(
+                    "/v1/completions", json={"model": "remote", "prompt": "1+1=", "max_tokens": 2, "logprobs": 1}
+                )
+        return long, lp
+
+    with FakeRemote() as remote:
+        long, lp = asyncio.run(scenario(remote.url))
+    assert long.status_code == 400 and long.json()["error"]["code"] == "input_too_long"
+    logprobs = lp.json()["choices"][0]["logprobs"]
+    assert logprobs is not None and logprobs["token_logprobs"] == pytest.approx([-0.5, -0.51])
