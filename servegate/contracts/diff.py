@@ -38,6 +38,8 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "runtime.backend": ("quality", "contract", "capacity"),
     "runtime.endpoint_url": ("quality", "contract", "capacity"),
     "runtime.endpoint_model": ("quality", "contract"),
+    # another engine or version behind the same model has changed quantized models' accuracy on its own
+    "runtime.engine": ("quality", "contract", "capacity"),
     "runtime.warmup": ("contract",),
     "runtime.seed": ("contract",),
     "batching": ("batching", "capacity"),

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext
+from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
@@ -178,6 +178,14 @@ class CachingGate(Gate):
             f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
+        if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
+            measurements["prefix_cache_observable"] = False
+            return self.result(
+                "warn",
+                f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
+                "visible from outside (servegate salts it per tenant on vLLM)",
+                measurements,
+            )
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",

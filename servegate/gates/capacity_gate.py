@@ -115,11 +115,11 @@ class CapacityGate(Gate):
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
-        if targets.memory is not None and on_remote(served):
+        if targets.memory is not None and peak is None and on_remote(served):
             peak, note = _remote_memory(served, ctx.remote)
             memory_bytes = peak
             unchecked = "" if peak is not None else f"memory target not checked: {note}"
-        elif targets.memory is not None:
+        if targets.memory is not None and not note:
             if peak is not None:
                 note = "memory: peak resident memory of the server process"
             elif memory is not None:  # a substituted server (tests): the plan, said as such

@@ -6,6 +6,7 @@ from typing import Any
 
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.remote_scope import remote_scope
 from servegate.model_cards.evidence import missing
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -105,6 +106,21 @@ def model_identity(served: ServedModel) -> dict[str, Any]:
         "weight_checksums_origin": origin,
         "intended_use": card.intended_use,
         "license": card.license,
+        "served_by": served_by(served),
+    }
+
+
+def served_by(served: ServedModel) -> dict[str, Any]:
+    """Which engine runs the model and, for a remote, which fields servegate enforces in front of it."""
+    scope = remote_scope(served)
+    engine = served.runtime.engine
+    if scope is None:
+        return {"backend": "reference", "engine": "servegate reference runtime"}
+    return {
+        "backend": served.runtime.backend,
+        "engine": f"{engine.name} {engine.version or ''}".strip() if engine else "as the remote reports it at gate time",
+        "enforced_in_front": sorted(scope["enforced_in_front"]),
+        "declared_not_verified": sorted(scope["declared_not_verified"]),
     }
 
 

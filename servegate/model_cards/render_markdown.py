@@ -46,7 +46,18 @@ def _identity(item: dict[str, Any], h: str) -> list[str]:
         ("Intended use", item.get("intended_use")),
         ("License", item.get("license")),
     ]
+    served_by = item.get("served_by") or {}
+    if served_by.get("backend", "reference") != "reference":
+        rows.append(("Served by", f"{served_by['engine']} ({served_by['backend']} backend)"))
     out = table(("Field", "Value"), rows)
+    if served_by.get("enforced_in_front"):
+        out += [
+            f"The model runs on a remote engine. servegate enforces {', '.join(served_by['enforced_in_front'])} "
+            "in front of it; these describe the remote and are declared, not verified: "
+            + (", ".join(served_by["declared_not_verified"]) or "none")
+            + ".",
+            "",
+        ]
     out += [f"{h}# Weight checksums", "", f"sha256 of each weight file, {item['weight_checksums_origin']}.", ""]
     out += table(("File", "sha256"), ((Raw(code(f)), Raw(code(d))) for f, d in item["weight_checksums"].items()))
     return out

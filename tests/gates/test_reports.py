@@ -64,7 +64,7 @@ def test_json_has_the_documented_shape() -> None:
     assert data["verdict"] == "fail" and data["fingerprint"] == "ab" * 32
     assert [g["name"] for g in data["gates"]] == ["contract", "truncation", "caching", "batching"]
     assert all({"name", "verdict", "reason", "measurements"} <= set(g) for g in data["gates"])
-    assert data["counts"] == {"pass": 1, "fail": 1, "warn": 1, "skipped": 1}
+    assert data["counts"] == {"pass": 1, "fail": 1, "warn": 1, "skipped": 1, "unavailable": 0}
 
 
 def test_markdown_lists_verdicts_and_the_failure_examples() -> None:
