@@ -157,7 +157,6 @@ class ServedModel(Section):
         rt.update(backend="reference", endpoint_url=None, endpoint_model=None, engine=None)
         return self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
 
-
     def with_engine(self, engine: dict[str, Any]) -> ServedModel:
         """A copy whose runtime.engine is `engine` (name, version): the identity a remote reported."""
         return self.with_changes(runtime={**self.runtime.model_dump(mode="python"), "engine": engine})

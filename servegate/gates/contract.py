@@ -88,9 +88,7 @@ def remote_drift(served: ServedModel, remote: Any) -> list[str]:
     if declared is not None and declared.name.lower() != remote.engine:
         problems.append(f"runtime.engine.name declares {declared.name!r}, the remote reports {remote.engine!r}")
     if declared is not None and declared.version is not None and declared.version != remote.version:
-        problems.append(
-            f"runtime.engine.version declares {declared.version!r}, the remote reports {remote.version!r}"
-        )
+        problems.append(f"runtime.engine.version declares {declared.version!r}, the remote reports {remote.version!r}")
     if remote.max_model_len is not None and remote.max_model_len < served.runtime.max_model_len:
         problems.append(
             f"runtime.max_model_len declares {served.runtime.max_model_len} tokens, the remote serves at most "

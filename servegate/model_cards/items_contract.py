@@ -116,9 +116,10 @@ def served_by(served: ServedModel) -> dict[str, Any]:
     engine = served.runtime.engine
     if scope is None:
         return {"backend": "reference", "engine": "servegate reference runtime"}
+    reported = "as reported by the remote at gate time"
     return {
         "backend": served.runtime.backend,
-        "engine": f"{engine.name} {engine.version or ''}".strip() if engine else "as the remote reports it at gate time",
+        "engine": f"{engine.name} {engine.version or ''}".strip() if engine else reported,
         "enforced_in_front": sorted(scope["enforced_in_front"]),
         "declared_not_verified": sorted(scope["declared_not_verified"]),
     }
