@@ -22,9 +22,7 @@ def _preprocess(served: ServedModel) -> list[Residual]:
             pre.max_input_tokens,
             "vLLM bounds only prompt + output by max-model-len",
         ),
-        _gateway(
-            "preprocess.max_payload_bytes", pre.max_payload_bytes, "vLLM parses bodies of any size (no 413)"
-        ),
+        _gateway("preprocess.max_payload_bytes", pre.max_payload_bytes, "vLLM parses bodies of any size (no 413)"),
         _gateway(
             "preprocess.truncation",
             pre.truncation,
@@ -61,9 +59,7 @@ def _postprocess(served: ServedModel) -> list[Residual]:
     if post.stop:
         out.append(_gateway("postprocess.stop", list(post.stop), "vLLM applies only the stop strings a request sends"))
     if post.output_schema is not None:
-        out.append(
-            _gateway("postprocess.output_schema", post.output_schema, "vLLM checks no output against a schema")
-        )
+        out.append(_gateway("postprocess.output_schema", post.output_schema, "vLLM checks no output against a schema"))
     cache = post.response_cache
     if cache.enabled:
         out.append(
@@ -86,9 +82,7 @@ def _failure_policy(served: ServedModel) -> list[Residual]:
         _gateway("failure_policy.retry_after_s", fail.retry_after_s, "vLLM sends no Retry-After"),
     ]
     if served.postprocess.output_schema is not None:
-        out.append(
-            _gateway("failure_policy.on_invalid_output", fail.on_invalid_output, "vLLM checks no output schema")
-        )
+        out.append(_gateway("failure_policy.on_invalid_output", fail.on_invalid_output, "vLLM checks no output schema"))
     if fail.fallback is not None:
         out.append(
             _gateway(

@@ -56,9 +56,7 @@ def _dtype(served: ServedModel, out: EngineArgs) -> None:
     rt, weights = served.runtime, served.weights
     dtype = rt.dtype if rt.dtype != "auto" else weights.dtype
     if rt.dtype != "auto" and weights.dtype not in ("auto", rt.dtype):
-        out.change(
-            "weights.dtype", weights.dtype, f"vLLM loads and computes in one dtype: {rt.dtype} (runtime.dtype)"
-        )
+        out.change("weights.dtype", weights.dtype, f"vLLM loads and computes in one dtype: {rt.dtype} (runtime.dtype)")
     if dtype == "auto":  # servegate's auto is float32 on CPU, bfloat16 on CUDA; vLLM's halves float32 checkpoints
         if rt.device == "auto":
             out.change(
@@ -95,9 +93,7 @@ def _quantization(served: ServedModel, out: EngineArgs) -> None:
         )
     for part in ("include_lm_head", "include_embeddings"):
         if getattr(quant, part):
-            out.change(
-                f"runtime.quantization.{part}", True, "vLLM's online quantization leaves this layer unquantized"
-            )
+            out.change(f"runtime.quantization.{part}", True, "vLLM's online quantization leaves this layer unquantized")
     if quant.calibration is not None:
         out.residual(
             "runtime.quantization.calibration",

@@ -14,7 +14,7 @@ Status = Literal["residual", "behaviour_change"]
 
 ENFORCERS: dict[str, str] = {
     "gateway": "servegate's gateway: `gate serve` with `runtime.backend: endpoint` in front of the engine",
-    "readiness_probe": "readiness_probe.py (generated from runtime.warmup): the deployment is not ready until it passes",
+    "readiness_probe": "readiness_probe.py (generated from runtime.warmup): not ready until the outputs match",
     "checksum_file": "weights.sha256 (generated): run `sha256sum -c weights.sha256` in the weights folder before start",
     "nowhere": "nothing in the deployment: only the gates (and `gate verify`) see it",
 }

@@ -50,7 +50,9 @@ def _model_reference(served: ServedModel, target: Target, override: str | None) 
     source = served.weights.source
     if override is not None:
         if target == "kserve" and not _URI.match(override):
-            raise ServegateError(f"--model for kserve is a URI such as hf://ORG/NAME, s3://... or pvc://... (got {override!r})")
+            raise ServegateError(
+                f"--model for kserve is a URI such as hf://ORG/NAME, s3://... or pvc://... (got {override!r})"
+            )
         return override, None
     if source.startswith("hf:"):
         repo, _, revision = source.removeprefix("hf:").partition("@")
@@ -165,12 +167,19 @@ def _kserve_files(served: ServedModel, mapped: EngineArgs, deploy: Deployment) -
     par = served.runtime.parallelism
     # KServe sets the model, its name and the parallelism from spec; the template's own args start vLLM
     drop = ("model", "served-model-name", "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
-    env = [{"name": "VLLM_ADDITIONAL_ARGS", "value": _additional_args({k: v for k, v in mapped.args.items() if k not in drop})}]
+    env = [
+        {
+            "name": "VLLM_ADDITIONAL_ARGS",
+            "value": _additional_args({k: v for k, v in mapped.args.items() if k not in drop}),
+        }
+    ]
     env += [{"name": name, "value": value} for name, value in sorted(mapped.env.items())]
     limits: dict[str, str] = {}
     requests: dict[str, str] = {}
     if served.runtime.device != "cpu":
-        limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(par.tensor_parallel_size * par.pipeline_parallel_size)
+        limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(
+            par.tensor_parallel_size * par.pipeline_parallel_size
+        )
     if served.runtime.threads is not None:
         requests["cpu"] = str(served.runtime.threads)
     targets = served.capacity.targets
@@ -219,7 +228,8 @@ def _target_residuals(served: ServedModel, target: Target, revision: str | None)
                 served.weights.source,
                 "behaviour_change",
                 "checksum_file",
-                f"KServe's hf:// URI names no revision: the storage initializer fetches the default branch, not {revision}",
+                f"KServe's hf:// URI names no revision: its storage initializer fetches the default branch, "
+                f"not {revision}",
             )
         )
     if target == "kserve" and served.runtime.parallelism.pipeline_parallel_size > 1:
@@ -229,7 +239,7 @@ def _target_residuals(served: ServedModel, target: Target, revision: str | None)
                 served.runtime.parallelism.pipeline_parallel_size,
                 "residual",
                 "nowhere",
-                "a pipeline across nodes also needs spec.worker (a multi-node pod spec), which the manifest does not say",
+                "a pipeline across nodes also needs spec.worker (a multi-node pod spec); the manifest has none",
             )
         )
     return out
