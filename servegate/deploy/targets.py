@@ -151,6 +151,11 @@ def _k8s_name(name: str) -> str:
     return slug[:63].rstrip("-") or "served-model"
 
 
+def _quantity(size: int) -> str:
+    """Bytes as a Kubernetes quantity (Gi when whole, else Mi rounded up)."""
+    return f"{size // 2**30}Gi" if size % 2**30 == 0 else f"{math.ceil(size / 2**20)}Mi"
+
+
 def _additional_args(args: dict[str, Any]) -> str:
     """vLLM arguments as one command-line string (booleans as --flag / --no-flag), sorted by name."""
     parts: list[str] = []
@@ -166,7 +171,14 @@ def _additional_args(args: dict[str, Any]) -> str:
 def _kserve_files(served: ServedModel, mapped: EngineArgs, deploy: Deployment) -> tuple[dict[str, str], list[str]]:
     par = served.runtime.parallelism
     # KServe sets the model, its name and the parallelism from spec; the template's own args start vLLM
-    drop = ("model", "served-model-name", "tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+    drop = (
+        "model",
+        "revision",
+        "served-model-name",
+        "tensor-parallel-size",
+        "pipeline-parallel-size",
+        "data-parallel-size",
+    )
     env = [
         {
             "name": "VLLM_ADDITIONAL_ARGS",
@@ -184,7 +196,7 @@ def _kserve_files(served: ServedModel, mapped: EngineArgs, deploy: Deployment) -
         requests["cpu"] = str(served.runtime.threads)
     targets = served.capacity.targets
     if targets is not None and targets.memory is not None:
-        limits["memory"] = requests["memory"] = f"{math.ceil(int(targets.memory) / 2**20)}Mi"
+        limits["memory"] = requests["memory"] = _quantity(int(targets.memory))
     container: dict[str, Any] = {"name": "main", "env": env}
     if limits or requests:
         container["resources"] = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
