@@ -149,6 +149,23 @@ def _engine_checks(
     ]
 
 
+def _gateway_check(served: ServedModel, remote: _Remote) -> GateResult:
+    """A servegate gateway says which manifest it serves in /ready: the fingerprint must be this one's."""
+    ready = remote.get("/ready")
+    data = None
+    if ready is not None:
+        try:
+            data = ready.json()
+        except ValueError:
+            data = None
+    observed = data.get("fingerprint") if isinstance(data, dict) else None
+    if observed is None:
+        return _result("fingerprint", None, "no servegate gateway answers /ready here", "GET /ready", None, None)
+    ok = observed == served.fingerprint
+    reason = "the gateway serves this manifest" if ok else f"the gateway serves fingerprint {str(observed)[:12]}"
+    return _result("fingerprint", ok, reason, "GET /ready", served.fingerprint, observed)
+
+
 def _cache_checks(served: ServedModel, remote: _Remote) -> list[GateResult]:
     kv = served.runtime.kv_cache
     metrics = remote.get("/metrics")
@@ -278,7 +295,7 @@ def verify_deployment(
         raise ServegateError(f"cannot reach {remote.base}/v1/models: check --url and that the deployment is up")
     declared = facts.declared_engine(served)
     declared = (engine or declared[0], engine_version or declared[1])
-    checks = _model_checks(served, models) + _engine_checks(remote, models, declared)
+    checks = [_gateway_check(served, remote), *_model_checks(served, models), *_engine_checks(remote, models, declared)]
     checks += _cache_checks(served, remote) + _warmup_checks(served, remote) + _error_checks(served, remote)
     identity = {"name": served.name, "version": served.version, "fingerprint": served.fingerprint}
     return VerifyReport(url=remote.base, manifest=identity, checks=checks, duration_s=time.perf_counter() - start)

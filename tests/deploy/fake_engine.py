@@ -34,6 +34,8 @@ class EngineState:
     long_prompt_status: int = 400
     unknown_field_status: int = 400
     long_prompt_chars: int = 128
+    ready_fingerprint: str | None = None
+    """Answer /ready with this fingerprint, as servegate's gateway does (None: no /ready, as vLLM)."""
 
 
 def _handler(state: EngineState) -> type[BaseHTTPRequestHandler]:
@@ -53,6 +55,8 @@ def _handler(state: EngineState) -> type[BaseHTTPRequestHandler]:
             if self.path == "/v1/models":
                 card = {"id": state.model_id, "object": "model", "max_model_len": state.max_model_len}
                 self._send(200, {"object": "list", "data": [card]})
+            elif self.path == "/ready" and state.ready_fingerprint is not None:
+                self._send(200, {"status": "ready", "model": state.model_id, "fingerprint": state.ready_fingerprint})
             elif self.path == "/version":
                 self._send(200, {"version": state.version})
             elif self.path == "/metrics":

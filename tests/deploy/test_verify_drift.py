@@ -57,6 +57,7 @@ def test_a_matching_deployment_passes(manifest: Path) -> None:
     assert report.drift == [] and report.verdict == "pass"
     verdicts = {c.name: c.verdict for c in report.checks}
     assert verdicts == {
+        "fingerprint": "skipped",  # no servegate gateway in front
         "name": "pass",
         "runtime.max_model_len": "pass",
         "runtime.engine.name": "skipped",  # reported vllm; the manifest declares no engine
@@ -99,6 +100,14 @@ def test_each_drift_is_named_by_its_manifest_field(case: str, manifest: Path) ->
     assert report.drift == fields
     failed = next(c for c in report.checks if c.name == fields[0])
     assert failed.measurements["declared"] != failed.measurements["observed"]
+
+
+def test_a_gateway_must_serve_this_manifest(manifest: Path) -> None:
+    served = load_manifest(manifest)
+    with fake_engine(replace(EngineState(), ready_fingerprint=served.fingerprint)) as url:
+        assert verify_deployment(served, url, engine_version="0.32.0").drift == []
+    with fake_engine(replace(EngineState(), ready_fingerprint="0" * 64)) as url:
+        assert verify_deployment(served, url, engine_version="0.32.0").drift == ["fingerprint"]
 
 
 def test_declared_truncation_changes_the_expected_status(manifest: Path) -> None:
