@@ -296,6 +296,8 @@ def verify_deployment(
     declared = facts.declared_engine(served)
     declared = (engine or declared[0], engine_version or declared[1])
     checks = [_gateway_check(served, remote), *_model_checks(served, models), *_engine_checks(remote, models, declared)]
-    checks += _cache_checks(served, remote) + _warmup_checks(served, remote) + _error_checks(served, remote)
+    checks += _cache_checks(served, remote)
+    if served.preprocess.task == "generate":  # the warm-up and error probes are completions
+        checks += _warmup_checks(served, remote) + _error_checks(served, remote)
     identity = {"name": served.name, "version": served.version, "fingerprint": served.fingerprint}
     return VerifyReport(url=remote.base, manifest=identity, checks=checks, duration_s=time.perf_counter() - start)
