@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from servegate.deploy.residual import ExportPlan
 
 STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "dim"}
 
@@ -42,7 +47,7 @@ def export(
 
     Targets: `vllm` (config.yaml for `vllm serve --config`, vllm.env), `ray-serve` (a Serve config whose
     LLMConfig engine_kwargs are vLLM's arguments), `kserve` (an LLMInferenceService). Every export also
-    writes readiness_probe.py (the warm-up checks) and weights.sha256. The vLLM config is checked with
+    writes readiness_probe.py (the warm-up checks) and weights.sha256 (its checksums). The vLLM config is checked with
     vLLM's own parser when vLLM is installed ($SERVEGATE_VLLM_PYTHON or .venvs/vllm), against vLLM 0.32's
     option list otherwise. Exit 1 with --strict when a field would be served with another value.
 
@@ -90,17 +95,14 @@ def _check_config(out_dir: Path, target: str) -> str | None:
     return f"config.yaml checked with {how}, vLLM {result.vllm_version}"
 
 
-def _print_residuals(plan: object, console: object) -> None:
-    from servegate.deploy.residual import ExportPlan
-
-    assert isinstance(plan, ExportPlan)
+def _print_residuals(plan: ExportPlan, console: Console) -> None:
     table = Table(title=f"gate export: {plan.identity['name']} -> {plan.target}: not expressed", title_justify="left")
     for column in ("field", "status", "enforced by", "gates"):
         table.add_column(column, overflow="fold")
     for r in plan.sorted_residuals():
         status = "[bold yellow]behaviour change[/]" if r.status == "behaviour_change" else "residual"
         table.add_row(r.field, status, r.enforced_by, ", ".join(r.gates))
-    console.print(table)  # type: ignore[attr-defined]
+    console.print(table)
 
 
 def verify(
