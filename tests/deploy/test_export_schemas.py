@@ -85,3 +85,23 @@ def test_vllm_own_parser_accepts_the_export(case: str, tmp_path: Path) -> None:
     broken = tmp_path / "config.yaml"
     broken.write_text((GOLDEN / case / "vllm/config.yaml").read_text() + "no-such-option: 1\n")
     assert not check_with_vllm(broken, python).ok
+
+
+@pytest.mark.parametrize("case", ["quickstart", "multigpu"])
+def test_kserve_additional_args_are_vllm_options(case: str) -> None:
+    import shlex
+
+    resource = yaml.safe_load((GOLDEN / case / "kserve/llminferenceservice.yaml").read_text())
+    env = resource["spec"]["template"]["containers"][0]["env"]
+    args = shlex.split(next(e["value"] for e in env if e["name"] == "VLLM_ADDITIONAL_ARGS"))
+    config: dict[str, Any] = {}
+    for arg in args:
+        key, _, value = arg.removeprefix("--").partition("=")
+        if value:
+            config[key] = int(value) if value.isdigit() else value
+        elif key.startswith("no-"):
+            config[key.removeprefix("no-")] = False
+        else:
+            config[key] = True
+    assert check_against_known_keys(config).problems == ()
+    assert "model" not in config and "tensor-parallel-size" not in config  # KServe sets these from spec
