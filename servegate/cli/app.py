@@ -12,7 +12,7 @@ import sys
 import typer
 
 from servegate import __version__
-from servegate.cli import bench, check, manifest_commands, note, plan, profile, run, serve, zoo
+from servegate.cli import bench, check, deploy, manifest_commands, note, plan, profile, run, serve, zoo
 from servegate.cli import eval as eval_command
 from servegate.cli.import_noise import silence_import_noise
 from servegate.contracts.errors import ServegateError
@@ -35,6 +35,7 @@ eval_command.register(app)
 plan.register(app)
 bench.register(app)
 profile.register(app)
+deploy.register(app)
 app.add_typer(zoo.app, name="zoo")
 
 

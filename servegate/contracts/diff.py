@@ -35,6 +35,9 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "runtime.compile": ("quality", "batching", "capacity"),
     "runtime.compile_batch_sizes": ("quality", "batching", "capacity"),
     "runtime.device": ("quantization", "capacity"),
+    # splitting layers across devices reorders their sums (all-reduce): outputs are re-checked, not only speed
+    "runtime.parallelism": ("quality", "capacity"),
+    "runtime.parallelism.data_parallel_size": ("capacity",),  # whole copies: only the throughput changes
     "runtime.backend": ("quality", "contract", "capacity"),
     "runtime.endpoint_url": ("quality", "contract", "capacity"),
     "runtime.endpoint_model": ("quality", "contract"),

@@ -175,6 +175,17 @@ class EngineIdentity(Section):
     """Engine version, e.g. `0.32.0`; a different version is different behaviour (it is fingerprinted)."""
 
 
+class Parallelism(Section):
+    """How the model is split across devices by an engine that can (vLLM); the reference backend runs on one."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, le=1024)
+    """Devices each layer's weights are split across (vLLM --tensor-parallel-size)."""
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)
+    """Stages the layers are split into, one device group each (vLLM --pipeline-parallel-size)."""
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    """Full copies of the model in one deployment, each serving its own requests (vLLM --data-parallel-size)."""
+
+
 class Runtime(Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
@@ -216,6 +227,8 @@ class Runtime(Section):
     """Weight quantization."""
     kv_cache: KVCache | None = None
     """Paged KV cache; required by continuous batching."""
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Tensor, pipeline and data parallelism of an engine deployment (`gate export`); one device when 1."""
     warmup: list[WarmupPrompt] = Field(default_factory=list)
     """Prompts run at start-up with their expected outputs (a broken deploy is caught before traffic)."""
 

@@ -113,20 +113,23 @@ def json_text(report: GateReport) -> str:
     return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
 
 
-def junit_xml(report: GateReport, strict: bool = False) -> str:
+def junit_xml(
+    report: GateReport, strict: bool = False, *, command: str = "gate check", classname: str = "servegate.gates"
+) -> str:
     """JUnit XML: one testcase per gate; a failing gate's reason is the failure message.
 
     Warnings are reported in system-out, and as failures under --strict; skipped gates as <skipped>; a gate
-    whose engine was unavailable as an <error> (nothing was measured).
+    whose engine was unavailable as an <error> (nothing was measured). `command` and `classname` name the
+    suite and cases (`gate verify` writes its checks the same way).
     """
     failed = [g for g in report.gates if g.verdict == "fail" or (strict and g.verdict == "warn")]
     skipped = [g for g in report.gates if g.verdict == "skipped"]
     errored = [g for g in report.gates if g.verdict == "unavailable"]
-    suites = ET.Element("testsuites", name="servegate gate check")
+    suites = ET.Element("testsuites", name=f"servegate {command}")
     suite = ET.SubElement(
         suites,
         "testsuite",
-        name=f"gate check {report.candidate['name']}",
+        name=f"{command} {report.candidate['name']}",
         tests=str(len(report.gates)),
         failures=str(len(failed)),
         errors=str(len(errored)),
@@ -135,7 +138,7 @@ def junit_xml(report: GateReport, strict: bool = False) -> str:
     )
     for gate in report.gates:
         case = ET.SubElement(
-            suite, "testcase", classname="servegate.gates", name=gate.name, time=f"{gate.duration_s:.3f}"
+            suite, "testcase", classname=classname, name=gate.name, time=f"{gate.duration_s:.3f}"
         )
         if gate in failed:
             failure = ET.SubElement(case, "failure", message=gate.reason, type=gate.verdict)
