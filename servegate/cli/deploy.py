@@ -13,7 +13,7 @@ from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from servegate.deploy.residual import ExportPlan
+    from servegate.contracts.residual import ExportPlan
 
 STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "dim"}
 

@@ -7,7 +7,7 @@ vLLM, Ray Serve LLM and KServe all expose vLLM's OpenAI server, which has none o
 from __future__ import annotations
 
 from servegate.contracts.manifest import ServedModel
-from servegate.deploy.residual import Residual
+from servegate.contracts.residual import Residual
 
 
 def _gateway(path: str, value: object, reason: str) -> Residual:

@@ -17,10 +17,10 @@ import yaml
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.residual import ExportPlan, Residual, residual_json, residual_markdown
 from servegate.deploy.contract_residuals import contract_residuals
-from servegate.deploy.engine_args import EngineArgs, engine_args
 from servegate.deploy.probe_script import readiness_probe_script
-from servegate.deploy.residual import ExportPlan, Residual, residual_json, residual_markdown
+from servegate.runtime.vllm_args import EngineArgs, engine_args
 
 Target = Literal["vllm", "ray-serve", "kserve"]
 TARGETS: tuple[Target, ...] = ("vllm", "ray-serve", "kserve")

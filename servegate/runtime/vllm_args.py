@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
-from servegate.deploy.residual import Expressed, Residual
+from servegate.contracts.residual import Expressed, Residual
 
 # servegate method -> vLLM online quantization that does the same to the weights (None: vLLM has none)
 QUANTIZATION: dict[str, str | None] = {
