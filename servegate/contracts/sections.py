@@ -11,20 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from servegate.contracts.engine_sections import EngineIdentity, Parallelism, VllmProcess
+from servegate.contracts.section_base import Section
 from servegate.contracts.units import ByteSize
 
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _HF_SOURCE = re.compile(r"^hf:[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _ZOO_SOURCE = re.compile(r"^zoo:[a-z0-9][a-z0-9-]*$")
-
-
-class Section(BaseModel):
-    """Base of every manifest section: unknown keys fail, values are immutable once loaded."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def check_json_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -166,37 +162,20 @@ class KVCache(Section):
     """Prefix cache sharing: per `tenant` (hashes salted with the tenant) or `global` (shared by all tenants)."""
 
 
-class EngineIdentity(Section):
-    """The serving engine behind a manifest, as declared or as the remote reported it at gate time."""
-
-    name: str = Field(min_length=1, max_length=64)
-    """Engine name as the remote reports it, e.g. `vllm` (`/version`) or `servegate`."""
-    version: str | None = Field(default=None, max_length=64)
-    """Engine version, e.g. `0.32.0`; a different version is different behaviour (it is fingerprinted)."""
-
-
-class Parallelism(Section):
-    """How the model is split across devices by an engine that can (vLLM); the reference backend runs on one."""
-
-    tensor_parallel_size: int = Field(default=1, ge=1, le=1024)
-    """Devices each layer's weights are split across (vLLM --tensor-parallel-size)."""
-    pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)
-    """Stages the layers are split into, one device group each (vLLM --pipeline-parallel-size)."""
-    data_parallel_size: int = Field(default=1, ge=1, le=1024)
-    """Full copies of the model in one deployment, each serving its own requests (vLLM --data-parallel-size)."""
-
-
 class Runtime(Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
-    backend: Literal["reference", "endpoint"] = "reference"
-    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url,
-    with servegate applying preprocess, postprocess and failure policy in front of it."""
+    backend: Literal["reference", "endpoint", "vllm"] = "reference"
+    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url;
+    `vllm`: vLLM's OpenAI server, started by servegate from this manifest (`runtime.vllm`). For the last two,
+    servegate applies the preprocess, postprocess and failure policy in front of the engine."""
     endpoint_url: str | None = None
     """Base URL of the OpenAI-compatible server (e.g. http://10.0.0.5:8000/v1) when backend is `endpoint`.
     Where the remote runs, not what it serves: not part of the fingerprint."""
     endpoint_model: str | None = None
     """Model name to send to the endpoint (defaults to the manifest's name)."""
+    vllm: VllmProcess | None = None
+    """How servegate starts vLLM for backend: vllm (interpreter, port, log, start-up time); defaults when absent."""
     engine: EngineIdentity | None = None
     """The engine that runs the model (name and version). For an endpoint, declare it to pin it (a remote that
     reports another engine or version fails the contract gate); left out, gate check records what the remote
@@ -236,6 +215,10 @@ class Runtime(Section):
     def _endpoint_needs_url(self) -> Runtime:
         if self.backend == "endpoint" and not self.endpoint_url:
             raise ValueError("backend: endpoint needs endpoint_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.backend == "vllm" and self.endpoint_url:
+            raise ValueError("backend: vllm starts its own server: remove endpoint_url (or use backend: endpoint)")
+        if self.vllm is not None and self.backend != "vllm":
+            raise ValueError(f"runtime.vllm configures backend: vllm, but the backend is {self.backend}")
         if self.endpoint_url and not re.match(r"^https?://", self.endpoint_url):
             raise ValueError(f"endpoint_url must start with http:// or https:// (got {self.endpoint_url!r})")
         return self
@@ -257,8 +240,8 @@ class Runtime(Section):
             raise ValueError(
                 f"compile: decode freezes float weights; it does not take quantization {self.quantization.method!r}"
             )
-        if self.backend == "endpoint":
-            raise ValueError("compile: decode applies to the reference backend, not to an endpoint")
+        if self.backend != "reference":
+            raise ValueError(f"compile: decode applies to the reference backend, not to backend: {self.backend}")
         return self
 
 
