@@ -1,12 +1,13 @@
 """servegate's reference runtime and vLLM give the same greedy text on the zoo's generation suites.
 
 Both run zoo:tiny-primary in fp32; vLLM is reached the way a user reaches a remote deployment, through
-an endpoint manifest. Every test item whose prompt plus completion fits max_model_len is compared, and
-every item that differs is printed with its prompt and both outputs.
+an endpoint manifest. Every item of both splits (test, calibration) whose prompt plus completion fits
+max_model_len is compared, and every item that differs is printed with its prompt and both outputs.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from servegate.contracts.evaluation import Suite
 from servegate.gates.evaluation import ItemOutput, SuiteItem, generate, load_suite_data, requests_for
 from servegate.runtime import build
 from servegate.runtime.api import Engine
-from servegate.zoo import zoo_model_path
+from servegate.zoo import SPLITS, zoo_model_path
 
 pytestmark = pytest.mark.engines
 
@@ -49,17 +50,17 @@ def test_vllm_and_the_reference_runtime_agree_token_for_token_on_every_generatio
     differences: list[str] = []
     compared = 0
     try:
-        for name in GENERATION_SUITES:
-            suite = Suite(name=name, dataset=f"zoo:{name}")
+        for name, split in itertools.product(GENERATION_SUITES, SPLITS):
+            suite = Suite(name=f"{name}-{split}", dataset=f"zoo:{name}", split=split)
             data = load_suite_data(reference_served, suite)
             items = fitting_items(suite, data.items)
-            assert len(items) == len(data.items), f"{name}: every zoo item fits {MAX_MODEL_LEN} tokens"
+            assert len(items) == len(data.items), f"{suite.name}: every zoo item fits {MAX_MODEL_LEN} tokens"
             started = time.monotonic()
             expected = outputs_of(reference, data, items, chunk=64)
             middle = time.monotonic()
             got = outputs_of(remote, data, items, chunk=VLLM_CONCURRENCY)
             print(
-                f"\n{name}: {len(items)} items, reference {middle - started:.1f} s, "
+                f"\n{suite.name}: {len(items)} items, reference {middle - started:.1f} s, "
                 f"vLLM {time.monotonic() - middle:.1f} s at concurrency {VLLM_CONCURRENCY}"
             )
             for item, ours, theirs in zip(items, expected, got, strict=True):
@@ -76,5 +77,5 @@ def test_vllm_and_the_reference_runtime_agree_token_for_token_on_every_generatio
             shutdown()
     for line in differences:
         print(line)
-    assert compared >= 1500
+    assert compared >= 2100  # 500 test and 200 calibration items per suite
     assert not differences, f"{len(differences)} of {compared} items differ (printed above); first: {differences[0]}"

@@ -1,7 +1,7 @@
 """Launch vLLM's OpenAI-compatible server as a child process, wait until it really generates, stop it.
 
-Written to move into servegate for `runtime.backend: vllm`: it depends only on the standard library
-and httpx. Readiness is a real greedy completion, not `/health` (vLLM answers 200 there even when
+Written to move into servegate for `runtime.backend: vllm`: it depends only on the standard library,
+httpx and prometheus_client. Readiness is a real greedy completion, not `/health` (vLLM answers 200 there even when
 the model cannot run, e.g. a head_dim its CPU attention lacks). The server gets its own process
 group, so stopping it also stops the engine-core and worker processes it forks.
 """
@@ -24,8 +24,8 @@ import httpx
 VLLM_PYTHON_ENV = "SERVEGATE_VLLM_PYTHON"
 """Environment variable naming the interpreter that has vLLM installed."""
 
-# Lines of the server log worth quoting when it fails: the engine's own reason is usually among them.
-_REASON = re.compile(r"error|exception|unsupported|not supported|failed|traceback", re.IGNORECASE)
+# An exception line of a traceback ("RuntimeError: Worker failed with error '...'"), after vLLM's log prefix.
+_EXCEPTION = re.compile(r"(?:^|\]\s+|\s)((?:[\w.]+\.)?\w*(?:Error|Exception): .+)$")
 # "... KV cache size: 699,008 tokens" as vLLM 0.32's CPU worker logs it.
 _KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens", re.IGNORECASE)
 
@@ -174,11 +174,15 @@ class VllmServer:
             raise self._failure(f"readiness completion answered {resp.status_code}: {resp.text[:500]}")
 
     def _failure(self, what: str) -> VllmLaunchError:
-        """An error naming what went wrong, the engine's own reason lines, and where the full log is."""
+        """An error naming what went wrong, the engine's own exceptions, the log's last lines and its path."""
         time.sleep(0.5)  # let a dying engine finish writing its traceback
-        reasons = self.reason_lines()
-        detail = "\n".join(reasons[-12:]) if reasons else "\n".join(self.log_tail(20))
-        return VllmLaunchError(f"{what}\n{detail}\n(full log: {self.log_path})")
+        errors = self.engine_errors()
+        parts = [what]
+        if errors:
+            parts.append("engine errors:\n  " + "\n  ".join(errors[:5]))
+        parts.append("last log lines:\n  " + "\n  ".join(self.log_tail(8)))
+        parts.append(f"(full log: {self.log_path})")
+        return VllmLaunchError("\n".join(parts))
 
     def log_text(self) -> str:
         """Everything the server has written so far."""
@@ -193,14 +197,30 @@ class VllmServer:
         """The last `lines` lines of the server log."""
         return self.log_text().splitlines()[-lines:]
 
-    def reason_lines(self) -> list[str]:
-        """Log lines that mention an error, an exception or an unsupported configuration."""
-        return [line for line in self.log_text().splitlines() if _REASON.search(line)]
+    def engine_errors(self) -> list[str]:
+        """The distinct exception lines of the server log ("RuntimeError: ..."), first seen first."""
+        found: dict[str, None] = {}
+        for line in self.log_text().splitlines():
+            match = _EXCEPTION.search(line)
+            if match:
+                found.setdefault(match.group(1).strip(), None)
+        return list(found)
 
     def kv_cache_tokens(self) -> int | None:
         """The KV cache size in tokens that vLLM logged at start-up, or None before it did."""
         found = _KV_TOKENS.search(self.log_text())
         return int(found.group(1).replace(",", "")) if found else None
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """The server's /metrics as {sample name: [(labels, value), ...]} (Prometheus text format)."""
+        resp = httpx.get(self.launch.base_url + "/metrics", timeout=30.0)
+        resp.raise_for_status()
+        return parse_metrics(resp.text)
+
+    def cache_config(self) -> dict[str, str]:
+        """The labels of `vllm:cache_config_info`: block_size, kv_cache_memory_bytes, kv_cache_size_tokens, ..."""
+        samples = self.metrics().get("vllm:cache_config_info") or [({}, 0.0)]
+        return samples[0][0]
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM the whole process group, SIGKILL it after grace_s; returns the server's exit status."""
@@ -219,6 +239,17 @@ class VllmServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition as {sample name: [(labels, value), ...]}, in the order given."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return out
 
 
 def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> int | None:
