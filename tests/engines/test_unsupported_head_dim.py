@@ -1,7 +1,8 @@
 """A model vLLM's CPU build cannot run fails at readiness with vLLM's own reason, not as a dead engine later.
 
 zoo:tiny-fallback has head_dim 16, which vLLM's CPU attention lacks. Its server starts and answers
-/health with 200; only a real completion shows that the engine cannot run the model.
+/health with 200; only a real completion shows that the engine cannot run the model. (This file sorts
+before the test_vllm_* files, so it runs before the session's tiny-primary server starts.)
 """
 
 from __future__ import annotations
