@@ -74,6 +74,7 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
     Example: gate validate examples/quickstart/manifest.yaml --set batching.mode=continuous
     """
     served = load(manifest, set_)
+    residuals = _vllm_residuals(served)
     console = console_for(json_out)
     table = Table(title=f"{served.name} {served.version}: valid", show_header=True)
     table.add_column("element")
@@ -84,6 +85,8 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
     scope = remote_scope(served)
     if scope is not None:
         console.print(_scope_table(served, scope))
+    for line in residuals:
+        console.print(f"note: {line}")
     console.print(f"fingerprint {served.fingerprint}")
     if not served.weights.sha256:
         console.print("note: weights.sha256 is empty, so the fingerprint cannot tell two checkpoints apart")
@@ -93,9 +96,20 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
     write_json(json_out, payload)
 
 
+def _vllm_residuals(served: ServedModel) -> list[str]:
+    """For backend: vllm, what vLLM leaves to others (an error when it would serve a field differently)."""
+    if served.runtime.backend != "vllm":
+        return []
+    from servegate.runtime.vllm_backend import vllm_arguments
+
+    args = vllm_arguments(served, served.weights.source)  # raises, naming each field vLLM would change
+    return [f"{r.field}: {r.reason} (enforced by {r.enforced_by})" for r in args.residuals]
+
+
 def _scope_table(served: ServedModel, scope: dict[str, Any]) -> Table:
     """For an endpoint manifest: which fields servegate enforces in front, verifies, or only repeats."""
-    table = Table(title=f"{served.runtime.backend} {served.runtime.endpoint_url}: who holds each field")
+    where = served.runtime.endpoint_url or "started by servegate"
+    table = Table(title=f"{served.runtime.backend} ({where}): who holds each field")
     table.add_column("field")
     table.add_column("held by")
     for path, how in scope["enforced_in_front"].items():

@@ -49,9 +49,30 @@ class EnginePool:
     """Builds one engine per manifest fingerprint (and tag) and shuts them all down at the end."""
 
     def __init__(self, factory: EngineFactory | None = None) -> None:
-        self.factory = factory or default_engine_factory
+        self._factory = factory or default_engine_factory
         self._engines: dict[tuple[str, str], Engine] = {}
+        self._vllm: dict[str, Engine] = {}
+        """Running vLLM servers by launch key: manifests that differ only in front of vLLM share one."""
         self.built = 0
+
+    @property
+    def factory(self) -> EngineFactory:
+        """Builds an engine for a manifest (not started); vLLM servers are started once per launch key."""
+        return self.build
+
+    def build(self, served: ServedModel) -> Engine:
+        """A new engine for `served`; a vllm manifest whose server already runs gets an engine over it."""
+        if served.runtime.backend != "vllm" or self._factory is not default_engine_factory:
+            return self._factory(served)
+        from servegate.runtime.vllm_backend import attach, launch_key
+
+        key = launch_key(served)
+        running = self._vllm.get(key)
+        if running is not None:
+            return attach(served, running)  # type: ignore[arg-type]
+        engine = self._factory(served)
+        self._vllm[key] = engine
+        return engine
 
     def get(self, served: ServedModel, tag: str = "") -> Engine:
         """The shared engine for `served`; a distinct `tag` gets a fresh one (e.g. a cold cache)."""
@@ -62,7 +83,7 @@ class EnginePool:
 
     def fresh(self, served: ServedModel) -> Engine:
         """A new engine that no one else uses (closed with the pool)."""
-        engine = self.factory(served)
+        engine = self.build(served)
         _start(engine)
         self.built += 1
         self._engines[(served.fingerprint, f"fresh-{self.built}")] = engine
@@ -70,7 +91,10 @@ class EnginePool:
 
     def close(self) -> None:
         """Shut every engine down (errors while closing are ignored: the results are already in)."""
-        for engine in self._engines.values():
+        owned = list(self._engines.values())
+        owned += [e for e in self._vllm.values() if all(e is not o for o in owned)]
+        self._vllm.clear()
+        for engine in owned:
             shutdown = getattr(engine, "shutdown", None)
             if shutdown is None:
                 continue
@@ -274,4 +298,5 @@ def remote_label(ctx: GateContext) -> str:
     who = "endpoint"
     if ctx.remote is not None:
         who = f"{ctx.remote.engine} {ctx.remote.version or '(version not reported)'}"
-    return f"{who} serving {rt.endpoint_model or ctx.candidate.name} at {rt.endpoint_url} (measured whole, as deployed)"
+    where = f"at {rt.endpoint_url}" if rt.endpoint_url else "started by servegate from the manifest"
+    return f"{who} serving {rt.endpoint_model or ctx.candidate.name} {where} (measured whole, as deployed)"

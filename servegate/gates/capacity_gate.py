@@ -38,6 +38,26 @@ def _local_server(served: ServedModel) -> AbstractContextManager[Any]:
     return LocalServer(served)
 
 
+class _RunningVllm:
+    """The vLLM server a vllm-backend engine started, as the server this gate benches and measures."""
+
+    memory_note = "memory: resident memory of vLLM's processes (API server, engine core, workers) after the bench"
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.url = engine.base_url.removesuffix("/v1")
+
+    def __enter__(self) -> _RunningVllm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def peak_rss_bytes(self) -> int | None:
+        """vLLM's process group, resident, now."""
+        return self.engine.memory_bytes()  # type: ignore[no-any-return]
+
+
 def _peak_memory(server: Any) -> int | None:
     """Peak resident memory of the server the gate ran, bytes, when it runs here (None for an endpoint)."""
     peak = getattr(server, "peak_rss_bytes", None)
@@ -109,9 +129,12 @@ class CapacityGate(Gate):
         memory = _memory(served) if targets.memory is not None and not on_remote(served) else None
         ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
         prepared = ctx.prepared.pop(self.name, None)
+        if prepared is None and served.runtime.backend == "vllm" and type(self).server_factory is _local_server:
+            prepared = _RunningVllm(ctx.engines.get(served))  # the vLLM the other gates use, started once
         with prepared if prepared is not None else self.server_factory(served) as server:
             report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
             peak = _peak_memory(server)
+            own_note = getattr(server, "memory_note", None)
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
@@ -121,7 +144,7 @@ class CapacityGate(Gate):
             unchecked = "" if peak is not None else f"memory target not checked: {note}"
         if targets.memory is not None and not note:
             if peak is not None:
-                note = "memory: peak resident memory of the server process"
+                note = own_note or "memory: peak resident memory of the server process"
             elif memory is not None:  # a substituted server (tests): the plan, said as such
                 memory_bytes = memory.total_bytes
                 note = "memory: planned (weights, KV pool, runtime estimate), not measured"
@@ -156,7 +179,7 @@ class CapacityGate(Gate):
         target = HttpTarget.for_manifest(url, served)
         try:
             await target.probe()
-            prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)
+            prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
             result = await run_bench(
                 target, workload, prompts, slo=slo_from_targets(targets), progress=ctx.progress.advance
             )

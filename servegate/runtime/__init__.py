@@ -13,7 +13,8 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
     """The engine a manifest declares, not yet started (call `await engine.start()` or `start_sync()`).
 
     runtime.backend `reference` gives servegate's in-process engine; `endpoint` an OpenAI-compatible server
-    wrapped in the same contract (runtime/contract_layer.py). With fallback=True and a declared
+    wrapped in the same contract (runtime/contract_layer.py); `vllm` a vLLM server servegate starts from the
+    manifest, wrapped the same way. With fallback=True and a declared
     failure_policy.fallback, the fallback manifest's engine is built too and serves the requests the
     declared triggers route to it (on CPU, with at most the cores the primary leaves: runtime/shared_cores.py).
     """
@@ -30,6 +31,10 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
 
         primary: Engine = EndpointEngine(served, fallback=backup_engine)
         return primary
+    if served.runtime.backend == "vllm":
+        from servegate.runtime.vllm_backend import VllmEngine
+
+        return VllmEngine(served, fallback=backup_engine)
     from servegate.runtime.engine import ReferenceEngine
 
     return ReferenceEngine(served, fallback=backup_engine)

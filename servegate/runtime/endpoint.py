@@ -101,12 +101,15 @@ class EndpointEngine:
         fallback: Any = None,
         client: httpx.AsyncClient | None = None,
         tokenizer: Any = None,
+        base_url: str | None = None,
     ) -> None:
-        """`fallback`: the fallback manifest's engine; `client`, `tokenizer`: given parts (tests)."""
-        if not served.runtime.endpoint_url:
+        """`fallback`: the fallback manifest's engine; `client`, `tokenizer`: given parts (tests); `base_url`:
+        the server's API URL when the manifest does not name one (a server servegate started itself)."""
+        url = base_url or served.runtime.endpoint_url
+        if not url:
             raise ValueError("the endpoint backend needs runtime.endpoint_url")
         self.served = served
-        base = served.runtime.endpoint_url.rstrip("/")
+        base = url.rstrip("/")
         self.base_url = base if base.endswith("/v1") else base + "/v1"
         self.model = served.runtime.endpoint_model or served.name
         self.identity: RemoteIdentity | None = None

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_process import VllmLaunch, VllmServer, free_port
-
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.vllm_process import VllmLaunch, VllmServer, free_port
 
 SERVED_NAME = "tiny-primary"
 """The name the vLLM server serves zoo:tiny-primary under (`--served-model-name`)."""

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from engines_support import READY_PROMPT, READY_TIMEOUT_S, launch_for
-from vllm_process import VllmLaunchError, VllmServer
 
+from servegate.runtime.vllm_process import VllmLaunchError, VllmServer
 from servegate.zoo import zoo_model_path
 
 pytestmark = pytest.mark.engines

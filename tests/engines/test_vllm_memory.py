@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_process import VllmServer
 
 from servegate.capacity.memory import num_kv_blocks
+from servegate.runtime.vllm_process import VllmServer
 from servegate.zoo import zoo_model_path
 
 pytestmark = pytest.mark.engines

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from engines_support import MAX_MODEL_LEN, endpoint_manifest, reference_manifest
 from transformers import AutoTokenizer
-from vllm_process import VllmServer
 
 from servegate.contracts.evaluation import Suite
 from servegate.gates.evaluation import ItemOutput, SuiteItem, generate, load_suite_data, requests_for
 from servegate.runtime import build
 from servegate.runtime.api import Engine
+from servegate.runtime.vllm_process import VllmServer
 from servegate.zoo import SPLITS, zoo_model_path
 
 pytestmark = pytest.mark.engines

@@ -1,7 +1,7 @@
 """Launch vLLM's OpenAI-compatible server as a child process, wait until it really generates, stop it.
 
-Written to move into servegate for `runtime.backend: vllm`: it depends only on the standard library,
-httpx and prometheus_client. Readiness is a real greedy completion, not `/health` (vLLM answers 200
+Used by `runtime.backend: vllm` (runtime/vllm_backend.py) and the engines tests; it depends only on the
+standard library, httpx and prometheus_client. Readiness is a real greedy completion, not `/health` (vLLM answers 200
 there even when the model cannot run, e.g. a head_dim its CPU attention lacks). The server gets its
 own process group, so stopping it also stops the engine-core and worker processes it forks.
 """
@@ -70,8 +70,8 @@ class VllmLaunch:
     """--max-model-len: prompt plus output tokens per sequence."""
     seed: int = 0
     """--seed."""
-    kv_cache_gib: int = 1
-    """VLLM_CPU_KVCACHE_SPACE: the CPU KV cache in GiB."""
+    kv_cache_gib: int | None = 1
+    """VLLM_CPU_KVCACHE_SPACE: the CPU KV cache in GiB (None: unset, e.g. when --kv-cache-memory-bytes is given)."""
     cpu_threads_bind: str = "0-1"
     """VLLM_CPU_OMP_THREADS_BIND: its default `auto` reserves a core, which leaves one on a 2-core machine."""
     max_num_seqs: int | None = None
@@ -98,8 +98,9 @@ class VllmLaunch:
     def environment(self, base: Mapping[str, str] = os.environ) -> dict[str, str]:
         """The server's environment: `base` with vLLM's CPU settings, offline hub, and no inherited thread cap."""
         env = {k: v for k, v in base.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        if self.kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
         env.update(
-            VLLM_CPU_KVCACHE_SPACE=str(self.kv_cache_gib),
             VLLM_CPU_OMP_THREADS_BIND=self.cpu_threads_bind,
             VLLM_CACHE_ROOT=str(self.cache_root),
             HF_HUB_OFFLINE="1",
@@ -221,6 +222,20 @@ class VllmServer:
         """The labels of `vllm:cache_config_info`: block_size, kv_cache_memory_bytes, kv_cache_size_tokens, ..."""
         samples = self.metrics().get("vllm:cache_config_info") or [({}, 0.0)]
         return samples[0][0]
+
+    def group_rss_bytes(self) -> int | None:
+        """Resident memory of every process in the server's group (API server, engine core, workers), bytes."""
+        if self.process is None:
+            return None
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # a process that ended while we looked
+            if int(fields[2]) == self.process.pid:  # field 5 of stat: the process group id
+                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: resident pages
+        return total or None
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM the whole process group, SIGKILL it after grace_s; returns the server's exit status."""
