@@ -26,6 +26,8 @@ from servegate.runtime.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines
 
+NARROW = "preprocess: {max_input_tokens: 128}\nbatching: {max_batch_size: 1}\nfailure_policy: {max_queue: 1}\n"
+"""One request at vLLM at a time, one waiting: the rest of a burst is overloaded."""
 LONG = "the model " + "+".join(str(i) for i in range(1, 40)) + "="  # ~110 tokens: under vLLM's 256, over 64
 
 
@@ -72,7 +74,7 @@ def test_limits_truncation_logprobs_and_the_queue_bound_hold_in_front_of_vllm(
     assert answer.usage.prompt_tokens == 64 and answer.usage.truncated_tokens > 0
     assert answer.logprobs is not None and len(answer.logprobs) >= len(answer.text) and max(answer.logprobs) <= 0
 
-    narrow = build(endpoint(tmp_path, vllm_server, "batching: {max_batch_size: 1}\nfailure_policy: {max_queue: 1}",
+    narrow = build(endpoint(tmp_path, vllm_server, NARROW,
                             name="narrow"))  # fmt: skip
     narrow.start_sync()
 
