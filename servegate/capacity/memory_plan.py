@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.capacity.weights_memory import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes
+from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
 
 @dataclass(frozen=True)

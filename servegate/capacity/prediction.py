@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
-from servegate.capacity.memory import kv_dims_from_config
 from servegate.capacity.memory_plan import compute_dtype, model_config_path
 from servegate.capacity.simulate import SimResult, SimSetup, simulate
 from servegate.capacity.weights_memory import read_config
@@ -19,6 +18,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.sections import Batching
+from servegate.runtime.kv_memory import kv_dims_from_config
 
 
 def profile_key(served: ServedModel) -> str:

@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servegate.cli.bench import WorkloadOption, manifest_tokenizer, resolve_workload, run_bench_against
+from servegate.cli.bench import WorkloadOption
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.units import parse_bytes
-from servegate.gates.reports import transient_progress
+from servegate.gates.reports import RichProgress, transient_progress
 
 
 def _memory_only(
@@ -49,7 +49,7 @@ def _memory_only(
 def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
     """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
     after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
-    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.own_server import bench_own_server, manifest_tokenizer
     from servegate.capacity.speed_check import (
         SpeedCheck,
         lone_workload,
@@ -62,12 +62,11 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     policy = served.with_changes(batching=data["recommended"]["batching"])
     console.print("verifying: benchmarking the recommended policy...")
     lone = lone_workload(workload)
-    tokenizer = manifest_tokenizer(policy)
-    with LocalServer(policy) as server:
-        alone = run_bench_against(server.url, policy.name, lone, tokenizer=tokenizer, console=console, served=policy)
-        result = run_bench_against(
-            server.url, policy.name, workload, tokenizer=tokenizer, console=console, served=policy
+    with RichProgress(console) as progress:
+        measured = bench_own_server(
+            policy, [lone, workload], tokenizer=manifest_tokenizer(policy), model_name=policy.name, progress=progress
         )
+    alone, result = measured.results
     check = SpeedCheck(
         predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
         measured_ms=alone.as_dict()["e2el_ms"]["p50"],
@@ -127,6 +126,7 @@ def plan(
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.memory_plan import manifest_memory
+    from servegate.capacity.own_server import resolve_workload
     from servegate.capacity.plan_report import plan_json, plan_lines, write_plan
     from servegate.capacity.planner import plan as make_plan
     from servegate.capacity.prediction import load_profile

@@ -10,14 +10,12 @@ scheduled send time, so queueing is never hidden.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from servegate.capacity.bench import run_bench
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.metrics import slo_from_targets
+from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server
 from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -26,20 +24,6 @@ from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
 ServerFactory = Callable[[ServedModel], AbstractContextManager[Any]]
-
-
-def _local_server(served: ServedModel) -> AbstractContextManager[Any]:
-    if served.runtime.backend == "endpoint":
-        return nullcontext(type("Remote", (), {"url": served.runtime.endpoint_url})())
-    from servegate.capacity.local_server import LocalServer
-
-    return LocalServer(served)
-
-
-def _peak_memory(server: Any) -> int | None:
-    """Peak resident memory of the server the gate ran, bytes, when it runs here (None for an endpoint)."""
-    peak = getattr(server, "peak_rss_bytes", None)
-    return peak() if callable(peak) else None
 
 
 def _memory(served: ServedModel) -> Any:
@@ -74,15 +58,15 @@ def _memory(served: ServedModel) -> Any:
 class CapacityGate(Gate):
     """Bench at the declared workload; fail on any missed target."""
 
-    server_factory: ClassVar[ServerFactory] = staticmethod(_local_server)  # type: ignore[assignment]
+    server_factory: ClassVar[ServerFactory] = staticmethod(own_server)  # type: ignore[assignment]
     """Starts the server to bench (tests substitute one with known delays)."""
 
     def prepare(self, ctx: GateContext) -> None:
         """Launch the candidate's own server now, so its start-up (seconds of imports and loading) overlaps
         the gates that run before this one."""
         served = ctx.candidate
-        own_server = type(self).server_factory is _local_server  # tests substitute servers of their own
-        if own_server and served.capacity.targets is not None and served.capacity.workload is not None:
+        ours = type(self).server_factory is own_server  # tests substitute servers of their own
+        if ours and served.capacity.targets is not None and served.capacity.workload is not None:
             if served.runtime.backend == "reference":
                 from servegate.capacity.local_server import LocalServer
 
@@ -97,11 +81,19 @@ class CapacityGate(Gate):
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
         memory = _memory(served) if targets.memory is not None else None
-        ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
+        label = f"capacity: {workload.num_requests} requests"
+        ctx.progress.start(label, workload.num_requests)  # shown while the server starts; the bench restarts it
         prepared = ctx.prepared.pop(self.name, None)
-        with prepared if prepared is not None else self.server_factory(served) as server:
-            report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
-            peak = _peak_memory(server)
+        measured = bench_own_server(
+            served,
+            [workload],
+            server=prepared if prepared is not None else self.server_factory(served),
+            tokenizer=manifest_tokenizer(served) if served.runtime.backend == "reference" else None,
+            slo=slo_from_targets(targets),
+            progress=ctx.progress,
+            label=label,
+        )
+        report, peak = measured.results[0].as_dict(), measured.peak_memory_bytes
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; an endpoint's plan when there is no such process; unchecked when neither is known
         memory_bytes = peak if peak is not None else (memory.total_bytes if memory is not None else None)
@@ -128,23 +120,6 @@ class CapacityGate(Gate):
             return self.result("fail", "; ".join(_miss(c) for c in missed) + _unsteady(report), measurements)
         reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note else "")
         return self.result("pass", reason, measurements)
-
-    @staticmethod
-    async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> dict[str, Any]:
-        from servegate.cli.bench import manifest_tokenizer
-
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)
-            result = await run_bench(
-                target, workload, prompts, slo=slo_from_targets(targets), progress=ctx.progress.advance
-            )
-        except ConnectionError as exc:
-            raise ServegateError(str(exc)) from None
-        finally:
-            await target.aclose()
-        return result.as_dict()
 
 
 def _miss(check: TargetCheck) -> str:
