@@ -12,12 +12,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from servegate.contracts.manifest import ServedModel
-
-if TYPE_CHECKING:  # evaluation.py re-exports this module, so import it lazily
-    from servegate.gates.evaluation import ItemOutput, SuiteData
+from servegate.gates.evaluation import ItemOutput, SuiteData
 
 CACHE_ENV = "SERVEGATE_CACHE"
 DEFAULT_CACHE_DIR = ".servegate-cache"
@@ -103,8 +100,6 @@ class OutputCache:
         if record.get("format") != CACHE_FORMAT or record.get("digest") != data.digest:
             self.misses += 1
             return None
-        from servegate.gates.evaluation import ItemOutput
-
         self.hits += 1
         return [ItemOutput.from_dict(o) for o in record["outputs"]]
 
