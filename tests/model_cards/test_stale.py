@@ -11,7 +11,8 @@ from note_evidence import make_report, quickstart_sets
 
 from servegate.contracts.loading import load_manifest
 from servegate.model_cards.evidence import NoteError
-from servegate.model_cards.note import twin_path, write_note
+from servegate.model_cards.note import twin_path
+from servegate.model_cards.note_files import write_note
 from servegate.model_cards.stale import check_note
 
 

@@ -18,7 +18,8 @@ from note_evidence import quickstart_sets
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.model_cards.note import twin_path, write_note
+from servegate.model_cards.note import twin_path
+from servegate.model_cards.note_files import write_note
 
 SECRET = "SECRET-TICKET-5521"
 FAKES = Path(__file__).resolve().parents[1] / "gates" / "gate_fakes.py"
