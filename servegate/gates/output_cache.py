@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.evaluation import ItemOutput, SuiteData
 
@@ -108,7 +109,6 @@ class OutputCache:
         if not self.enabled:
             return
         path = self.path(fingerprint, data)
-        path.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "format": CACHE_FORMAT,
             "fingerprint": fingerprint,
@@ -116,6 +116,4 @@ class OutputCache:
             "digest": data.digest,
             "outputs": [asdict(o) for o in outputs],
         }
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, json.dumps(record))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from servegate.contracts.files import write_atomic
 from servegate.gates.base import ProgressHook
 from servegate.gates.result import GateReport
 
@@ -95,13 +95,6 @@ def print_table(report: GateReport, console: Console) -> None:
         console.print(f"[dim]{note}[/]")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def json_text(report: GateReport) -> str:
     """The JSON report."""
     return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
@@ -180,8 +173,8 @@ def write_reports(
         sys.stdout.write(json_text(report))
         sys.stdout.flush()
     elif json_path is not None:
-        _atomic_write(Path(json_path), json_text(report))
+        write_atomic(Path(json_path), json_text(report))
     if junit_path is not None:
-        _atomic_write(junit_path, junit_xml(report, strict))
+        write_atomic(junit_path, junit_xml(report, strict))
     if markdown_path is not None:
-        _atomic_write(markdown_path, markdown(report))
+        write_atomic(markdown_path, markdown(report))

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import Evidence, NoteError, parse_time
 from servegate.model_cards.model_card import update_model_card_text
@@ -17,13 +18,6 @@ from servegate.model_cards.note import ServingNote, build_note, twin_path
 from servegate.model_cards.plots import prepare_plots, write_plots
 from servegate.model_cards.public_safety import PublicFilter
 from servegate.model_cards.render_markdown import render_markdown
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def write_note_files(
@@ -50,10 +44,10 @@ def write_note_files(
     pf.assert_public(markdown, twin, card_text or "")
     out_path.parent.mkdir(parents=True, exist_ok=True)
     write_plots(plots, out_path)
-    _write_atomic(twin_path(out_path), twin)
-    _write_atomic(out_path, markdown)
+    write_atomic(twin_path(out_path), twin)
+    write_atomic(out_path, markdown)
     if model_card is not None and card_text is not None:
-        _write_atomic(model_card, card_text)
+        write_atomic(model_card, card_text)
     return note
 
 
