@@ -145,6 +145,7 @@ class GateContext:
             first = exc.errors(include_url=False)[0]
             raise GateSetupError(f"cannot isolate {', '.join(paths)} on the baseline: {first['msg']}") from None
         built._source = (source or self.candidate)._source
+        built._path_bases = {**self.baseline._path_bases, **(source or self.candidate)._path_bases}
         return built
 
     # --- suites ---------------------------------------------------------------------------------
