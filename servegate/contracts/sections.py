@@ -306,9 +306,7 @@ class Fallback(Section):
 
     manifest: str = Field(min_length=1)
     """Path to the fallback's manifest, relative to this file."""
-    triggers: list[Literal["overload", "timeout", "error"]] = Field(
-        default_factory=lambda: ["overload"], min_length=1
-    )
+    triggers: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)
     """Which failures of the primary are routed to the fallback."""
     boundary: dict[str, float] = Field(default_factory=dict)
     """Lowest score the fallback must keep per metric (e.g. exact_match: 0.6), checked by the fallback gate."""
