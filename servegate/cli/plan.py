@@ -43,7 +43,9 @@ def _memory_only(
     )
     for line in plan.lines():
         console.print(line, highlight=False)
-    return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict()}
+    if (short := plan.shortfall()) is not None:
+        console.print(f"[red]infeasible[/red]: {short}", highlight=False)
+    return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict(), "feasible": short is None}
 
 
 def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
@@ -104,6 +106,10 @@ def plan(
         ),
     ] = False,
     verify: Annotated[bool, typer.Option("--verify", help="Bench the recommendation: predicted vs measured.")] = False,
+    profile: Annotated[
+        bool,
+        typer.Option("--profile", help="Profile the manifest on this machine first (`gate profile`), then plan."),
+    ] = False,
     model_config: Annotated[Path | None, typer.Option(help="config.json for memory-only planning.")] = None,
     memory_budget: Annotated[str | None, typer.Option(help="Total memory budget, e.g. 80GiB.")] = None,
     context: Annotated[int | None, typer.Option(help="Context length per sequence, tokens.")] = None,
@@ -123,6 +129,7 @@ def plan(
     Examples:
       gate plan examples/quickstart/manifest.yaml --json plan.json
       gate plan examples/quickstart/manifest.yaml --write --verify
+      gate plan examples/quickstart/manifest.yaml --profile    # no profile on this machine yet
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.memory_plan import manifest_memory
@@ -137,6 +144,8 @@ def plan(
             model_config, memory_budget, context, dtype, quantization, block_size, runtime_overhead, console
         )
         write_json(json_out, data)
+        if not data["feasible"]:  # an infeasible plan is a result, as a failed gate is: exit 1, not a usage error
+            raise typer.Exit(1)
         return
     if manifest is None:
         raise ServegateError("give a MANIFEST, or --model-config CONFIG.json --memory-budget SIZE --context TOKENS")
@@ -144,7 +153,12 @@ def plan(
     if served.preprocess.task == "embed":
         raise ServegateError("gate plan models text generation; for an embedding manifest use --model-config")
     workload = resolve_workload(served, workload_file)
-    model = load_profile(served)
+    if profile:
+        from servegate.cli.profile import profile_and_save
+
+        model = profile_and_save(served, console)[0]
+    else:
+        model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with transient_progress(console, *columns) as bar:
