@@ -159,6 +159,11 @@ def _path_values(data: Any, pattern: Path_, at: Path_ = ()) -> Iterable[tuple[Pa
         yield from _path_values(data[head], rest, (*at, head))
 
 
+def _not_relative(value: str) -> bool:
+    """An absolute path, or a name with a scheme (`zoo:arith`, `hf:org/name`) that no folder changes."""
+    return Path(value).expanduser().is_absolute() or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value) is not None
+
+
 def path_bases(located: Located, own_folder: Path) -> dict[str, Path]:
     """Relative paths written in an included file of another folder -> that folder (what resolve_path needs).
 
@@ -171,7 +176,7 @@ def path_bases(located: Located, own_folder: Path) -> dict[str, Path]:
         for field, value in _path_values(located.data, pattern):
             position = located.positions.get(field)
             folder = located.folders.get(position[0]) if position is not None else None
-            if not isinstance(value, str) or folder is None or Path(value).expanduser().is_absolute():
+            if not isinstance(value, str) or folder is None or _not_relative(value):
                 continue
             if value in written and bases.get(value, own_folder) != folder:
                 other = ".".join(map(str, written[value]))

@@ -194,3 +194,7 @@ def test_one_relative_path_written_in_two_folders_is_an_error(tmp_path: Path) ->
                                               "    - {name: own, dataset: shared.txt}\n")  # fmt: skip
     with pytest.raises(ManifestError, match="'shared.txt' is also written at .* absolute path"):
         load_manifest(tmp_path / "mine" / "v.yaml")
+    # a zoo or hub name is the same wherever it is written
+    (tmp_path / "mine" / "v.yaml").write_text("include: ../base/base.yaml\nquality:\n  suites:\n"
+                                              "    - {name: own, dataset: 'zoo:tiny-primary'}\n")  # fmt: skip
+    assert load_manifest(tmp_path / "mine" / "v.yaml").quality.suites[0].dataset == "zoo:tiny-primary"
