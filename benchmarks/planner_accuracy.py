@@ -31,12 +31,12 @@ from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
 from servegate.capacity.local_server import LocalServer
 from servegate.capacity.machine_speed import MachineSpeedMonitor
+from servegate.capacity.own_server import manifest_tokenizer
 from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
 from servegate.capacity.profile import profile_manifest
 from servegate.capacity.simulate import simulate
 from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 from servegate.capacity.workload import make_requests, with_rate
-from servegate.cli.bench import manifest_tokenizer
 from servegate.contracts.loading import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from servegate.capacity.bench import BenchResult
+from servegate.contracts.files import write_atomic
 
 
 def _pyplot():  # noqa: ANN202 - matplotlib's module
@@ -19,11 +21,9 @@ def _pyplot():  # noqa: ANN202 - matplotlib's module
 
 
 def _save(fig: object, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
-    tmp.replace(path)
-    return path
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+    return write_atomic(path, buffer.getvalue())
 
 
 def latency_cdf(result: BenchResult, path: Path) -> Path:

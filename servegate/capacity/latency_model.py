@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from servegate.contracts.files import write_atomic
+
 FEATURES = (
     "c_step",
     "c_prefill_token",
@@ -142,11 +144,7 @@ class LatencyModel:
 
     def save(self, path: Path) -> Path:
         """Write as JSON atomically."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_atomic(path, json.dumps(self.as_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> LatencyModel:

@@ -85,7 +85,13 @@ class LocalServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="servegate-bench-")
         spec = Path(self._tmp.name) / "served.json"
         spec.write_text(
-            json.dumps({"manifest": self.served.model_dump(mode="json"), "base_dir": str(self.served.base_dir)}),
+            json.dumps(
+                {
+                    "manifest": self.served.model_dump(mode="json"),
+                    "base_dir": str(self.served.base_dir),
+                    "path_bases": {value: str(folder) for value, folder in self.served._path_bases.items()},
+                }
+            ),
             encoding="utf-8",
         )
         log = open(self.log_path or Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - kept for the child
@@ -158,6 +164,7 @@ def _serve(spec_path: str, port: int) -> None:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     served = ServedModel.model_validate(spec["manifest"])
     served._source = Path(spec["base_dir"]) / "manifest.yaml"  # relative paths resolve as in the original
+    served._path_bases = {value: Path(folder) for value, folder in spec["path_bases"].items()}
     uvicorn.run(create_app(served), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.capacity.weights_memory import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes
+from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,36 @@ class MemoryPlan:
         """Whether the total stays within the budget (True when there is no budget)."""
         return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
 
+    @property
+    def shortfall_bytes(self) -> int | None:
+        """Bytes the budget lacks to hold everything and one sequence at the planned context (0: none; None: no
+        budget)."""
+        if self.budget_bytes is None:
+            return None
+        one_sequence = self.blocks_per_sequence * self.block_size * self.kv_bytes_per_token
+        return max(0, self.fixed_bytes + max(self.kv_pool_bytes, one_sequence) - self.budget_bytes)
+
+    def shortfall(self) -> str | None:
+        """What the budget cannot hold and by how much, with the fix (None when the plan is feasible)."""
+        short = self.shortfall_bytes
+        if not short or self.budget_bytes is None:
+            return None
+        held = f"the weights ({format_bytes(self.weights_bytes)}) and runtime overhead "
+        held += f"({format_bytes(self.runtime_overhead_bytes)})"
+        if self.compiled_weights_bytes:
+            held += f", the compiled graph's weights ({format_bytes(self.compiled_weights_bytes)})"
+        if self.fallback_bytes:
+            held += f", the fallback engine ({format_bytes(self.fallback_bytes)})"
+        if self.fixed_bytes <= self.budget_bytes:
+            held += f" and one sequence of {self.context_tokens:,} tokens"
+        return (
+            f"the memory budget {format_bytes(self.budget_bytes)} does not hold {held}: it is "
+            f"{format_bytes(short)} short; raise the budget or quantize the weights"
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form, with the derived `fits`."""
-        return {**asdict(self), "fits": self.fits}
+        """Plain JSON-able form, with the derived `fits` and `shortfall_bytes`."""
+        return {**asdict(self), "fits": self.fits, "shortfall_bytes": self.shortfall_bytes}
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line, every number with its unit."""
@@ -152,18 +179,8 @@ def plan_memory(
     if kv_pool_bytes is None:
         if memory_budget is None:
             raise ValueError("give a memory budget or a KV pool size")
-        kv_pool_bytes = memory_budget - fixed_bytes
-        if kv_pool_bytes <= 0:
-            extra = ""
-            if compiled_weights_bytes:
-                extra += f", the compiled graph's weights ({format_bytes(compiled_weights_bytes)})"
-            if fallback_bytes:
-                extra += f", and the fallback engine ({format_bytes(fallback_bytes)})"
-            raise ServegateError(
-                f"the memory budget {format_bytes(memory_budget)} does not hold the weights "
-                f"({format_bytes(weights.bytes)}) and runtime overhead ({format_bytes(runtime_overhead)}){extra}: "
-                "raise the budget or quantize the weights"
-            )
+        # a budget that leaves no room for the KV pool is an infeasible plan: its shortfall_bytes says by how much
+        kv_pool_bytes = max(0, memory_budget - fixed_bytes)
     blocks = num_kv_blocks(kv_pool_bytes, block_size, per_token)
     per_seq = -(-context_tokens // block_size)
     return MemoryPlan(

@@ -17,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap
 from servegate.capacity.latency_model import LatencyModel
 from servegate.capacity.planner import Plan
 from servegate.contracts.errors import ManifestError
+from servegate.contracts.files import write_atomic
 from servegate.contracts.units import format_bytes
 
 PERCENTILE_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
@@ -151,6 +152,4 @@ def write_plan(
         _section(_section(data, "runtime"), "kv_cache")["memory_budget"] = kv_memory_budget
     out = io.StringIO()
     yaml.dump(data, out)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(out.getvalue(), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, out.getvalue())

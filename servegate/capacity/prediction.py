@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
-from servegate.capacity.memory import kv_dims_from_config
 from servegate.capacity.memory_plan import compute_dtype, model_config_path
 from servegate.capacity.simulate import SimResult, SimSetup, simulate
 from servegate.capacity.weights_memory import read_config
@@ -19,6 +18,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.sections import Batching
+from servegate.runtime.kv_memory import kv_dims_from_config
 
 
 def profile_key(served: ServedModel) -> str:
@@ -37,12 +37,18 @@ def profile_key(served: ServedModel) -> str:
     return ServedModel.model_validate(data).fingerprint
 
 
+PROFILE_TAKES = "minutes: 623 s for the quickstart on a busy 2-core VM, longer for a larger model"
+"""How long profiling runs, as measured: `gate plan examples/quickstart/manifest.yaml --profile` on 2026-12-01
+20:59 UTC, 2 shared cores at load average 8-11 (benchmarks/README.md)."""
+
+
 def load_profile(served: ServedModel) -> LatencyModel:
     """The saved latency model of this manifest on this machine, or an error saying how to make one."""
     path = profile_path(profile_key(served), hardware_id())
     if not path.is_file():
         raise ServegateError(
-            f"no latency profile of {served.name} on this machine ({path}): run `gate profile` on the manifest first"
+            f"no latency profile of {served.name} on this machine ({path}): run `gate profile` on the manifest "
+            f"first, or `gate plan --profile` to profile and then plan (profiling takes {PROFILE_TAKES})"
         )
     return LatencyModel.load(path)
 

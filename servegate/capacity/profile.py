@@ -45,10 +45,10 @@ from servegate.capacity.latency_model import (
 from servegate.capacity.load_fit import fit_admission_delay, fit_load_response, scaled_steps, traced_run_fit
 from servegate.capacity.machine_speed import MachineSpeedMonitor
 from servegate.capacity.metrics import RequestRecord
+from servegate.capacity.own_server import against_server
 from servegate.capacity.serving_trace import (
     TRACE_LOADS,
     TracedRun,
-    against_server,
     refit_on_serving,
     request_overhead,
     trace_serving,

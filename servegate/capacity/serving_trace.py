@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from servegate.capacity.bench import run_open_loop
 from servegate.capacity.bench_targets import PromptFactory
 from servegate.capacity.latency_model import LatencyModel, ServingStep, fit_serving_steps
 from servegate.capacity.metrics import RequestRecord
+from servegate.capacity.own_server import against_server
 from servegate.capacity.workload import RequestSpec, make_requests, with_rate
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
@@ -136,23 +137,6 @@ class TracedRun:
     """Wall-clock time (time.time()) it started."""
     ended_at: float = 0.0
     """Wall-clock time its last request ended."""
-
-
-def against_server(url: str, served: ServedModel, action: Callable[[Any], Awaitable[Any]]) -> Any:
-    """What `action` returns when run on a client of the manifest's server at `url` (probed first, closed after)."""
-    import asyncio
-
-    from servegate.capacity.bench_targets import HttpTarget
-
-    async def go() -> Any:
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            return await action(target)
-        finally:
-            await target.aclose()
-
-    return asyncio.run(go())
 
 
 def trace_serving(

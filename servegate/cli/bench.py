@@ -2,75 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
-from servegate.contracts.manifest import ServedModel
-from servegate.gates.reports import transient_progress
+from servegate.gates.reports import RichProgress
 
 WorkloadOption = Annotated[
     Path | None,
     typer.Option("--workload", help="Workload YAML (a capacity.workload section) replacing the manifest's."),
 ]
-
-
-def resolve_workload(
-    served: ServedModel | None,
-    workload_file: Path | None,
-    rate: float | None = None,
-    concurrency: int | None = None,
-    requests: int | None = None,
-) -> Workload:
-    """The workload to run: --workload, else the manifest's capacity.workload, then --rate/--concurrency/--requests."""
-    from servegate.capacity.workload import load_workload
-
-    if workload_file is not None:
-        workload = load_workload(workload_file)
-    elif served is not None and served.capacity.workload is not None:
-        workload = served.capacity.workload
-    elif rate is None and concurrency is None:
-        raise ServegateError(
-            "no workload: give --workload FILE, --rate R or --concurrency C (or declare capacity.workload)"
-        )
-    else:
-        workload = Workload(arrival="closed", concurrency=concurrency) if concurrency else Workload(rate_rps=rate)
-    update: dict[str, Any] = {}
-    if rate is not None:
-        update.update(arrival=workload.arrival if workload.arrival != "closed" else "poisson", rate_rps=rate)
-        update["concurrency"] = None
-    if concurrency is not None:
-        update.update(arrival="closed", concurrency=concurrency, rate_rps=None)
-    if requests is not None:
-        update["num_requests"] = requests
-    return Workload.model_validate({**workload.model_dump(), **update}) if update else workload
-
-
-def load_tokenizer(path: str | Path | None) -> Any:
-    """A Hugging Face tokenizer from a local directory (None when no path is given)."""
-    if path is None:
-        return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
-
-
-def manifest_tokenizer(served: ServedModel) -> Any:
-    """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found."""
-    from servegate.capacity.memory_plan import model_config_path
-
-    try:
-        return load_tokenizer(model_config_path(served))
-    except (OSError, ValueError, ServegateError):
-        return None
 
 
 def _table(title: str, data: dict[str, Any]) -> Table:
@@ -144,59 +90,6 @@ def _rates(data: dict[str, Any]) -> str:
     )
 
 
-def run_bench_against(
-    url: str,
-    model_name: str | None,
-    workload: Workload,
-    *,
-    tokenizer: Any = None,
-    repeats: int = 1,
-    rates: list[float] | None = None,
-    slo: Any = None,
-    prompt_lengths: list[int] | None = None,
-    console: Console | None = None,
-    seed: int = 0,
-    served: ServedModel | None = None,
-) -> Any:
-    """Probe the server, then run the bench with a progress bar; returns the BenchResult.
-
-    With `served`, requests carry what its server expects (a tenant when it reads one from a header or `user`).
-    """
-    from servegate.capacity.bench import run_bench
-    from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-
-    loads = len(rates) if rates else 1
-    total = workload.num_requests * repeats * loads
-
-    async def go() -> Any:
-        target = HttpTarget.for_manifest(url, served) if served is not None else HttpTarget(url)
-        target.model = model_name or target.model
-        try:
-            await target.probe()
-            columns = (TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            with transient_progress(console, *columns) as bar:
-                task = bar.add_task("requests", total=total)
-                return await run_bench(
-                    target,
-                    workload,
-                    PromptFactory(tokenizer),
-                    repeats=repeats,
-                    rates=rates,
-                    slo=slo,
-                    seed=seed,
-                    prompt_lengths=prompt_lengths,
-                    progress=lambda n: bar.advance(task, n),
-                    target_name=url,
-                )
-        finally:
-            await target.aclose()
-
-    try:
-        return asyncio.run(go())
-    except ConnectionError as exc:
-        raise ServegateError(str(exc)) from None
-
-
 def bench(
     manifest: Annotated[Path | None, typer.Argument(help="Manifest whose own server is benchmarked.")] = None,
     url: Annotated[str | None, typer.Option(help="Any OpenAI-compatible server, e.g. http://HOST:PORT/v1.")] = None,
@@ -229,8 +122,14 @@ def bench(
       gate bench --url http://10.0.0.5:8000/v1 --model llama --rate 4 --requests 200
       gate bench examples/quickstart/manifest.yaml --sweep 1,2,4,8 --json bench.json
     """
-    from servegate.capacity.local_server import LocalServer
     from servegate.capacity.metrics import SLO, slo_from_targets
+    from servegate.capacity.own_server import (
+        bench_own_server,
+        bench_url,
+        load_tokenizer,
+        manifest_tokenizer,
+        resolve_workload,
+    )
     from servegate.capacity.workload import suite_prompt_lengths
 
     served = load(manifest, set_) if manifest is not None else None
@@ -246,23 +145,20 @@ def bench(
     console = console_for(json_out)
     tok = load_tokenizer(tokenizer) if tokenizer else (manifest_tokenizer(served) if served else None)
     name = model or (served.runtime.endpoint_model or served.name if served else None)
-    kwargs = dict(
-        tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, console=console, seed=seed
+    options: dict[str, Any] = dict(
+        model_name=name, tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, seed=seed
     )
-    kwargs["served"] = served
-    if url is None and served is not None and served.runtime.backend == "endpoint":
-        url = served.runtime.endpoint_url
-    peak = None
-    if url is not None:
-        result = run_bench_against(url, name, workload, **kwargs)
-    else:
-        assert served is not None
-        console.print(f"starting {served.name}'s server...")
-        with LocalServer(served) as server:
-            result = run_bench_against(server.url, name, workload, **kwargs)
-            peak = server.peak_rss_bytes()
+    with RichProgress(console) as progress:
+        if url is not None:
+            result, peak = bench_url(url, workload, served=served, progress=progress, **options), None
+        else:
+            assert served is not None
+            if served.runtime.backend != "endpoint":
+                console.print(f"starting {served.name}'s server...")
+            measured = bench_own_server(served, [workload], progress=progress, **options)
+            result, peak = measured.results[0], measured.peak_memory_bytes
     report = result.as_dict()
-    if url is None and peak is not None:
+    if peak is not None:
         report["peak_memory_bytes"] = peak
         report["peak_memory_note"] = "peak resident memory of the local server process (weights, KV pool, runtime)"
     print_result(console, report)

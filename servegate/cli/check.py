@@ -88,7 +88,7 @@ def check(
     print_table(report, console)
     write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
     if note is not None:  # before the exit code, so a failing check still publishes its failing verdict
-        from servegate.model_cards.note import write_note
+        from servegate.model_cards.note_files import write_note
 
         write_note(cand if manifest is None else served, report, note)
         console.print(f"serving note written to {note}")

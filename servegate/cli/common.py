@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from servegate.contracts.files import write_atomic
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 
@@ -45,8 +46,4 @@ def write_json(target: str | None, payload: Any) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash never leaves half a report
+    write_atomic(Path(target), text)  # a crash never leaves half a report

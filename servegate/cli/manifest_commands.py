@@ -34,7 +34,9 @@ def _explain(served: ServedModel) -> list[tuple[str, str]]:
         if kv
         else "no paged KV cache"
     )
-    fallback = f"fallback {fail.fallback.manifest} on {', '.join(fail.fallback.on)}" if fail.fallback else "no fallback"
+    fallback = (
+        f"fallback {fail.fallback.manifest} on {', '.join(fail.fallback.triggers)}" if fail.fallback else "no fallback"
+    )
     checksums = f"{len(w.sha256)} file checksum(s) verified" if w.sha256 else "no checksums declared"
     return [
         ("weights", f"{w.source} ({w.format}, dtype {w.dtype}); {checksums}"),

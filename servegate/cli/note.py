@@ -68,7 +68,8 @@ def note(
     if out is None:
         raise ServegateError("give -o SERVING.md (where to write the note), or --check SERVING.md to check one")
     from servegate.model_cards.evidence import Evidence
-    from servegate.model_cards.note import twin_path, write_note_files
+    from servegate.model_cards.note import twin_path
+    from servegate.model_cards.note_files import write_note_files
 
     evidence = Evidence.from_files(report=report, bench=bench, plan=plan)
     written = write_note_files(served, evidence, out, model_card)

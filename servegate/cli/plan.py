@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from servegate.cli.bench import WorkloadOption, manifest_tokenizer, resolve_workload, run_bench_against
+from servegate.cli.bench import WorkloadOption
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.units import parse_bytes
-from servegate.gates.reports import transient_progress
+from servegate.gates.reports import RichProgress, transient_progress
 
 
 def _memory_only(
@@ -43,13 +43,15 @@ def _memory_only(
     )
     for line in plan.lines():
         console.print(line, highlight=False)
-    return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict()}
+    if (short := plan.shortfall()) is not None:
+        console.print(f"[red]infeasible[/red]: {short}", highlight=False)
+    return {"mode": "memory-only", "model_config": str(config_path), **plan.as_dict(), "feasible": short is None}
 
 
 def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
     """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
     after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
-    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.own_server import bench_own_server, manifest_tokenizer
     from servegate.capacity.speed_check import (
         SpeedCheck,
         lone_workload,
@@ -62,12 +64,11 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     policy = served.with_changes(batching=data["recommended"]["batching"])
     console.print("verifying: benchmarking the recommended policy...")
     lone = lone_workload(workload)
-    tokenizer = manifest_tokenizer(policy)
-    with LocalServer(policy) as server:
-        alone = run_bench_against(server.url, policy.name, lone, tokenizer=tokenizer, console=console, served=policy)
-        result = run_bench_against(
-            server.url, policy.name, workload, tokenizer=tokenizer, console=console, served=policy
+    with RichProgress(console) as progress:
+        measured = bench_own_server(
+            policy, [lone, workload], tokenizer=manifest_tokenizer(policy), model_name=policy.name, progress=progress
         )
+    alone, result = measured.results
     check = SpeedCheck(
         predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
         measured_ms=alone.as_dict()["e2el_ms"]["p50"],
@@ -105,6 +106,10 @@ def plan(
         ),
     ] = False,
     verify: Annotated[bool, typer.Option("--verify", help="Bench the recommendation: predicted vs measured.")] = False,
+    profile: Annotated[
+        bool,
+        typer.Option("--profile", help="Profile the manifest on this machine first (`gate profile`), then plan."),
+    ] = False,
     model_config: Annotated[Path | None, typer.Option(help="config.json for memory-only planning.")] = None,
     memory_budget: Annotated[str | None, typer.Option(help="Total memory budget, e.g. 80GiB.")] = None,
     context: Annotated[int | None, typer.Option(help="Context length per sequence, tokens.")] = None,
@@ -124,9 +129,11 @@ def plan(
     Examples:
       gate plan examples/quickstart/manifest.yaml --json plan.json
       gate plan examples/quickstart/manifest.yaml --write --verify
+      gate plan examples/quickstart/manifest.yaml --profile    # no profile on this machine yet
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.memory_plan import manifest_memory
+    from servegate.capacity.own_server import resolve_workload
     from servegate.capacity.plan_report import plan_json, plan_lines, write_plan
     from servegate.capacity.planner import plan as make_plan
     from servegate.capacity.prediction import load_profile
@@ -137,6 +144,8 @@ def plan(
             model_config, memory_budget, context, dtype, quantization, block_size, runtime_overhead, console
         )
         write_json(json_out, data)
+        if not data["feasible"]:  # an infeasible plan is a result, as a failed gate is: exit 1, not a usage error
+            raise typer.Exit(1)
         return
     if manifest is None:
         raise ServegateError("give a MANIFEST, or --model-config CONFIG.json --memory-budget SIZE --context TOKENS")
@@ -144,7 +153,12 @@ def plan(
     if served.preprocess.task == "embed":
         raise ServegateError("gate plan models text generation; for an embedding manifest use --model-config")
     workload = resolve_workload(served, workload_file)
-    model = load_profile(served)
+    if profile:
+        from servegate.cli.profile import profile_and_save
+
+        model = profile_and_save(served, console)[0]
+    else:
+        model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with transient_progress(console, *columns) as bar:

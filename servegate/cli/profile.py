@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.contracts.manifest import ServedModel
 from servegate.gates.reports import transient_progress
+
+if TYPE_CHECKING:
+    from servegate.capacity.latency_model import LatencyModel
 
 
 def profile(
@@ -27,11 +34,26 @@ def profile(
 
     Example: gate profile examples/quickstart/manifest.yaml
     """
+    served = load(manifest, set_)
+    model, path = profile_and_save(served, console_for(json_out), repeats=repeats, burst=burst)
+    write_json(
+        json_out,
+        {
+            "path": str(path),
+            **{k: v for k, v in model.as_dict().items() if k != "fit"},
+            "fit": {k: v for k, v in model.fit.items() if k != "step_samples"},
+        },
+    )
+
+
+def profile_and_save(
+    served: ServedModel, console: Console, repeats: int = 5, burst: int = 8
+) -> tuple[LatencyModel, Path]:
+    """Profile the manifest on this machine with a progress bar, save the latency model, print what was fitted."""
     from servegate.capacity.latency_model import profile_path
     from servegate.capacity.profile import profile_manifest
 
-    served = load(manifest, set_)
-    console = console_for(json_out)
+    began = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with transient_progress(console, *columns) as bar:
         task = bar.add_task("loading the model", total=None)
@@ -41,6 +63,7 @@ def profile(
 
         model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
     path = model.save(profile_path(model.key, model.hardware))
+    seconds = time.monotonic() - began
     c, fit = model.coefficients, model.fit
     hw = model.hardware
     n_in = served.preprocess.max_input_tokens
@@ -69,15 +92,8 @@ def profile(
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
     for line in machine_speed_lines(fit):
         console.print(line, highlight=False)
-    console.print(f"saved: {path}")
-    write_json(
-        json_out,
-        {
-            "path": str(path),
-            **{k: v for k, v in model.as_dict().items() if k != "fit"},
-            "fit": {k: v for k, v in fit.items() if k != "step_samples"},
-        },
-    )
+    console.print(f"saved: {path} (profiled in {seconds:.0f} s)")
+    return model, path
 
 
 def machine_speed_lines(fit: dict[str, Any]) -> list[str]:

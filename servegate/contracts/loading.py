@@ -27,12 +27,26 @@ Path_ = tuple[Any, ...]
 Position = tuple[str, int, int]  # (origin, line, column), 1-based; line 0 for --set overrides
 
 
+PATH_FIELDS: tuple[Path_, ...] = (
+    ("weights", "source"),
+    ("preprocess", "chat_template"),
+    ("runtime", "quantization", "calibration"),
+    ("failure_policy", "fallback", "manifest"),
+    ("quality", "suites", int, "dataset"),
+)
+"""The fields that hold file paths (`int`: any list item); a relative one resolves against the file that wrote it."""
+
+
 class Located:
     """Raw manifest data plus where each field path was written."""
 
-    def __init__(self, data: dict[str, Any], positions: dict[Path_, Position]) -> None:
+    def __init__(
+        self, data: dict[str, Any], positions: dict[Path_, Position], folders: dict[str, Path] | None = None
+    ) -> None:
         self.data = data
         self.positions = positions
+        self.folders = folders or {}
+        """Origin (as positions name it) -> the folder of that file."""
 
 
 def _plain(node: Any, origin: str, path: Path_, positions: dict[Path_, Position]) -> Any:
@@ -111,6 +125,7 @@ def read_located(path: Path, _stack: tuple[Path, ...] = ()) -> Located:
     except UnicodeDecodeError as exc:
         raise ManifestError([f"{origin}: not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     located = _parse_text(text, origin)
+    located.folders[origin] = resolved.parent
     include = located.data.pop("include", None)
     if include is None:
         return located
@@ -120,13 +135,60 @@ def read_located(path: Path, _stack: tuple[Path, ...] = ()) -> Located:
         raise ManifestError([f"{origin}:{line}:{col}: include: must be a file path or a list of paths"])
     merged: dict[str, Any] = {}
     positions: dict[Path_, Position] = {}
+    folders = dict(located.folders)
     for name in includes:
         base = read_located(path.parent / name, (*_stack, resolved))
         merged = deep_merge(merged, base.data)
         positions.update(base.positions)
+        folders.update(base.folders)
     located.positions.pop(("include",), None)
     positions.update(located.positions)
-    return Located(deep_merge(merged, located.data), positions)
+    return Located(deep_merge(merged, located.data), positions, folders)
+
+
+def _path_values(data: Any, pattern: Path_, at: Path_ = ()) -> Iterable[tuple[Path_, Any]]:
+    """(field path, value) of every field matching `pattern` (`int` matches any list index)."""
+    if not pattern:
+        yield at, data
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head is int and isinstance(data, list):
+        for i, item in enumerate(data):
+            yield from _path_values(item, rest, (*at, i))
+    elif isinstance(head, str) and isinstance(data, dict) and head in data:
+        yield from _path_values(data[head], rest, (*at, head))
+
+
+def _not_relative(value: str) -> bool:
+    """An absolute path, or a name with a scheme (`zoo:arith`, `hf:org/name`) that no folder changes."""
+    return Path(value).expanduser().is_absolute() or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value) is not None
+
+
+def path_bases(located: Located, own_folder: Path) -> dict[str, Path]:
+    """Relative paths written in an included file of another folder -> that folder (what resolve_path needs).
+
+    A path keeps the text it was written with (so the fingerprint of a variant that changes nothing is its
+    base's); only where it resolves to follows the file that declared it, as in docker compose and kustomize.
+    """
+    bases: dict[str, Path] = {}
+    written: dict[str, Path_] = {}
+    for pattern in PATH_FIELDS:
+        for field, value in _path_values(located.data, pattern):
+            position = located.positions.get(field)
+            folder = located.folders.get(position[0]) if position is not None else None
+            if not isinstance(value, str) or folder is None or _not_relative(value):
+                continue
+            if value in written and bases.get(value, own_folder) != folder:
+                other = ".".join(map(str, written[value]))
+                message = (
+                    f"the relative path {value!r} is also written at {other} in a file of another folder, so it "
+                    "would resolve to two places: write one of them as an absolute path"
+                )
+                raise ManifestError([_format(position, field, message)])  # type: ignore[arg-type]
+            written[value] = field
+            if folder != own_folder:
+                bases[value] = folder
+    return bases
 
 
 # --- --set PATH=VALUE ------------------------------------------------------------------------------
@@ -297,6 +359,7 @@ def load_manifest(
         apply_set(located, expr)
     served = validate_located(located, _display(path))
     served._source = path.resolve()
+    served._path_bases = path_bases(located, path.resolve().parent)
     fallback = served.failure_policy.fallback
     if check_fallback and fallback is not None:
         where = _position_for(("failure_policy", "fallback", "manifest"), "", located, _display(path))

@@ -58,6 +58,8 @@ class ServedModel(Section):
     """Public identity and observability statement."""
 
     _source: Path | None = PrivateAttr(default=None)
+    _path_bases: dict[str, Path] = PrivateAttr(default_factory=dict)
+    """Relative paths written in an included file of another folder -> that folder (contracts/loading.py)."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ServedModel:
@@ -108,9 +110,9 @@ class ServedModel(Section):
         return self._source.parent if self._source is not None else Path.cwd()
 
     def resolve_path(self, value: str) -> Path:
-        """Resolve a path written in the manifest relative to the manifest's directory."""
+        """Resolve a path written in the manifest relative to the folder of the file that wrote it."""
         path = Path(value).expanduser()
-        return path if path.is_absolute() else (self.base_dir / path)
+        return path if path.is_absolute() else (self._path_bases.get(value, self.base_dir) / path)
 
     def six_elements(self) -> dict[str, Any]:
         """The canonical (JSON) form of the six behaviour-defining elements.
@@ -133,7 +135,7 @@ class ServedModel(Section):
         for key, value in sections.items():
             data[key] = value.model_dump(mode="python") if isinstance(value, Section) else value
         copy = ServedModel.model_validate(data)
-        copy._source = self._source
+        copy._source, copy._path_bases = self._source, dict(self._path_bases)
         return copy
 
     def reference_form(self) -> ServedModel:

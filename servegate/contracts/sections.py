@@ -317,10 +317,21 @@ class Fallback(Section):
 
     manifest: str = Field(min_length=1)
     """Path to the fallback's manifest, relative to this file."""
-    on: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)
+    triggers: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)
     """Which failures of the primary are routed to the fallback."""
     boundary: dict[str, float] = Field(default_factory=dict)
     """Lowest score the fallback must keep per metric (e.g. exact_match: 0.6), checked by the fallback gate."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_on(cls, data: Any) -> Any:
+        # YAML 1.1 readers (PyYAML, many editors and linters) read the key `on` as the boolean true
+        if isinstance(data, dict) and ("on" in data or True in data):
+            raise ValueError(
+                "`on` is now `triggers` (YAML 1.1 tools read the key `on` as true): rename "
+                "failure_policy.fallback.on to failure_policy.fallback.triggers"
+            )
+        return data
 
     @field_validator("boundary")
     @classmethod

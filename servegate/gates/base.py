@@ -69,7 +69,12 @@ class EnginePool:
         key = launch_key(served)
         running = self._vllm.get(key)
         if running is not None:
-            return attach(served, running)  # type: ignore[arg-type]
+            from servegate.contracts.loading import load_fallback
+            from servegate.runtime import build
+
+            backup = load_fallback(served)
+            fallback = build(backup, fallback=False) if backup is not None else None
+            return attach(served, running, fallback)  # type: ignore[arg-type]
         engine = self._factory(served)
         self._vllm[key] = engine
         return engine
@@ -177,6 +182,7 @@ class GateContext:
             first = exc.errors(include_url=False)[0]
             raise GateSetupError(f"cannot isolate {', '.join(paths)} on the baseline: {first['msg']}") from None
         built._source = (source or self.candidate)._source
+        built._path_bases = {**self.baseline._path_bases, **(source or self.candidate)._path_bases}
         return built
 
     # --- suites ---------------------------------------------------------------------------------

@@ -12,14 +12,12 @@ so queueing is never hidden.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from servegate.capacity.bench import run_bench
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.metrics import slo_from_targets
+from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server
 from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -28,14 +26,6 @@ from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
 ServerFactory = Callable[[ServedModel], AbstractContextManager[Any]]
-
-
-def _local_server(served: ServedModel) -> AbstractContextManager[Any]:
-    if served.runtime.backend == "endpoint":
-        return nullcontext(type("Remote", (), {"url": served.runtime.endpoint_url})())
-    from servegate.capacity.local_server import LocalServer
-
-    return LocalServer(served)
 
 
 class _RunningVllm:
@@ -58,14 +48,10 @@ class _RunningVllm:
         return self.engine.memory_bytes()  # type: ignore[no-any-return]
 
 
-def _peak_memory(server: Any) -> int | None:
-    """Peak resident memory of the server the gate ran, bytes, when it runs here (None for an endpoint)."""
-    peak = getattr(server, "peak_rss_bytes", None)
-    return peak() if callable(peak) else None
-
-
 def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
     """The remote's memory as its /metrics says it for the whole deployment, else None and why not."""
+    import asyncio
+
     from servegate.runtime.remote_identity import RemoteIdentity, remote_memory
 
     identity = remote or RemoteIdentity("unknown", None, ())
@@ -104,15 +90,15 @@ def _memory(served: ServedModel) -> Any:
 class CapacityGate(Gate):
     """Bench at the declared workload; fail on any missed target."""
 
-    server_factory: ClassVar[ServerFactory] = staticmethod(_local_server)  # type: ignore[assignment]
+    server_factory: ClassVar[ServerFactory] = staticmethod(own_server)  # type: ignore[assignment]
     """Starts the server to bench (tests substitute one with known delays)."""
 
     def prepare(self, ctx: GateContext) -> None:
         """Launch the candidate's own server now, so its start-up (seconds of imports and loading) overlaps
         the gates that run before this one."""
         served = ctx.candidate
-        own_server = type(self).server_factory is _local_server  # tests substitute servers of their own
-        if own_server and served.capacity.targets is not None and served.capacity.workload is not None:
+        ours = type(self).server_factory is own_server  # tests substitute servers of their own
+        if ours and served.capacity.targets is not None and served.capacity.workload is not None:
             if served.runtime.backend == "reference":
                 from servegate.capacity.local_server import LocalServer
 
@@ -127,14 +113,23 @@ class CapacityGate(Gate):
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
         memory = _memory(served) if targets.memory is not None and not on_remote(served) else None
-        ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
+        label = f"capacity: {workload.num_requests} requests"
+        ctx.progress.start(label, workload.num_requests)  # shown while the server starts; the bench restarts it
         prepared = ctx.prepared.pop(self.name, None)
-        if prepared is None and served.runtime.backend == "vllm" and type(self).server_factory is _local_server:
+        if prepared is None and served.runtime.backend == "vllm" and type(self).server_factory is own_server:
             prepared = _RunningVllm(ctx.engines.get(served))  # the vLLM the other gates use, started once
-        with prepared if prepared is not None else self.server_factory(served) as server:
-            report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
-            peak = _peak_memory(server)
-            own_note = getattr(server, "memory_note", None)
+        server = prepared if prepared is not None else self.server_factory(served)
+        own_note = getattr(server, "memory_note", None)
+        measured = bench_own_server(
+            served,
+            [workload],
+            server=server,
+            tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
+            slo=slo_from_targets(targets),
+            progress=ctx.progress,
+            label=label,
+        )
+        report, peak = measured.results[0].as_dict(), measured.peak_memory_bytes
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
@@ -171,23 +166,6 @@ class CapacityGate(Gate):
             measurements["memory_unchecked"] = unchecked
             return self.result("warn", f"{reason}; {unchecked}", measurements)
         return self.result("pass", reason, measurements)
-
-    @staticmethod
-    async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> dict[str, Any]:
-        from servegate.cli.bench import manifest_tokenizer
-
-        target = HttpTarget.for_manifest(url, served)
-        try:
-            await target.probe()
-            prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
-            result = await run_bench(
-                target, workload, prompts, slo=slo_from_targets(targets), progress=ctx.progress.advance
-            )
-        except ConnectionError as exc:
-            raise ServegateError(str(exc)) from None
-        finally:
-            await target.aclose()
-        return result.as_dict()
 
 
 def _miss(check: TargetCheck) -> str:

@@ -59,7 +59,7 @@ def _json(data: dict[str, Any]) -> bytes:
 def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
     """The probes for a manifest, with each expected answer derived from its declared policies."""
     pre, fail = served.preprocess, served.failure_policy
-    fallback_on = set(fail.fallback.on) if fail.fallback is not None else set()
+    fallback_on = set(fail.fallback.triggers) if fail.fallback is not None else set()
     model = served.name
     ok: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 4, **tenant_fields(served)}
     json_headers = {"content-type": "application/json", **tenant_headers(served)}

@@ -306,7 +306,3 @@ def score_run(
     """Per-item scores of every metric the suite declares."""
     chosen = data.items if items is None else items
     return {metric: score_items(metric, data, chosen, outputs) for metric in data.suite.metrics}
-
-
-# Re-exported for callers that import the cache from here; it lives in output_cache.py.
-from servegate.gates.output_cache import OutputCache, cache_dir, cache_key, weights_dir  # noqa: E402, F401

@@ -69,7 +69,7 @@ class FallbackGate(Gate):
         checks: list[tuple[Verdict, str]] = []
         measurements: dict[str, Any] = {
             "fallback": fallback.name,
-            "on": list(policy.on),
+            "triggers": list(policy.triggers),
             "boundary": dict(policy.boundary),
         }
 
@@ -116,7 +116,7 @@ class FallbackGate(Gate):
         if unmatched:
             checks.append(("warn", f"boundary metric(s) {', '.join(unmatched)} are computed on no suite"))
 
-        routing = self._routing(ctx, primary, policy.on)
+        routing = self._routing(ctx, primary, policy.triggers)
         measurements["routing"] = routing
         checks.extend(routing.pop("checks"))
 
@@ -126,7 +126,7 @@ class FallbackGate(Gate):
             reason = f"contract kept, boundary met, overload/deadline routed ({len(checks)} checks)"
         return self.result(verdict, reason, measurements, contract.evidence)
 
-    def _routing(self, ctx: GateContext, primary: ServedModel, on: list[str]) -> dict[str, Any]:
+    def _routing(self, ctx: GateContext, primary: ServedModel, triggers: list[str]) -> dict[str, Any]:
         """Force overload (a queue of 1) and missed deadlines (a 1 ms request_timeout_s) on the primary.
 
         The deadline is the primary's manifest setting, not the requests' own, so a request handed to the
@@ -174,12 +174,12 @@ class FallbackGate(Gate):
                 )
             elif provoked == 0:
                 out["checks"].append(("warn", f"forced {trigger} was not provoked: every request finished normally"))
-            elif trigger in on and unrouted:
+            elif trigger in triggers and unrouted:
                 out["checks"].append(
-                    ("fail", f"{unrouted} {code} error(s) before any token although failure_policy.fallback.on "
+                    ("fail", f"{unrouted} {code} error(s) before any token although failure_policy.fallback.triggers "
                      f"includes {trigger}")
                 )  # fmt: skip
-            elif trigger not in on and routed:
+            elif trigger not in triggers and routed:
                 out["checks"].append(
                     ("fail", f"{routed} request(s) routed to the fallback on {trigger}, which is not declared")
                 )

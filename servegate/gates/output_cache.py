@@ -12,12 +12,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
-
-if TYPE_CHECKING:  # evaluation.py re-exports this module, so import it lazily
-    from servegate.gates.evaluation import ItemOutput, SuiteData
+from servegate.gates.evaluation import ItemOutput, SuiteData
 
 CACHE_ENV = "SERVEGATE_CACHE"
 DEFAULT_CACHE_DIR = ".servegate-cache"
@@ -103,8 +101,6 @@ class OutputCache:
         if record.get("format") != CACHE_FORMAT or record.get("digest") != data.digest:
             self.misses += 1
             return None
-        from servegate.gates.evaluation import ItemOutput
-
         self.hits += 1
         return [ItemOutput.from_dict(o) for o in record["outputs"]]
 
@@ -113,7 +109,6 @@ class OutputCache:
         if not self.enabled:
             return
         path = self.path(fingerprint, data)
-        path.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "format": CACHE_FORMAT,
             "fingerprint": fingerprint,
@@ -121,6 +116,4 @@ class OutputCache:
             "digest": data.digest,
             "outputs": [asdict(o) for o in outputs],
         }
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, json.dumps(record))

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from servegate.contracts.files import write_atomic
 from servegate.gates.base import ProgressHook
 from servegate.gates.result import GateReport
 
@@ -72,13 +73,19 @@ class RichProgress(ProgressHook):
 
 
 def print_table(report: GateReport, console: Console) -> None:
-    """The verdict table, one row per gate, with why it ran or was skipped."""
+    """The verdict table, one row per gate, with why it ran or was skipped; one line per gate off a terminal."""
     base, cand = report.baseline, report.candidate
     title = (
         f"gate check: {cand['name']} {cand['version']} against its reference form"
         if report.mode == "reference"
         else f"gate check: {base['name']} {base['version']} -> {cand['name']} {cand['version']}"
     )
+    if not console.is_terminal:  # a CI log or a pipe: a table squeezed to 80 columns wraps each cell over lines
+        console.print(title, soft_wrap=True, highlight=False, markup=False)
+        for line in gate_lines(report):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+        _print_summary(report, console)
+        return
     table = Table(title=title, show_lines=False, title_justify="left")
     for column in ("gate", "verdict", "reason", "why", "time"):
         table.add_column(column, overflow="fold")
@@ -91,21 +98,32 @@ def print_table(report: GateReport, console: Console) -> None:
             f"{gate.duration_s:.1f} s" if gate.verdict != "skipped" else "",
         )
     console.print(table)
+    _print_summary(report, console)
+
+
+def gate_lines(report: GateReport) -> list[str]:
+    """One plain line per gate: name, verdict, reason, then why it ran and how long it took."""
+    width = max((len(g.name) for g in report.gates), default=0)
+    lines = []
+    for gate in report.gates:
+        line = f"{gate.name:<{width}}  {gate.verdict.upper():<7}  {gate.reason}"
+        if gate.verdict != "skipped":
+            why = "; ".join(gate.triggered_by)
+            line += f"  ({why + ', ' if why else ''}{gate.duration_s:.1f} s)"
+        lines.append(line)
+    return lines
+
+
+def _print_summary(report: GateReport, console: Console) -> None:
     counts = report.counts()
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     console.print(
         f"verdict: [{STYLE[report.verdict]}]{report.verdict.upper()}[/] ({summary}) in {report.duration_s:.1f} s; "
-        f"candidate fingerprint {cand['fingerprint'][:12]}"
+        f"candidate fingerprint {report.candidate['fingerprint'][:12]}",
+        soft_wrap=not console.is_terminal,
     )
     for note in report.notes:
-        console.print(f"[dim]{note}[/]")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+        console.print(f"[dim]{escape(note)}[/]", soft_wrap=not console.is_terminal)
 
 
 def json_text(report: GateReport) -> str:
@@ -193,8 +211,8 @@ def write_reports(
         sys.stdout.write(json_text(report))
         sys.stdout.flush()
     elif json_path is not None:
-        _atomic_write(Path(json_path), json_text(report))
+        write_atomic(Path(json_path), json_text(report))
     if junit_path is not None:
-        _atomic_write(junit_path, junit_xml(report, strict))
+        write_atomic(junit_path, junit_xml(report, strict))
     if markdown_path is not None:
-        _atomic_write(markdown_path, markdown(report))
+        write_atomic(markdown_path, markdown(report))

@@ -201,7 +201,7 @@ def output_contract(served: ServedModel) -> dict[str, Any]:
         "response_cache": {"enabled": cache.enabled, "scope": cache.scope, "ttl_s": cache.ttl_s}
         if cache.enabled
         else None,
-        "fallback": {"on": list(fail.fallback.on)} if fail.fallback else None,
+        "fallback": {"triggers": list(fail.fallback.triggers)} if fail.fallback else None,
         "deadline_s": fail.request_timeout_s,
         "overload": {"policy": fail.overload, "status": fail.overload_status, "retry_after_s": fail.retry_after_s},
         "error_format": {

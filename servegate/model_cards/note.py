@@ -3,8 +3,9 @@
     note = model identity + input contract + output contract + workload shape + capacity target
            + quality gate + observability
 
-`build_note` makes the ServingNote (plain data); `write_note` writes it as Markdown with a JSON twin
-(and the plots), after the public-safety scan; `servegate.model_cards.stale` checks a written note.
+`build_note` makes the ServingNote (plain data); `servegate.model_cards.note_files` writes it as Markdown
+with a JSON twin (and the plots), after the public-safety scan; `servegate.model_cards.stale` checks a
+written note.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from servegate import __version__
 from servegate.contracts.manifest import ServedModel
-from servegate.model_cards.evidence import Evidence, NoteError, file_time, iso, parse_time
+from servegate.model_cards.evidence import Evidence, NoteError, file_time, iso
 from servegate.model_cards.items_capacity import capacity_target, workload_shape
 from servegate.model_cards.items_contract import input_contract, model_identity, output_contract
 from servegate.model_cards.items_observability import observability
@@ -215,67 +216,3 @@ def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFil
 def twin_path(note_path: Path) -> Path:
     """The JSON twin written next to a Markdown note (SERVING.md -> SERVING.json)."""
     return note_path.with_suffix(".json")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def write_note_files(
-    served: ServedModel, evidence: Evidence, out_path: Path, model_card: Path | None = None
-) -> ServingNote:
-    """Build the note, render it, scan it for private text, then write Markdown, JSON twin, plots and the card."""
-    from servegate.model_cards.model_card import update_model_card_text
-    from servegate.model_cards.plots import prepare_plots, write_plots
-    from servegate.model_cards.render_markdown import render_markdown
-
-    pf = PublicFilter(served)
-    note = build_note(served, evidence, pf)
-    if out_path.suffix.lower() != ".md":
-        raise NoteError(f"the note is written as Markdown: give -o a .md path (got {out_path})")
-    plots = prepare_plots(evidence.bench, evidence.base_dir, out_path) if evidence.bench is not None else []
-    note.plots = [meta for meta, _ in plots]
-    markdown = render_markdown(note)
-    twin = note.to_json()
-    card_text = None
-    if model_card is not None:
-        card_text = update_model_card_text(
-            model_card.read_text(encoding="utf-8") if model_card.is_file() else "",
-            note,
-            served,
-            note_path=out_path,
-            card_dir=model_card.parent,
-        )
-    pf.assert_public(markdown, twin, card_text or "")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    write_plots(plots, out_path)
-    _write_atomic(twin_path(out_path), twin)
-    _write_atomic(out_path, markdown)
-    if model_card is not None and card_text is not None:
-        _write_atomic(model_card, card_text)
-    return note
-
-
-def write_note(
-    served: ServedModel,
-    report: Any,
-    out_path: str | Path,
-    bench: dict[str, Any] | None = None,
-    plan: dict[str, Any] | None = None,
-    *,
-    model_card: str | Path | None = None,
-    report_at: datetime | str | None = None,
-) -> ServingNote:
-    """Write the serving note for `served` from a check report just produced (`gate check ... --note`).
-
-    `report` is the report dict (`GateReport.to_dict()`) or the GateReport itself; its time is its
-    `created_at`, else `report_at`, else now. Raises NoteError (a ServegateError) when an item is missing.
-    """
-    if hasattr(report, "to_dict"):
-        report = report.to_dict()
-    when = parse_time(report_at) if isinstance(report_at, str) else report_at
-    evidence = Evidence.from_data(report=report, bench=bench, plan=plan, report_at=when)
-    return write_note_files(served, evidence, Path(out_path), Path(model_card) if model_card else None)

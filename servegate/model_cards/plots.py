@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from servegate.contracts.files import write_atomic
+
 PlotFile = tuple[dict[str, str], bytes]
 """({title, path relative to the note}, PNG bytes)."""
 
@@ -151,7 +153,4 @@ def prepare_plots(bench: dict[str, Any], base_dir: Path | None, note_path: Path)
 def write_plots(plots: list[PlotFile], note_path: Path) -> None:
     """Write prepared plots next to the note (each atomically)."""
     for meta, data in plots:
-        target = note_path.parent / meta["path"]
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(target)
+        write_atomic(note_path.parent / meta["path"], data)

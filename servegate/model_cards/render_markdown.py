@@ -112,7 +112,7 @@ def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
         ("Confidence (logprobs)", "offered on request" if item["logprobs_offered"] else "not offered"),
         ("Streaming", "server-sent events ending in `data: [DONE]`" if item["streaming"] else "no"),
         ("Response cache", f"on, {cache['scope']} scope, {cache['ttl_s']:g} s" if cache else "off"),
-        ("Fallback model", "on " + ", ".join(item["fallback"]["on"]) if item.get("fallback") else "none"),
+        ("Fallback model", "on " + ", ".join(item["fallback"]["triggers"]) if item.get("fallback") else "none"),
         ("Deadline", f"{item['deadline_s']:g} s per request"),
         ("Overload", f"{overload['policy']} with HTTP {overload['status']}, Retry-After {overload['retry_after_s']} s"),
     ]

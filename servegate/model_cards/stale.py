@@ -43,16 +43,22 @@ def read_note_metadata(note_path: Path) -> dict[str, Any]:
 def stale_reasons(meta: dict[str, Any], served: ServedModel) -> list[str]:
     """Why a note with this metadata no longer describes `served` (empty when it still does)."""
     reasons = []
+    digest, sections = manifest_digests(served)
+    old = meta.get("section_sha256") or {}
+    changed = sorted(k for k in set(old) | set(sections) if old.get(k) != sections.get(k)) if old else []
     if meta.get("fingerprint") != served.fingerprint:
+        elements = [k for k in SIX_ELEMENTS if k in changed]
+        what = (
+            f"changed element(s): {', '.join(elements)}"
+            if elements  # a note written before section digests were kept cannot say which
+            else "a behaviour-defining field or a weight checksum changed"
+        )
         reasons.append(
             f"fingerprint changed: the note describes {str(meta.get('fingerprint'))[:12]}, the manifest is now "
-            f"{served.fingerprint[:12]} (a behaviour-defining field or a weight checksum changed)"
+            f"{served.fingerprint[:12]} ({what})"
         )
     results_at, modified_then = parse_time(meta.get("gate_results_at")), parse_time(meta.get("manifest_modified_at"))
-    digest, sections = manifest_digests(served)
     if meta.get("manifest_sha256") and meta["manifest_sha256"] != digest:
-        old = meta.get("section_sha256") or {}
-        changed = sorted(k for k in set(old) | set(sections) if old.get(k) != sections.get(k))
         if reasons:  # the fingerprint reason already covers the six elements
             changed = [k for k in changed if k not in SIX_ELEMENTS]
         if changed or not reasons:

@@ -45,7 +45,9 @@ class ReferenceEngine:
         self.served = served
         self._given_parts = parts
         self.parts: EngineParts | None = None
-        self._fallback = FallbackRoute(fallback, served.failure_policy.fallback.on) if fallback is not None else None
+        self._fallback = (
+            FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+        )
         self._cv = threading.Condition()
         self._requests: dict[int, RequestState] = {}
         self._next_seq_id = 0

@@ -90,8 +90,8 @@ def build_parts(
 
 def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
     """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
-    from servegate.capacity.memory import kv_dims_from_config
     from servegate.runtime.cpu_linear import apply_cpu_linear, use_torch_threads
+    from servegate.runtime.kv_memory import kv_dims_from_config
     from servegate.runtime.model_runner import PagedModelRunner
 
     report = None

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servegate.capacity.memory import DTYPE_BYTES, KVDims, num_kv_blocks
 from servegate.contracts.errors import ServegateError
+from servegate.runtime.kv_memory import DTYPE_BYTES, KVDims, num_kv_blocks
 
 if TYPE_CHECKING:
     from servegate.contracts.manifest import ServedModel

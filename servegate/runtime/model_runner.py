@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from servegate.capacity.memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.api import SeqChunk
 from servegate.runtime.compiled_decode import CompiledDecode, check_compile_support
+from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.paged_attention import (
     ContextSource,
     PagedKVCache,

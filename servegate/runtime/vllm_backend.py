@@ -148,11 +148,7 @@ def launch_key(served: ServedModel) -> str:
     return json.dumps({"args": args, "vllm": settings.model_dump(mode="json", exclude={"port"})}, sort_keys=True)
 
 
-def attach(served: ServedModel, running: VllmEngine) -> EndpointEngine:
-    """An engine for `served` over a vLLM server another engine started (same launch_key): its own contract."""
-    from servegate.contracts.loading import load_fallback
-    from servegate.runtime import build
-
-    backup = load_fallback(served)
-    fallback = build(backup, fallback=False) if backup is not None else None
+def attach(served: ServedModel, running: VllmEngine, fallback: Any = None) -> EndpointEngine:
+    """An engine for `served` over a vLLM server another engine started (same launch_key): its own contract,
+    and `fallback` (the fallback manifest's engine, built by the caller)."""
     return EndpointEngine(served, fallback=fallback, base_url=running.base_url)

@@ -6,6 +6,7 @@ Deterministic for a given recipe, torch build and thread count: the data come fr
 
 from __future__ import annotations
 
+import io
 import math
 import random
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from servegate.contracts.files import write_atomic
 from servegate.zoo import tasks
 from servegate.zoo.recipes import Recipe
 from servegate.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID, vocabulary
@@ -105,10 +107,10 @@ def learning_rate(recipe: Recipe, step: int) -> float:
 
 
 def _save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    # Written aside and renamed: a process killed mid-write never leaves a torn checkpoint.
-    partial = path.with_name(path.name + ".partial")
-    torch.save(state, partial)
-    partial.replace(path)
+    # written at once: a process killed mid-write never leaves a torn checkpoint
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_atomic(path, buffer.getvalue())
 
 
 def _load_checkpoint(path: Path, recipe: Recipe) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capacity_helpers import STEP_MODEL, TINY_LLAMA, manifest
@@ -43,6 +44,20 @@ def test_memory_only_plan_and_its_usage_error(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --model-config needs --memory-budget")
 
 
+def test_a_model_whose_weights_exceed_the_budget_is_an_infeasible_plan(tmp_path: Path) -> None:
+    """Exit 1 (a result, as a failed gate), not 2 (a usage error), with the JSON written as for a feasible plan."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA2_7B))
+    args = ("plan", "--model-config", str(config), "--memory-budget", "8GiB", "--context", "4096")
+    done = gate(*args, "--runtime-overhead", "1GiB", "--json", "plan.json", cwd=tmp_path, home=tmp_path)
+    assert done.returncode == 1, done.stderr
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert (data["kv_bytes_per_token"], data["weights_bytes"], data["feasible"]) == (524_288, 2 * 6_738_415_616, False)
+    assert data["shortfall_bytes"] == 2 * 6_738_415_616 + 2**30 + 4096 * 524_288 - 8 * 2**30
+    said = " ".join(done.stdout.split())
+    assert "infeasible: the memory budget 8.00 GiB does not hold the weights" in said and "GiB short" in said
+
+
 def test_bench_a_url_writes_json_and_plots(tmp_path: Path) -> None:
     with SyntheticServer(Delays(ttft_ms=20, itl_ms=5)) as server:
         done = gate("bench", "--url", server.url, "--rate", "20", "--requests", "12", "--plots", "plots",
@@ -72,6 +87,7 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     )
     missing = gate("plan", str(path), cwd=tmp_path, home=tmp_path / "home")
     assert missing.returncode == 2 and "run `gate profile`" in missing.stderr
+    assert "or `gate plan --profile` to profile and then plan (profiling takes minutes: 623 s" in missing.stderr
     served = manifest(model_dir)
     model = STEP_MODEL
     model.key, model.hardware = profile_key(served), hardware_id()
@@ -132,3 +148,41 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
     assert machine["profile_probe_us"] == 250.0 and machine["bench_probe_us"] > 0
     assert machine["bench_over_profile"] == pytest.approx(machine["bench_probe_us"] / 250.0)
     assert "machine: a Python loop took" in said and "us while profiling" in said
+
+
+def test_plan_profile_profiles_first_and_plans_with_what_it_measured(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--profile` runs `gate profile`'s own step (measured: 623 s on the quickstart, so replaced here), then plans."""
+    from typer.testing import CliRunner
+
+    from servegate.capacity.latency_model import profile_path
+    from servegate.cli import profile as profile_cli
+    from servegate.cli.app import app
+
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"name: tiny\nweights: {{source: {model_dir}}}\n"
+        "preprocess: {max_input_tokens: 64}\npostprocess: {max_output_tokens: 32}\n"
+        "runtime:\n  device: cpu\n  dtype: float32\n  max_model_len: 128\n"
+        "  kv_cache: {block_size: 16, memory_budget: 4MiB}\nbatching:\n  mode: none\n"
+        "capacity:\n  workload: {input_tokens: {mean: 32, max: 32}, output_tokens: {mean: 8, max: 8},"
+        " rate_rps: 2, num_requests: 60}\n  targets: {e2e_ms: {p99: 1000}}\n"
+    )
+    profiled: list[str] = []
+
+    def profile_and_save(served: Any, console: Any, repeats: int = 5, burst: int = 8) -> tuple[Any, Path]:
+        profiled.append(served.name)
+        model = STEP_MODEL
+        model.key, model.hardware = profile_key(served), hardware_id()
+        return model, model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
+
+    monkeypatch.setattr(profile_cli, "profile_and_save", profile_and_save)
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))
+    done = CliRunner().invoke(
+        app, ["plan", str(path), "--profile", "--requests", "60", "--json", str(tmp_path / "p.json")]
+    )
+    assert done.exit_code == 0, done.output
+    assert profiled == ["tiny"]
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert data["feasible"] and data["latency_model"]["coefficients_s"]["c_step"] == 0.005

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from servegate.capacity.memory import DTYPE_BYTES, kv_dims_from_config
 from servegate.capacity.memory_plan import plan_memory
 from servegate.capacity.weights_memory import read_config, weights_memory
-from servegate.contracts.errors import ServegateError
+from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config
 
 LLAMA2_7B = {
     "model_type": "llama",
@@ -137,9 +136,21 @@ def test_max_concurrent_sequences_for_a_budget() -> None:
     assert gqa.max_concurrent_sequences > 3 * plan.max_concurrent_sequences
 
 
-def test_budget_too_small_for_the_weights_says_so() -> None:
-    with pytest.raises(ServegateError, match="does not hold the weights"):
-        plan_memory(LLAMA2_7B, context_tokens=4096, memory_budget=8 * 2**30, dtype="float16", runtime_overhead=0)
+def test_budget_too_small_for_the_weights_is_an_infeasible_plan_with_its_shortfall() -> None:
+    plan = plan_memory(LLAMA2_7B, context_tokens=4096, memory_budget=8 * 2**30, dtype="float16", runtime_overhead=0)
+    one_sequence = 4096 * 524_288
+    assert (plan.kv_pool_bytes, plan.max_concurrent_sequences, plan.fits) == (0, 0, False)
+    assert plan.shortfall_bytes == 2 * 6_738_415_616 + one_sequence - 8 * 2**30
+    assert plan.as_dict()["shortfall_bytes"] == plan.shortfall_bytes
+    assert "does not hold the weights (12.55 GiB) and runtime overhead (0 B): it is" in str(plan.shortfall())
+    # room for the weights but not for one sequence at the context: infeasible too, and said so
+    tight = plan_memory(LLAMA2_7B, context_tokens=4096, memory_budget=13 * 2**30, dtype="float16", runtime_overhead=0)
+    assert (
+        tight.max_concurrent_sequences == 0 and tight.shortfall_bytes == 2 * 6_738_415_616 + one_sequence - 13 * 2**30
+    )
+    assert "and one sequence of 4,096 tokens" in str(tight.shortfall())
+    roomy = plan_memory(LLAMA2_7B, context_tokens=4096, memory_budget=80 * 2**30, dtype="float16", runtime_overhead=0)
+    assert roomy.shortfall_bytes == 0 and roomy.shortfall() is None
 
 
 def test_read_config_reads_a_directory(tmp_path) -> None:

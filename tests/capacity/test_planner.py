@@ -143,7 +143,7 @@ def test_the_fallback_engines_memory_counts_in_the_plan(tmp_path: Path, model_di
     (tmp_path / "fallback.yaml").write_text("name: small\n" + common)
     primary = tmp_path / "primary.yaml"
     primary.write_text(
-        "name: big\n" + common + "failure_policy: {fallback: {manifest: fallback.yaml, on: [overload]}}\n"
+        "name: big\n" + common + "failure_policy: {fallback: {manifest: fallback.yaml, triggers: [overload]}}\n"
         "capacity:\n  workload: {input_tokens: {mean: 32, max: 32}, output_tokens: {mean: 8, max: 8}, rate_rps: 1}\n"
         "  targets: {memory: 16MiB}\n"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,48 @@ def test_relative_paths_resolve_against_the_manifest(base: Path) -> None:
     served = load_manifest(base)
     assert served.resolve_path("data/x.jsonl") == base.parent.resolve() / "data/x.jsonl"
     assert served.source == base.resolve()
+
+
+QUICKSTART = Path(__file__).parents[2] / "examples/quickstart/manifest.yaml"
+
+
+def test_a_base_in_another_folder_keeps_its_relative_paths_and_its_fingerprint(tmp_path: Path) -> None:
+    """The quickstart's fallback.yaml is the quickstart folder's, whichever folder includes the quickstart."""
+    quickstart = load_manifest(QUICKSTART)
+    elsewhere = tmp_path / "team" / "variants"
+    elsewhere.mkdir(parents=True)
+    for include in (QUICKSTART.resolve(), os.path.relpath(QUICKSTART.resolve(), elsewhere)):
+        variant = elsewhere / "variant.yaml"
+        variant.write_text(f"include: {include}\ndescription: the quickstart, included from another folder\n")
+        served = load_manifest(variant)  # loads the fallback too: it must be found
+        assert served.fingerprint == quickstart.fingerprint  # nothing behaviour-defining changed
+        fallback = served.resolve_path(served.failure_policy.fallback.manifest)
+        assert fallback == QUICKSTART.resolve().parent / "fallback.yaml"
+        assert served.reference_form().resolve_path("fallback.yaml") == fallback  # copies resolve the same
+        assert served.resolve_path("data/x.jsonl") == elsewhere / "data/x.jsonl"  # written nowhere: this folder
+
+
+def test_a_path_the_variant_writes_resolves_against_the_variant(tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "base.yaml").write_text(BASE + "preprocess:\n  chat_template: chat.jinja\n")
+    (tmp_path / "base" / "chat.jinja").write_text("{{ messages }}")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "v.yaml").write_text("include: ../base/base.yaml\nquality:\n  suites:\n"
+                                              "    - {name: own, dataset: items.jsonl}\n")  # fmt: skip
+    served = load_manifest(tmp_path / "mine" / "v.yaml")
+    assert served.resolve_path(served.preprocess.chat_template) == (tmp_path / "base" / "chat.jinja").resolve()
+    assert served.resolve_path("items.jsonl") == (tmp_path / "mine" / "items.jsonl").resolve()
+
+
+def test_one_relative_path_written_in_two_folders_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "base.yaml").write_text(BASE + "preprocess:\n  chat_template: shared.txt\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "v.yaml").write_text("include: ../base/base.yaml\nquality:\n  suites:\n"
+                                              "    - {name: own, dataset: shared.txt}\n")  # fmt: skip
+    with pytest.raises(ManifestError, match="'shared.txt' is also written at .* absolute path"):
+        load_manifest(tmp_path / "mine" / "v.yaml")
+    # a zoo or hub name is the same wherever it is written
+    (tmp_path / "mine" / "v.yaml").write_text("include: ../base/base.yaml\nquality:\n  suites:\n"
+                                              "    - {name: own, dataset: 'zoo:tiny-primary'}\n")  # fmt: skip
+    assert load_manifest(tmp_path / "mine" / "v.yaml").quality.suites[0].dataset == "zoo:tiny-primary"

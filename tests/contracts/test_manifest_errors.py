@@ -127,8 +127,14 @@ CASES: list[tuple[str, str, str]] = [
     (
         "fallback-on",
         "weights: {source: zoo:tiny-primary}\nfailure_policy:\n  fallback:\n    manifest: fb.yaml\n"
-        "    on: [crash]  #<\n",
-        "failure_policy.fallback.on.0: must be one of 'overload', 'timeout' or 'error' (got 'crash')",
+        "    triggers: [crash]  #<\n",
+        "failure_policy.fallback.triggers.0: must be one of 'overload', 'timeout' or 'error' (got 'crash')",
+    ),
+    (
+        "fallback-on-renamed",
+        "weights: {source: zoo:tiny-primary}\nfailure_policy:\n  fallback:  #<\n    manifest: fb.yaml\n"
+        "    on: [overload]\n",
+        "failure_policy.fallback: `on` is now `triggers` (YAML 1.1 tools read the key `on` as true): rename",
     ),
     (
         "output-schema",

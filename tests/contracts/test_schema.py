@@ -69,3 +69,40 @@ def test_every_field_is_documented() -> None:
         if not spec.get("description")
     ]
     assert missing == []
+
+
+def test_a_yaml_1_1_reader_validates_the_quickstart_against_gate_schema(tmp_path: Path) -> None:
+    """PyYAML (YAML 1.1, as many editors and CI linters) reads `on`, `yes`, `off` as booleans: no key may be one."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    done = subprocess.run(
+        [sys.executable, "-m", "servegate.cli", "schema", "-o", str(tmp_path / "schema.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    schema = json.loads((tmp_path / "schema.json").read_text())
+    quickstart = Path(__file__).parents[2] / "examples/quickstart"
+    for name in ("manifest.yaml", "fallback.yaml"):
+        jsonschema.validate(yaml.safe_load((quickstart / name).read_text()), schema)
+
+
+def test_a_manifest_still_writing_fallback_on_is_told_to_rename_it(tmp_path: Path) -> None:
+    from servegate.contracts.errors import ManifestError
+    from servegate.contracts.loading import load_manifest
+    from servegate.contracts.manifest import ServedModel
+
+    path = tmp_path / "m.yaml"
+    path.write_text("name: m\nweights: {source: zoo:tiny-primary}\n"
+                    "failure_policy:\n  fallback: {manifest: fb.yaml, on: [overload]}\n")  # fmt: skip
+    with pytest.raises(ManifestError, match="m.yaml:4:3: failure_policy.fallback: `on` is now `triggers`"):
+        load_manifest(path, check_fallback=False)
+    import yaml
+
+    as_pyyaml_reads_it = yaml.safe_load(path.read_text())  # the key arrives as True
+    assert True in as_pyyaml_reads_it["failure_policy"]["fallback"]
+    with pytest.raises(ValueError, match="rename failure_policy.fallback.on to failure_policy.fallback.triggers"):
+        ServedModel.model_validate(as_pyyaml_reads_it)

@@ -35,7 +35,7 @@ postprocess:
   max_output_tokens: 32
   response_cache: {enabled: true, scope: tenant}
 failure_policy:
-  fallback: {manifest: fallback.yaml, on: [overload, timeout], boundary: {exact_match: 0.5}}
+  fallback: {manifest: fallback.yaml, triggers: [overload, timeout], boundary: {exact_match: 0.5}}
 quality:
   suites:
     - {name: arith, dataset: zoo:arith, limit: 80, public: true}

@@ -185,7 +185,7 @@ class FakeEngine:
 
     def _route(self, request: GenerationRequest, error: ServingError, trigger: str) -> Result:
         policy = self.served.failure_policy.fallback
-        if self.fallback is not None and policy is not None and trigger in policy.on:
+        if self.fallback is not None and policy is not None and trigger in policy.triggers:
             self.fallback_uses += 1
             result = self.fallback._run(replace(request, arrival_time=None, timeout_s=None))
             return replace(result, fallback_used=True) if isinstance(result, FinishEvent) else result

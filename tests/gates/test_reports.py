@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from rich.console import Console
 from rich.progress import BarColumn
 
-from servegate.gates.reports import RichProgress, json_text, junit_xml, markdown, transient_progress
+from servegate.gates.reports import RichProgress, json_text, junit_xml, markdown, print_table, transient_progress
 from servegate.gates.result import GateReport, GateResult, example, worst
 
 IDENTITY = {"name": "m", "version": "1", "fingerprint": "ab" * 32, "form": "reference form", "source": ""}
@@ -109,3 +109,25 @@ def test_progress_bars_draw_on_a_terminal() -> None:
     out = io.StringIO()
     _run_bars(Console(file=out, force_terminal=True, width=60))
     assert "\x1b[" in out.getvalue()
+
+
+def test_off_a_terminal_the_verdicts_are_one_line_per_gate_however_long() -> None:
+    """A CI log gets one greppable line per gate, never an 80-column table whose cells wrap over five lines."""
+    report = _report()
+    report.gates[0].reason = "a reason long enough to wrap in any table of eighty columns " * 3
+    out = io.StringIO()
+    print_table(report, Console(file=out, force_terminal=False, width=80))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "gate check: m 1 against its reference form"
+    assert lines[1] == f"contract    PASS     {report.gates[0].reason}  (every manifest, 0.0 s)"
+    assert lines[2] == ('truncation  FAIL     recall/exact_match: inferior <by> "a lot" & more  '
+                        "(changed: preprocess.max_input_tokens, 1.2 s)")  # fmt: skip
+    assert lines[4] == "batching    SKIPPED  no watched field changed"
+    assert lines[5].startswith("verdict: FAIL (1 pass, 1 fail, 1 warn, 1 skipped) in 3.5 s")
+    assert len(lines) == 6 and not any(c in out.getvalue() for c in "│┃━─")
+
+
+def test_on_a_terminal_the_verdicts_are_a_table() -> None:
+    out = io.StringIO()
+    print_table(_report(), Console(file=out, force_terminal=True, width=120, color_system=None))
+    assert "┃ gate" in out.getvalue() and "│ truncation" in out.getvalue()

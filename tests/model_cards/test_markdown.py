@@ -12,7 +12,8 @@ from note_evidence import make_bench, make_plan, make_report
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.markdown_blocks import cell, code
-from servegate.model_cards.note import ITEMS, ServingNote, write_note
+from servegate.model_cards.note import ITEMS, ServingNote
+from servegate.model_cards.note_files import write_note
 
 
 def _tokens(text: str) -> list[Any]:

@@ -9,7 +9,8 @@ from note_evidence import dump, make_bench, make_plan, make_report
 
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import Evidence, NoteError
-from servegate.model_cards.note import build_note, write_note
+from servegate.model_cards.note import build_note
+from servegate.model_cards.note_files import write_note
 
 
 def _error(served: ServedModel, evidence: Evidence) -> str:

@@ -11,7 +11,7 @@ from note_evidence import make_bench, make_report
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import NoteError
 from servegate.model_cards.model_card import END, START
-from servegate.model_cards.note import write_note
+from servegate.model_cards.note_files import write_note
 
 CARD = """---
 license: mit

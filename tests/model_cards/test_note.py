@@ -10,7 +10,8 @@ from note_evidence import dump, make_bench, make_plan, make_report
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
-from servegate.model_cards.note import ITEMS, ServingNote, twin_path, write_note
+from servegate.model_cards.note import ITEMS, ServingNote, twin_path
+from servegate.model_cards.note_files import write_note
 from servegate.model_cards.render_markdown import read_metadata
 
 
@@ -91,7 +92,7 @@ def test_plots_are_drawn_from_bench_json_and_embedded(served: ServedModel, tmp_p
 def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tmp_path: Path) -> None:
 
     from servegate.model_cards.evidence import Evidence
-    from servegate.model_cards.note import write_note_files
+    from servegate.model_cards.note_files import write_note_files
     from servegate.model_cards.plots import draw_latency_cdf
 
     own = draw_latency_cdf({"e2el_ms": {"p50": 1, "p95": 2, "p99": 3}})
@@ -122,7 +123,7 @@ def test_bench_plot_paths_as_gate_bench_records_them(
 ) -> None:
     """`gate bench --plots bench-plots` lists paths relative to where it ran, with its own file names."""
     from servegate.model_cards.evidence import Evidence
-    from servegate.model_cards.note import write_note_files
+    from servegate.model_cards.note_files import write_note_files
     from servegate.model_cards.plots import draw_latency_cdf, draw_throughput_vs_load
 
     monkeypatch.chdir(tmp_path)

@@ -11,7 +11,8 @@ from note_evidence import make_report, quickstart_sets, score
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import NoteError
-from servegate.model_cards.note import twin_path, write_note
+from servegate.model_cards.note import twin_path
+from servegate.model_cards.note_files import write_note
 
 PRIVATE_PROMPT = "Internal ticket SECRET-PROMPT-7Q: the launch code is 4711"
 PRIVATE_REFERENCE = "SECRET-REFERENCE-ZETA-99"

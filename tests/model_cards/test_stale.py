@@ -11,7 +11,8 @@ from note_evidence import make_report, quickstart_sets
 
 from servegate.contracts.loading import load_manifest
 from servegate.model_cards.evidence import NoteError
-from servegate.model_cards.note import twin_path, write_note
+from servegate.model_cards.note import twin_path
+from servegate.model_cards.note_files import write_note
 from servegate.model_cards.stale import check_note
 
 
@@ -33,6 +34,9 @@ def test_changed_fingerprint_is_stale(quickstart_copy: Path, tmp_path: Path) -> 
     changed = load_manifest(quickstart_copy, [*quickstart_sets(), "runtime.quantization.method=int4-weight"])
     reasons = check_note(out, changed)
     assert len(reasons) == 1 and reasons[0].startswith("fingerprint changed")
+    assert reasons[0].endswith("(changed element(s): runtime)")  # named, not only "the fingerprint moved"
+    two = load_manifest(quickstart_copy, [*quickstart_sets(), "runtime.seed=7", "batching.max_batch_size=4"])
+    assert check_note(out, two)[0].endswith("(changed element(s): runtime, batching)")
     both = load_manifest(
         quickstart_copy, [*quickstart_sets(), "runtime.quantization.method=int4-weight", "card.license=MIT"]
     )

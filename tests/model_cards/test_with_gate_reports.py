@@ -18,7 +18,8 @@ from note_evidence import quickstart_sets
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.model_cards.note import twin_path, write_note
+from servegate.model_cards.note import twin_path
+from servegate.model_cards.note_files import write_note
 
 SECRET = "SECRET-TICKET-5521"
 FAKES = Path(__file__).resolve().parents[1] / "gates" / "gate_fakes.py"
@@ -62,7 +63,7 @@ def test_note_from_a_real_check_report_keeps_private_text_out(
     int2_with_private_suite: ServedModel, tmp_path: Path
 ) -> None:
     from servegate.gates.check import run_check
-    from servegate.gates.evaluation import OutputCache
+    from servegate.gates.output_cache import OutputCache
 
     served = int2_with_private_suite
     report = run_check(

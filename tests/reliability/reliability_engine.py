@@ -10,12 +10,13 @@ can send.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from support.models import save_tiny_llama
 
 from servegate.contracts.manifest import ServedModel
 
@@ -32,39 +33,9 @@ def zoo_primary() -> Path | None:
         return None
 
 
-def random_llama_dir(folder: Path) -> Path:
-    """A random 2-layer Llama (hidden 32) and the zoo's character tokenizer, saved as safetensors."""
-    import torch
-    import transformers
-
-    from servegate.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_char_tokenizer
-
-    target = folder / "tiny-llama"
-    if (target / "config.json").is_file():
-        return target
-    tokenizer = build_char_tokenizer()
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        pad_token_id=PAD_ID,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    model.save_pretrained(target, safe_serialization=True)
-    tokenizer.save_pretrained(target)
-    return target
-
-
 def model_source(folder: Path) -> str:
     """`zoo:tiny-primary` when built, else the path of a random tiny Llama saved under `folder`."""
-    return "zoo:tiny-primary" if zoo_primary() is not None else str(random_llama_dir(folder))
+    return "zoo:tiny-primary" if zoo_primary() is not None else str(save_tiny_llama(folder / "tiny-llama"))
 
 
 def manifest_data(source: str, **sections: Any) -> dict[str, Any]:
@@ -88,15 +59,6 @@ def manifest_data(source: str, **sections: Any) -> dict[str, Any]:
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return data
-
-
-def write_manifest(folder: Path, data: dict[str, Any], name: str = "manifest.json") -> Path:
-    """Write a manifest as JSON (atomically) and return its path."""
-    path = folder / name
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def model_dir_of(served: ServedModel) -> Path:

@@ -47,7 +47,8 @@ def _context() -> ForkServerContext:
         # The fork server must import this module, but Python 3.11 does not hand it the parent's sys.path
         # (its preload then fails silently and every job imports torch itself): PYTHONPATH does, while it starts.
         previous = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), previous]))
+        here = Path(__file__).resolve().parent  # and tests/, where the jobs' helpers import `support` from
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here), str(here.parent), previous]))
         try:
             forkserver.ensure_running()
         finally:

@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 import reliability_jobs
-from reliability_engine import MODEL_NAME, manifest_data, model_source, write_manifest
-from reliability_server import ServerProcess, start_server
+from reliability_engine import MODEL_NAME, manifest_data, model_source
+from reliability_server import start_server
+from support.manifests import write_manifest
+from support.servers import ServerProcess
 
 pytestmark = pytest.mark.reliability
 

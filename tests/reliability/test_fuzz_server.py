@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from reliability_engine import MODEL_NAME, manifest_data, model_source
-from reliability_server import ServerProcess, start_server
+from reliability_server import start_server
 from schemathesis.generation.modes import GenerationMode
+from support.servers import ServerProcess
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel

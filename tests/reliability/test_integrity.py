@@ -21,9 +21,11 @@ import pytest
 import reliability_jobs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability_engine import MODEL_NAME, manifest_data, model_source, write_manifest
-from reliability_server import ServerProcess, free_port
+from reliability_engine import MODEL_NAME, manifest_data, model_source
+from support.manifests import write_manifest
+from support.servers import ServerProcess
 
+from servegate.capacity.local_server import free_port
 from servegate.contracts.errors import ManifestError, ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.weights import resolve_weights_dir, sha256_of

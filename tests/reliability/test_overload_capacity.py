@@ -26,7 +26,8 @@ from typing import Any
 import httpx
 import pytest
 from reliability_engine import MODEL_NAME, SlowRunner, manifest_data, model_source, rss_bytes
-from reliability_server import ServerProcess, start_server
+from reliability_server import start_server
+from support.servers import ServerProcess
 
 from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel

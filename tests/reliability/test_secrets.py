@@ -20,8 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from reliability_engine import MODEL_NAME, manifest_data, model_source, reference_engine, write_manifest
-from reliability_server import ServerProcess, start_server
+from reliability_engine import MODEL_NAME, manifest_data, model_source, reference_engine
+from reliability_server import start_server
+from support.manifests import write_manifest
+from support.servers import ServerProcess
 
 from servegate.contracts.manifest import ServedModel
 from servegate.server import create_app

@@ -131,7 +131,7 @@ def test_a_failing_remote_hands_requests_to_the_declared_fallback(tmp_path: Any)
     )
     with FakeRemote(RemoteBehaviour(status=500)) as remote:
         data = endpoint(remote.url).model_dump(mode="python")
-        data["failure_policy"]["fallback"] = {"manifest": str(tmp_path / "fallback.yaml"), "on": ["error"]}
+        data["failure_policy"]["fallback"] = {"manifest": str(tmp_path / "fallback.yaml"), "triggers": ["error"]}
         served = ServedModel.model_validate(data)
         [result] = run(build(served), GenerationRequest("f", prompt="1+1=", params=SamplingParams(3)))
     assert isinstance(result, FinishEvent) and result.fallback_used

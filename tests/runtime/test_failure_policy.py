@@ -158,7 +158,7 @@ def fallback_pair(on: list[str], **failure_policy: object) -> tuple[ReferenceEng
     runner = GatedRunner(256, 4)
     served = toy_manifest(
         batching={"max_batch_size": 1},
-        failure_policy={"fallback": {"manifest": "backup.yaml", "on": on}, **failure_policy},
+        failure_policy={"fallback": {"manifest": "backup.yaml", "triggers": on}, **failure_policy},
     )
     engine = toy_engine(served, runner=runner, fallback=backup)
     return engine, runner, backup
@@ -247,7 +247,7 @@ def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) ->
     (tmp_path / "backup.yaml").write_text("name: backup\nweights: {source: zoo:tiny-fallback}\n")
     (tmp_path / "primary.yaml").write_text(
         "name: primary\nweights: {source: zoo:tiny-primary}\n"
-        "failure_policy: {fallback: {manifest: backup.yaml, on: [overload, timeout]}}\n"
+        "failure_policy: {fallback: {manifest: backup.yaml, triggers: [overload, timeout]}}\n"
     )
     engine = build(load_manifest(tmp_path / "primary.yaml"))
     assert isinstance(engine, ReferenceEngine) and engine.served.name == "primary"

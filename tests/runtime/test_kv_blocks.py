@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from servegate.capacity.memory import KVDims
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.kv_blocks import KVBlockManager, blocks_for_budget, pool_size
+from servegate.runtime.kv_memory import KVDims
 from servegate.runtime.scheduling import Sequence
 
 

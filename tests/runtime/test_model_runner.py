@@ -13,8 +13,8 @@ import pytest
 import torch
 import transformers as hf
 
-from servegate.capacity.memory import num_kv_blocks
 from servegate.runtime.api import SeqChunk
+from servegate.runtime.kv_memory import num_kv_blocks
 from servegate.runtime.model_runner import PagedModelRunner
 from servegate.runtime.paged_attention import ContextSource, PagedKVCache, PagedStep, SeqAttention
 

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_harness import ServerProcess, start_fake_server, tiny_llama
+from server_harness import start_fake_server
+from support.models import save_tiny_llama
+from support.servers import ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +21,7 @@ def weights_source(tmp_path_factory: pytest.TempPathFactory) -> str:
         zoo_model_path("tiny-primary")
         return "zoo:tiny-primary"
     except ZooError:
-        return str(tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
+        return str(save_tiny_llama(tmp_path_factory.mktemp("tiny-llama")))
 
 
 @pytest.fixture(scope="module")

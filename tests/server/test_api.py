@@ -18,7 +18,8 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_harness import ServerProcess, real_manifest, start_gate_serve
+from server_harness import real_manifest, start_gate_serve
+from support.servers import ServerProcess
 
 TENANT = {"X-Tenant": "tenant-a"}
 MODEL = "tiny"

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from server_harness import ServerProcess, start_gate_serve
+from server_harness import start_gate_serve
+from support.servers import ServerProcess
 
 MODEL = "minilm"
 

@@ -12,15 +12,9 @@ from typing import Any
 import httpx
 import pytest
 from server_fakes import fake_text
-from server_harness import (
-    GATE,
-    ServerProcess,
-    fake_manifest,
-    real_manifest,
-    start_fake_server,
-    start_gate_serve,
-    write_manifest,
-)
+from server_harness import GATE, fake_manifest, real_manifest, start_fake_server, start_gate_serve
+from support.manifests import write_manifest
+from support.servers import ServerProcess
 
 MODEL = "fake-model"
 TTL_S = 1.5

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_harness import ServerProcess, fake_manifest, start_fake_server
+from server_harness import fake_manifest, start_fake_server
+from support.servers import ServerProcess
 
 MODEL = "fake-model"
 JSON = {"Content-Type": "application/json"}

@@ -1,4 +1,4 @@
-"""KV-cache memory arithmetic shared by the runtime's block pool and the capacity planner.
+"""KV-cache memory arithmetic: the runtime sizes its block pool with it, the capacity planner plans with it.
 
 M_KV per token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element
 (MLA models cache one compressed latent per token: layers x (kv_lora_rank + qk_rope_head_dim) x bytes)

@@ -1,0 +1,115 @@
+"""A server process under test on 127.0.0.1: a subprocess (`gate serve`, the fake-engine server) or a job forked
+by the reliability tests' fork server; its stdout and stderr go to a log file the tests read."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+
+class ServerProcess:
+    """One server process listening on `port`; `process` is the Popen or multiprocessing process it runs in."""
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes] | BaseProcess,
+        log_path: Path,
+        port: int,
+        cwd: Path | None = None,
+        log_file: IO[bytes] | None = None,
+    ) -> None:
+        self.process = process
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.cwd = cwd
+        """The server's working directory, when the test chose one."""
+        self._log_file = log_file
+
+    @classmethod
+    def spawn(cls, command: list[str], log_path: Path, port: int) -> ServerProcess:
+        """Run `command` as a subprocess (tracebacks off, output unbuffered into `log_path`)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVEGATE_DEBUG": ""}
+        log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return cls(process, log_path, port, log_file=log)
+
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        assert self.process.pid is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        if isinstance(self.process, subprocess.Popen):
+            return self.process.poll() is None
+        return self.process.is_alive()
+
+    def exit_code(self) -> int | None:
+        """The exit code (negative: the signal that ended it), None while it runs."""
+        if isinstance(self.process, subprocess.Popen):
+            return self.process.poll()
+        return self.process.exitcode
+
+    def url(self, path: str) -> str:
+        """Absolute URL of a path on this server."""
+        return self.base_url + path
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+    def wait_until(self, path: str, status: int, timeout_s: float = 120.0) -> None:
+        """Poll GET path until it answers `status` (the process dying or the time passing fails the test)."""
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"server exited with {self.exit_code()}:\n{self.log()[-4000:]}")
+            try:
+                last = httpx.get(self.url(path), timeout=5.0).status_code
+                if last == status:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"GET {path} never answered {status} (last {last}):\n{self.log()[-4000:]}")
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Poll /ready until it answers 200."""
+        self.wait_until("/ready", 200, timeout_s)
+
+    def _wait(self, timeout_s: float) -> None:
+        if isinstance(self.process, subprocess.Popen):
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            self.process.join(timeout_s)
+
+    def kill(self) -> int | None:
+        """SIGKILL: no drain, no cleanup; returns the exit code (-9)."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+        self._wait(30)
+        return self.exit_code()
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM, wait for the exit, return the exit code (SIGKILL after timeout_s)."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGTERM)
+            self._wait(timeout_s)
+        if self.alive():
+            self.kill()
+        if self._log_file is not None:
+            self._log_file.close()
+        return self.exit_code()
