@@ -27,7 +27,6 @@ class Parallelism(Section):
     """Full copies of the model in one deployment, each serving its own requests (vLLM --data-parallel-size)."""
 
 
-
 class VllmProcess(Section):
     """How servegate starts vLLM's OpenAI server for `runtime.backend: vllm`."""
 

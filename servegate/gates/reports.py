@@ -155,9 +155,7 @@ def junit_xml(
         time=f"{report.duration_s:.3f}",
     )
     for gate in report.gates:
-        case = ET.SubElement(
-            suite, "testcase", classname=classname, name=gate.name, time=f"{gate.duration_s:.3f}"
-        )
+        case = ET.SubElement(suite, "testcase", classname=classname, name=gate.name, time=f"{gate.duration_s:.3f}")
         if gate in failed:
             failure = ET.SubElement(case, "failure", message=gate.reason, type=gate.verdict)
             failure.text = json.dumps(

@@ -116,7 +116,9 @@ class EndpointEngine:
         """What the remote reported at start: engine, version, models, context length."""
         self.contract: ContractParts | None = None
         self.admission = AdmissionQueue(served)
-        self._fallback = FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+        self._fallback = (
+            FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+        )
         self._given_client = client
         self._tokenizer = tokenizer
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
