@@ -41,7 +41,8 @@ SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 began=$(date +%s)
 BUDGET_S="${GPU_CHECK_BUDGET_S:-450}"  # every step's limit is cut to what is left of this (8 minutes = 480 s)
-say() { echo "[$(($(date +%s) - began)) s] $*" | tee -a "$SUMMARY"; }
+exec 3>&1  # the console: what a step prints goes to its own file, its outcome line here and to the summary
+say() { echo "[$(($(date +%s) - began)) s] $*" | tee -a "$SUMMARY" >&3; }
 status=0
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, record the outcome
   local name="$1" limit="$2"; shift 2
@@ -49,7 +50,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, record the outc
   local left=$((BUDGET_S - (t0 - began)))
   [ "$left" -lt "$limit" ] && limit=$left
   [ "$limit" -lt 5 ] && { say "$name: skipped, the ${BUDGET_S} s budget is spent"; status=1; return 124; }
-  timeout --kill-after=10 "$limit" "$@"
+  # SIGINT first: pytest then stops cleanly and still writes its JUnit file and summary
+  timeout --signal=INT --kill-after=20 "$limit" "$@"
   local rc=$?
   [ $rc -eq 124 ] && say "$name: TIMED OUT after ${limit} s" || say "$name: exit $rc in $(($(date +%s) - t0)) s"
   [ $rc -ne 0 ] && status=1
@@ -96,9 +98,12 @@ if [ "$MODE" = gpu ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.
 fi
 
 # --- the gpu tests (skipped without CUDA) ---------------------------------------------------------
-step "gpu tests" $((BUDGET_S - 150 - ($(date +%s) - began))) "$PY" -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider --timeout 240 \
+# most telling first: if the budget runs out, the gate checks (slowest, one process each) are what is cut
+TESTS=(tests/gpu/test_cuda_greedy.py tests/gpu/test_cuda_paged.py tests/gpu/test_cuda_quantization.py
+       tests/gpu/test_cuda_gate_check.py)
+step "gpu tests" $((BUDGET_S - 150 - ($(date +%s) - began))) "$PY" -m pytest "${TESTS[@]}" -m gpu -q -rs -p no:cacheprovider --timeout 240 \
   --junitxml "$OUT/gpu-tests.xml" >"$OUT/gpu-tests.txt" 2>&1
-tail -n 3 "$OUT/gpu-tests.txt" | tee -a "$SUMMARY"
+tail -n 1 "$OUT/gpu-tests.txt" | tee -a "$SUMMARY"
 
 # --- throughput --------------------------------------------------------------------------------
 if [ "$BENCH" = 1 ]; then

@@ -6,12 +6,13 @@ servegate's own requirements (pyproject.toml) are resolved for CPython 3.12 on m
 resolver (`pip install --dry-run --report`, nothing installed); every package of that resolution the image
 already holds (scripts/gpu_image_packages.txt, plus torch, transformers, triton and the nvidia-* CUDA
 libraries) is left out, and the rest is downloaded with `--no-deps`, pinned to the resolved version.
-setuptools and wheel come along as servegate's build requirements: the GPU script builds servegate in pip's
-isolated build environment, which sees only the carried wheels.
+servegate's build requirements (setuptools, wheel and what they need) come along whole, on the image or not:
+the GPU script builds servegate in pip's isolated build environment, which sees only the carried wheels.
 
 The run fails (exit 1), listing every wheel and its size, when the wheels and the tracked working tree
 together exceed --limit-mib: what a device run carries is the working tree plus the wheels, 64 MiB at most.
-The folder also gets `carried.txt` (name==version, one a line), which the GPU script installs exactly.
+The folder also gets `carried.txt` (name==version, one a line: what the GPU script installs, exactly) and
+`build.txt` (the build requirements, found there by pip's isolated build of servegate).
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ def is_on_image(name: str, image: set[str]) -> bool:
 
 
 def wanted_requirements(image: set[str]) -> list[str]:
-    """servegate's requirements the image does not hold (torchao pinned), plus the build requirements."""
+    """servegate's requirements the image does not hold (torchao pinned)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pinned = {requirement_name(p): p for p in PINS}
     wanted = [pinned.get(requirement_name(r), r) for r in project["dependencies"]]
-    return [r for r in wanted if not is_on_image(requirement_name(r), image)] + list(BUILD_REQUIREMENTS)
+    return [r for r in wanted if not is_on_image(requirement_name(r), image)]
 
 
 def target_flags(python_version: str) -> list[str]:
@@ -90,17 +91,19 @@ def resolve(requirements: list[str], python_version: str) -> dict[str, str]:
     return {normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in installs}
 
 
-def download(pins: dict[str, str], dest: Path, python_version: str) -> None:
+def download(runtime: dict[str, str], build: dict[str, str], dest: Path, python_version: str) -> None:
     """Download each pinned wheel (no dependencies) into `dest`, dropping wheels of anything else."""
     dest.mkdir(parents=True, exist_ok=True)
+    pins = {**runtime, **build}
     keep = {f"{name}=={version}" for name, version in pins.items()}
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(dest)]
     subprocess.run(command + target_flags(python_version) + sorted(keep), check=True)
     for wheel in dest.glob("*.whl"):
         name, version = wheel.name.split("-")[:2]
-        if (normalise(name), version) not in {(n, v) for n, v in pins.items()}:
+        if (normalise(name), version) not in set(pins.items()):
             wheel.unlink()
-    (dest / "carried.txt").write_text("".join(f"{pin}\n" for pin in sorted(keep)))
+    for listing, chosen in (("carried.txt", runtime), ("build.txt", build)):
+        (dest / listing).write_text("".join(f"{n}=={v}\n" for n, v in sorted(chosen.items())))
 
 
 def tracked_tree_bytes() -> int:
@@ -120,11 +123,13 @@ def main() -> int:
     image = on_image()
     requirements = wanted_requirements(image)
     resolved = resolve(requirements, args.python_version)
-    builds = {requirement_name(r) for r in BUILD_REQUIREMENTS}
-    pins = {n: v for n, v in resolved.items() if n in builds or not is_on_image(n, image)}
+    runtime = {n: v for n, v in resolved.items() if not is_on_image(n, image)}
+    build = resolve(list(BUILD_REQUIREMENTS), args.python_version)
+    pins = {**runtime, **build}
     print(f"requirements the image lacks: {' '.join(requirements)}")
-    print(f"left out (on the image): {' '.join(sorted(set(resolved) - set(pins)))}")
-    download(pins, args.dest, args.python_version)
+    print(f"left out (on the image): {' '.join(sorted(set(resolved) - set(runtime)))}")
+    print(f"servegate's build requirements, carried whole: {' '.join(f'{n}=={v}' for n, v in sorted(build.items()))}")
+    download(runtime, build, args.dest, args.python_version)
     wheels = sorted(args.dest.glob("*.whl"), key=lambda p: -p.stat().st_size)
     total = sum(w.stat().st_size for w in wheels)
     tree = tracked_tree_bytes()

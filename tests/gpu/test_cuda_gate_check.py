@@ -21,7 +21,8 @@ MANIFEST = ROOT / "examples/quickstart/manifest.yaml"
 def test_the_quickstart_passes_gate_check_on_cuda(tmp_path: Path) -> None:
     report, junit = tmp_path / "check.json", tmp_path / "check.xml"
     sets = ["--set", f"runtime.device={DEVICE}"]
-    env = {**os.environ, "SERVEGATE_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
+    # the quantization gate tests' baseline cache (the same reference form), when they ran before
+    env = {**os.environ, "SERVEGATE_CACHE": str(tmp_path.parent / "gate-cache"), "COLUMNS": "200"}
     command = [sys.executable, "-m", "servegate.cli", "check", str(MANIFEST), *sets, "--json", str(report)]
     done = subprocess.run(
         [*command, "--junit", str(junit)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900

@@ -141,8 +141,10 @@ def zoo_reference(zoo: str, dtype: str, prompts: tuple[tuple[int, ...], ...]) ->
     return reference, [hf_greedy(reference, list(p), 12, eos) for p in prompts]
 
 
-@pytest.mark.parametrize("zoo", ["tiny-primary", "tiny-fallback"])
-@pytest.mark.parametrize("mode", list(MODES))
+ZOO_CASES = [("tiny-primary", mode) for mode in MODES] + [("tiny-fallback", "none"), ("tiny-fallback", "continuous")]
+
+
+@pytest.mark.parametrize(("zoo", "mode"), ZOO_CASES)
 def test_zoo_model_greedy_on_cuda_equals_transformers_in_float32(zoo: str, mode: str) -> None:
     got, expected, _ = zoo_engine_and_reference(zoo, mode, "float32")
     assert got == expected

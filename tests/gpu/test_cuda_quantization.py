@@ -78,7 +78,8 @@ def quantization_verdict(tmp_path: Path, manifest: Path, *sets: str) -> dict[str
     report = tmp_path / f"{manifest.stem}-{len(list(tmp_path.iterdir()))}.json"
     overrides = [arg for s in (f"runtime.device={DEVICE}", *sets) for arg in ("--set", s)]
     command = [sys.executable, "-m", "servegate.cli", "check", str(manifest), "--gate", "quantization"]
-    env = {**os.environ, "SERVEGATE_CACHE": str(tmp_path.parent / "quantization-gate-cache"), "COLUMNS": "200"}
+    # one baseline cache for every gate run of the session: the reference form's outputs are computed once
+    env = {**os.environ, "SERVEGATE_CACHE": str(tmp_path.parent / "gate-cache"), "COLUMNS": "200"}
     done = subprocess.run(
         [*command, *overrides, "--json", str(report)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
