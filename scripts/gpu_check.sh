@@ -81,7 +81,7 @@ export HF_HOME="${HF_HOME:-$(mktemp -d /tmp/servegate-hf-XXXX)}"
 { echo "## pip check (requirements of every installed package, the image's and the carried)"
   "$PY" -m pip check 2>&1
   echo "## import check"; } >>"$OUT/install.log"
-step "import check" 60 "$PY" -c "
+step "import check" 120 "$PY" -c "
 import importlib, sys
 for name in ('pydantic', 'jsonschema', 'fastapi', 'torchao', 'datasets', 'evaluate', 'servegate.cli.app',
              'servegate.runtime.engine', 'servegate.gates.check'):

@@ -3,7 +3,8 @@
     python3 scripts/gpu_wheels.py [--dest .gpu-wheels] [--python-version 3.12] [--limit-mib 64]
 
 servegate's own requirements (pyproject.toml) are resolved for CPython 3.12 on manylinux x86-64 with pip's
-resolver (`pip install --dry-run --report`, nothing installed); every package of that resolution the image
+resolver (`pip install --dry-run --report`, nothing installed), held to the image's known versions
+(scripts/gpu_image_constraints.txt); every package of that resolution the image
 already holds (scripts/gpu_image_packages.txt, plus torch, transformers, triton and the nvidia-* CUDA
 libraries) is left out, and the rest is downloaded with `--no-deps`, pinned to the resolved version.
 servegate's build requirements (setuptools, wheel and what they need) come along whole, on the image or not:
@@ -29,6 +30,8 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 ON_IMAGE_FILE = ROOT / "scripts" / "gpu_image_packages.txt"
+IMAGE_VERSIONS_FILE = ROOT / "scripts" / "gpu_image_constraints.txt"
+"""The image's versions where known: the resolution keeps to them (e.g. a datasets that takes its hub)."""
 ALWAYS_ON_IMAGE = ("torch", "transformers", "triton")
 """Held by the image whatever its list says (with every nvidia-* package): never carried."""
 PINS = ("torchao==0.18.0",)
@@ -79,13 +82,15 @@ def target_flags(python_version: str) -> list[str]:
     return flags
 
 
-def resolve(requirements: list[str], python_version: str) -> dict[str, str]:
+def resolve(requirements: list[str], python_version: str, constraints: Path | None = None) -> dict[str, str]:
     """name -> version of every package pip's resolver picks for `requirements` on the target."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed"]
         command += ["--target", str(Path(scratch) / "unused"), "--report", str(report)]
         command += target_flags(python_version) + requirements
+        if constraints is not None:
+            command += ["--constraint", str(constraints)]
         subprocess.run(command, check=True)
         installs = json.loads(report.read_text())["install"]
     return {normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in installs}
@@ -119,10 +124,16 @@ def main() -> int:
     parser.add_argument("--dest", type=Path, default=ROOT / ".gpu-wheels")
     parser.add_argument("--python-version", default="3.12")
     parser.add_argument("--limit-mib", type=float, default=64.0)
+    parser.add_argument(
+        "--image-versions",
+        default=str(IMAGE_VERSIONS_FILE),
+        help="constraints file of the image's versions; 'none' for a rehearsal on a venv of this machine's versions",
+    )
     args = parser.parse_args()
     image = on_image()
     requirements = wanted_requirements(image)
-    resolved = resolve(requirements, args.python_version)
+    constraints = None if args.image_versions == "none" else Path(args.image_versions)
+    resolved = resolve(requirements, args.python_version, constraints)
     runtime = {n: v for n, v in resolved.items() if not is_on_image(n, image)}
     build = resolve(list(BUILD_REQUIREMENTS), args.python_version)
     pins = {**runtime, **build}
