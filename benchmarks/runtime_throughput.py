@@ -315,6 +315,11 @@ def main() -> None:
         on_passing_thread(lambda: run_static_generate(model, warm), threads)
 
     outcomes: list[Outcome] = []
+    batch1: dict[str, Any] = {}
+    if args.device == "cuda":  # first (a few seconds): the GPU's HBM is what batch-1 decode streams from
+        solos = [batch1_decode_tokens_per_s(engine) for _ in range(args.solo_runs)]
+        lines, batch1 = roofline_lines(solos, weight_bytes_per_step(model), gpu_copy_bandwidth())
+        print("\n".join(lines), flush=True)
     rate = args.rate
     for pattern in args.patterns:
         if pattern == "poisson" and rate is None:
@@ -333,7 +338,11 @@ def main() -> None:
         for system, runner in systems.items():
             load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
             # (a), (b) on --threads torch threads; (c)'s engine thread set its own from the manifest
-            wall, e2e = runner() if system.startswith("(c)") else on_passing_thread(runner, threads)
+            try:
+                wall, e2e = runner() if system.startswith("(c)") else on_passing_thread(runner, threads)
+            except Exception as exc:  # e.g. a transformers without continuous batching: the others still run
+                print(f"{label:>22} | {system:<48} | failed: {type(exc).__name__}: {exc}", flush=True)
+                continue
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
             print(
@@ -342,20 +351,19 @@ def main() -> None:
                 f"load {load:.1f}",
                 flush=True,
             )
-        a, b, c = outcomes[-3:]
-        print(
-            f"{label:>22} | ratios: (c)/(a) {c.tokens_per_s / a.tokens_per_s:.2f}x tokens/s, "
-            f"(c)/(b) {c.tokens_per_s / b.tokens_per_s:.2f}x tokens/s; p99 (c) {c.percentile(99):.1f} s vs "
-            f"(a) {a.percentile(99):.1f} s, (b) {b.percentile(99):.1f} s",
-            flush=True,
-        )
-
-    if args.device == "cuda":  # the GPU's HBM, not the host's memory, is what batch-1 decode streams from
-        solos = [batch1_decode_tokens_per_s(engine) for _ in range(args.solo_runs)]
-        lines, batch1 = roofline_lines(solos, weight_bytes_per_step(model), gpu_copy_bandwidth())
-        print("\n".join(lines), flush=True)
-        if args.json is not None:
+        ran = {o.system[:3]: o for o in outcomes if o.pattern == label}
+        if len(ran) == 3:
+            a, b, c = ran["(a)"], ran["(b)"], ran["(c)"]
+            print(
+                f"{label:>22} | ratios: (c)/(a) {c.tokens_per_s / a.tokens_per_s:.2f}x tokens/s, "
+                f"(c)/(b) {c.tokens_per_s / b.tokens_per_s:.2f}x tokens/s; p99 (c) {c.percentile(99):.1f} s vs "
+                f"(a) {a.percentile(99):.1f} s, (b) {b.percentile(99):.1f} s",
+                flush=True,
+            )
+        if args.json is not None:  # after every pattern: a run cut short still leaves what it measured
             write_json(args.json, args, model, outcomes, batch1)
+
+    if args.device == "cuda":
         engine.shutdown_sync()
         return
     # the copy bandwidth is measured in a child process: a parallel copy on this thread would give it an
