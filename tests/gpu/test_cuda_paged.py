@@ -57,7 +57,10 @@ def test_a_ragged_paged_step_on_cuda_gives_the_models_own_logits(model: Any, kv_
     expected = torch.stack([next_logits(model, ids) for ids in full])
     assert logits.device.type == DEVICE and logits.dtype == torch.float32
     if kv_dtype == "auto":
-        torch.testing.assert_close(logits, expected, rtol=1e-4, atol=2e-4)
+        assert torch.get_float32_matmul_precision() == "highest"  # no TF32: float32 products are float32
+        # another batch shape is another cuBLAS kernel: float32 rounding differs far below 1e-3; a wrong slot,
+        # block or mask moves logits by whole units
+        torch.testing.assert_close(logits, expected, rtol=1e-3, atol=1e-3)
     else:  # KV rows rounded to float8 e4m3 (3 mantissa bits): close, not equal, and a quarter of the bytes
         assert runner.cache.keys[0].dtype == torch.uint8
         assert bytes_per_token_of(model, "fp8") * 4 == bytes_per_token_of(model, "auto")
