@@ -158,3 +158,20 @@ def test_zoo_model_greedy_on_cuda_is_bf16_equal_to_transformers_in_bfloat16(mode
     print(f"zoo bf16 {mode}: {exact:.0%} of requests token for token equal to transformers")
     assert not problems, problems
     assert exact >= BF16_MIN_EXACT
+
+
+def test_seeded_sampling_on_cuda_does_not_depend_on_the_batch(llama_fp32: dict[str, Any]) -> None:
+    """Each request draws from its own torch.Generator on the GPU: the same seed gives the same tokens alone
+    (mode none) and batched (continuous), and the same tokens again."""
+    requests = [
+        GenerationRequest(
+            f"s{i}",
+            prompt_token_ids=r.prompt_token_ids,
+            params=SamplingParams(max_tokens=12, temperature=0.8, top_p=0.95, top_k=50, seed=1000 + i),
+        )
+        for i, r in enumerate(llama_fp32["requests"][:8])
+    ]
+    case = {**llama_fp32, "requests": requests}
+    alone, batched, again = (engine_tokens(case, mode) for mode in ("none", "continuous", "continuous"))
+    assert alone.outputs == batched.outputs == again.outputs
+    assert len({tuple(o) for o in alone.outputs}) > 1
