@@ -62,8 +62,14 @@ LLAMA_1B = {
     "bos_token_id": 1,
     "pad_token_id": 0,
 }
-SMALL_LLAMA = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-               "num_attention_heads": 4, "num_key_value_heads": 2}
+SMALL_LLAMA = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 """What a rehearsal builds instead of the 1.1B shape."""
 EOS = 2
 BLOCK = 16
