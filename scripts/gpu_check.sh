@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --python) PY="$2"; shift ;;
     --site) SITE="$2"; shift ;;
     --no-bench) BENCH=0 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
