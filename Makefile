@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install demo test lint slow engines vllm-venv clean
+.PHONY: install demo test lint slow engines vllm-venv clean gpu-wheels gpu-check
 
 install: $(VENV)/.installed
 
@@ -53,3 +53,16 @@ engines: install vllm-venv
 
 clean:
 	rm -rf $(VENV) .venvs .servegate-cache
+
+# The GPU check (scripts/gpu_check.sh): `make gpu-wheels` here downloads, into .gpu-wheels/, the wheels the GPU
+# machine's image lacks for Python 3.12 (fails when they and the tree exceed the 64 MiB a device run carries);
+# `make gpu-check` runs there (or here with GPU_CHECK_FLAGS=--cpu) and writes its results under $$OUT.
+GPU_WHEELS ?= .gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+GPU_CHECK_FLAGS ?=
+
+gpu-wheels:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) scripts/gpu_wheels.py --dest $(GPU_WHEELS) --python-version $(GPU_PYTHON_VERSION)
+
+gpu-check:
+	bash scripts/gpu_check.sh --wheels $(GPU_WHEELS) $(GPU_CHECK_FLAGS)

@@ -18,6 +18,11 @@ decode speed of the engine against the memory-bandwidth roofline.
     .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate R] [--max-batch 32] [--threads 1]
         [--cpu-linear auto|torch|openblas] [--compile-batch-sizes 1 ...] [--patterns [all-at-once poisson]]
     .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
+    python3 benchmarks/runtime_throughput.py --device cuda [--dtype bfloat16] [--json out.json]
+
+On CUDA (`--device cuda`, see cuda_throughput.py) the model is a random 1.1B Llama (TinyLlama's shape) in
+bfloat16, and batch-1 decode is set against the HBM roofline: weight bytes per token at 4.3 TB/s (and at the
+copy rate measured on that GPU). `--json` writes every figure of the run to a file.
 
 Every system gets --threads cores (default: torch's default, the physical cores): (a) and (b) as torch
 threads; (c) as its manifest's `runtime.threads`, which with `runtime.cpu_linear` routed to OpenBLAS
@@ -34,7 +39,6 @@ import copy
 import multiprocessing
 import os
 import platform
-import queue
 import random
 import statistics
 import sys
@@ -45,29 +49,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import ContinuousBatchingConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parent))
+from cuda_throughput import build_llama_1b, gpu_copy_bandwidth, roofline_lines, write_json  # noqa: E402
 from runner_decode import build_model, copy_bandwidths, weight_bytes_per_step  # noqa: E402
+from transformers_systems import KV_BUDGET_BYTES, Job, run_static_generate, run_transformers_cb  # noqa: E402,E501
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
 from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS  # noqa: E402
 from servegate.runtime.engine import ReferenceEngine  # noqa: E402
-
-KV_BUDGET_BYTES = 2 * 2**30
-"""KV-cache memory given to both continuous batchers."""
-
-
-@dataclass(frozen=True)
-class Job:
-    """One request of the workload."""
-
-    index: int
-    prompt: list[int]
-    output_len: int
-    arrival_s: float
-    """Seconds after the start of the run."""
 
 
 @dataclass
@@ -104,85 +96,6 @@ def workload(n: int, rate: float | None, vocab: int, seed: int = 0, prompt=(16, 
     return jobs
 
 
-def wait_until(start: float, at_s: float) -> None:
-    delay = start + at_s - time.perf_counter()
-    if delay > 0:
-        time.sleep(delay)
-
-
-# --- (a) padded static batches of transformers generate ---------------------------------------------
-
-
-def run_static_generate(model: Any, jobs: list[Job], batch: int = 16) -> tuple[float, list[float]]:
-    """Serve jobs in arrival order with generate on left-padded batches; returns (wall_s, e2e per job)."""
-    e2e = [0.0] * len(jobs)
-    pending = sorted(jobs, key=lambda j: j.arrival_s)
-    start = time.perf_counter()
-    while pending:
-        wait_until(start, pending[0].arrival_s)
-        now = time.perf_counter() - start
-        group = [j for j in pending if j.arrival_s <= now][:batch]
-        pending = [j for j in pending if j not in group]
-        width = max(len(j.prompt) for j in group)
-        ids = torch.tensor([[0] * (width - len(j.prompt)) + j.prompt for j in group])
-        mask = torch.tensor([[0] * (width - len(j.prompt)) + [1] * len(j.prompt) for j in group])
-        with torch.inference_mode():
-            model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=max(j.output_len for j in group),
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-        done = time.perf_counter() - start
-        for j in group:
-            e2e[j.index] = done - j.arrival_s
-    return time.perf_counter() - start, e2e
-
-
-# --- (b) transformers continuous batching ---------------------------------------------------------
-
-
-def run_transformers_cb(
-    model: Any, jobs: list[Job], max_batch_tokens: int, max_batch: int
-) -> tuple[float, list[float]]:
-    """Feed the transformers continuous-batching manager at arrival times; returns (wall_s, e2e per job)."""
-    config = GenerationConfig(do_sample=False, max_new_tokens=max(j.output_len for j in jobs), eos_token_id=-1)
-    # the same KV memory as servegate's pool (transformers would otherwise size it from free memory)
-    per_token = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * model.config.head_dim * 4
-    batching = ContinuousBatchingConfig(
-        max_batch_tokens=max_batch_tokens,
-        max_requests_per_batch=max_batch,
-        num_blocks=max(1, KV_BUDGET_BYTES // (256 * per_token)),
-    )
-    manager = model.init_continuous_batching(generation_config=config, continuous_batching_config=batching)
-    manager.start()
-    e2e = [0.0] * len(jobs)
-    finished: queue.Queue[tuple[int, float]] = queue.Queue()
-    start = time.perf_counter()
-
-    def collect() -> None:
-        for _ in jobs:
-            result = None
-            while result is None:
-                result = manager.get_result(timeout=1)
-            finished.put((int(result.request_id.removeprefix("job-")), time.perf_counter() - start))
-
-    collector = threading.Thread(target=collect, daemon=True)
-    collector.start()
-    for job in sorted(jobs, key=lambda j: j.arrival_s):
-        wait_until(start, job.arrival_s)
-        manager.add_request(job.prompt, request_id=f"job-{job.index}", max_new_tokens=job.output_len, eos_token_id=-1)
-    collector.join()
-    wall = time.perf_counter() - start
-    manager.stop(block=True)
-    while not finished.empty():
-        index, at = finished.get()
-        e2e[index] = at - jobs[index].arrival_s
-    return wall, e2e
-
-
 # --- (c) servegate -------------------------------------------------------------------------------
 
 
@@ -209,6 +122,7 @@ def servegate_engine(
     threads: int,
     cpu_linear: str,
     compile_batch_sizes: list[int] | None = None,
+    device: str = "cpu",
 ) -> ReferenceEngine:
     """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it
     says, or decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does)."""
@@ -220,6 +134,8 @@ def servegate_engine(
             "postprocess": {"max_output_tokens": 512},
             "runtime": {
                 "max_model_len": 1024,
+                "device": device,
+                "dtype": str(model.dtype).removeprefix("torch."),
                 "threads": threads,
                 "cpu_linear": cpu_linear,
                 "compile": "decode" if compile_batch_sizes else "off",
@@ -340,7 +256,12 @@ def main() -> None:
     )
     parser.add_argument("--solo-runs", type=int, default=5, help="batch-1 decode measurements, each with its roofline")
     parser.add_argument("--quick", action="store_true", help="tiny model and workload: checks the script only")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: the 1.1B Llama on the GPU")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default: float32; cuda: bf16")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    dtype = getattr(torch, args.dtype)
     threads = args.threads or TORCH_DEFAULT_THREADS
     torch.set_num_threads(threads)
 
@@ -355,8 +276,11 @@ def main() -> None:
             num_key_value_heads=4,
             max_position_embeddings=1024,
         )
-        model = LlamaForCausalLM(cfg).eval()
+        model = LlamaForCausalLM(cfg).to(device=args.device, dtype=dtype).eval()
         shape = {"prompt": (4, 32), "out": (2, 16)}
+    elif args.device == "cuda":
+        model = build_llama_1b(dtype)
+        shape = {"prompt": (16, 256), "out": (8, 128)}
     else:
         model = on_passing_thread(lambda: build_model(torch.float32))
         shape = {"prompt": (16, 256), "out": (8, 128)}
@@ -368,7 +292,8 @@ def main() -> None:
         f"compiled decode: {args.compile_batch_sizes or 'off'}"
     )
     print(
-        f"model: random Llama, {params_m:.0f}M parameters, float32; {args.requests} requests, prompts "
+        f"model: random Llama, {params_m:.0f}M parameters, {args.dtype} on {args.device}; {args.requests} requests, "
+        f"prompts "
         f"{shape['prompt'][0]}-{shape['prompt'][1]} tokens, outputs {shape['out'][0]}-{shape['out'][1]} tokens"
     )
 
@@ -382,6 +307,7 @@ def main() -> None:
         threads,
         args.cpu_linear,
         args.compile_batch_sizes,
+        args.device,
     )
     warm = workload(4, None, vocab, seed=99, prompt=(4, 8), out=(2, 4))
     run_servegate(engine, warm)
@@ -389,6 +315,11 @@ def main() -> None:
         on_passing_thread(lambda: run_static_generate(model, warm), threads)
 
     outcomes: list[Outcome] = []
+    batch1: dict[str, Any] = {}
+    if args.device == "cuda":  # first (a few seconds): the GPU's HBM is what batch-1 decode streams from
+        solos = [batch1_decode_tokens_per_s(engine) for _ in range(args.solo_runs)]
+        lines, batch1 = roofline_lines(solos, weight_bytes_per_step(model), gpu_copy_bandwidth())
+        print("\n".join(lines), flush=True)
     rate = args.rate
     for pattern in args.patterns:
         if pattern == "poisson" and rate is None:
@@ -407,7 +338,11 @@ def main() -> None:
         for system, runner in systems.items():
             load = os.getloadavg()[0]  # other work on the machine skews a run: printed beside each figure
             # (a), (b) on --threads torch threads; (c)'s engine thread set its own from the manifest
-            wall, e2e = runner() if system.startswith("(c)") else on_passing_thread(runner, threads)
+            try:
+                wall, e2e = runner() if system.startswith("(c)") else on_passing_thread(runner, threads)
+            except Exception as exc:  # e.g. a transformers without continuous batching: the others still run
+                print(f"{label:>22} | {system:<48} | failed: {type(exc).__name__}: {exc}", flush=True)
+                continue
             outcome = Outcome(system, label, useful, wall, e2e)
             outcomes.append(outcome)
             print(
@@ -416,14 +351,21 @@ def main() -> None:
                 f"load {load:.1f}",
                 flush=True,
             )
-        a, b, c = outcomes[-3:]
-        print(
-            f"{label:>22} | ratios: (c)/(a) {c.tokens_per_s / a.tokens_per_s:.2f}x tokens/s, "
-            f"(c)/(b) {c.tokens_per_s / b.tokens_per_s:.2f}x tokens/s; p99 (c) {c.percentile(99):.1f} s vs "
-            f"(a) {a.percentile(99):.1f} s, (b) {b.percentile(99):.1f} s",
-            flush=True,
-        )
+        ran = {o.system[:3]: o for o in outcomes if o.pattern == label}
+        if len(ran) == 3:
+            a, b, c = ran["(a)"], ran["(b)"], ran["(c)"]
+            print(
+                f"{label:>22} | ratios: (c)/(a) {c.tokens_per_s / a.tokens_per_s:.2f}x tokens/s, "
+                f"(c)/(b) {c.tokens_per_s / b.tokens_per_s:.2f}x tokens/s; p99 (c) {c.percentile(99):.1f} s vs "
+                f"(a) {a.percentile(99):.1f} s, (b) {b.percentile(99):.1f} s",
+                flush=True,
+            )
+        if args.json is not None:  # after every pattern: a run cut short still leaves what it measured
+            write_json(args.json, args, model, outcomes, batch1)
 
+    if args.device == "cuda":
+        engine.shutdown_sync()
+        return
     # the copy bandwidth is measured in a child process: a parallel copy on this thread would give it an
     # OpenMP pool beside the engine thread's, and two pools on 2 cores slow the engine's steps (see
     # ReferenceEngine.start_sync)
@@ -455,6 +397,8 @@ def main() -> None:
                 f"at the median copy bandwidth, {statistics.median(best):.0%} at the best",
                 flush=True,
             )
+    if args.json is not None:
+        write_json(args.json, args, model, outcomes, {"share_of_roofline_median": typical, "at_best_copy": best})
     engine.shutdown_sync()
 
 

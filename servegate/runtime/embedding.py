@@ -87,7 +87,7 @@ def pool(states: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
             parts.append((states * weights).sum(dim=1) / counts.sqrt())
         else:  # lasttoken: the last non-padding position (right padding)
             last = mask.sum(dim=1).long() - 1
-            parts.append(states[torch.arange(states.shape[0]), last])
+            parts.append(states[torch.arange(states.shape[0], device=states.device), last])
     vectors = torch.cat(parts, dim=-1)
     return torch.nn.functional.normalize(vectors, p=2, dim=-1) if pooling.normalize else vectors
 

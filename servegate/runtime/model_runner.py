@@ -141,7 +141,7 @@ class PagedModelRunner:
     def execute(self, chunks: Sequence[SeqChunk]) -> torch.Tensor:
         """Write the chunks' KV into their blocks; float32 logits [len(chunks), vocab] at each chunk's last token."""
         if not chunks:
-            return torch.empty(0, self.vocab_size)
+            return torch.empty(0, self.vocab_size, device=self.device)
         step, inputs = self._prepare(chunks)
         if self.compiled is not None and self.compiled.wants(len(chunks), inputs["input_ids"].shape[1]):
             out = self.compiled.run(step, **inputs)

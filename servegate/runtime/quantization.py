@@ -4,13 +4,16 @@
 |--------------|--------------------------------------------------|---------------------------------------|
 | int8-weight  | Int8WeightOnlyConfig                             | int8 per output channel               |
 | int8-dynamic | Int8DynamicActivationInt8WeightConfig            | int8 weights + int8 per-token inputs  |
-| int4-weight  | IntxWeightOnlyConfig(int4, PerGroup(group_size)) | int4 per group                        |
+| int4-weight  | CUDA bf16: Int4WeightOnlyConfig (tinygemm tiles) | int4 per group                        |
+|              | else IntxWeightOnlyConfig(int4, PerGroup(gs))    |                                       |
 | fp8-weight   | Float8WeightOnlyConfig                           | float8_e4m3fn per output channel      |
 | int3-weight  | (none)                                           | int3 per group                        |
 | int2-weight  | (none)                                           | int2 per group                        |
 
 Whether a torchao config runs is found out by a probe on one small layer on the model's device and
-dtype (e.g. int4 tile packing needs a package CPU builds lack; float8 dynamic needs CUDA sm89+).
+dtype (e.g. int4 tile packing needs a package CPU builds lack; float8 dynamic needs CUDA sm89+). On CUDA
+int4 first tries torchao's tinygemm layout, whose products are torch's `_weight_int4pack_mm` kernel on
+packed int4 (bfloat16 activations, sm80+); where that probe fails it falls back to the generic int4 form.
 Simulated means the weights are rounded through the format and stored back in the compute dtype:
 the accuracy effect is real, the memory saving is not, and the report says `simulated: true`.
 `lm_head` and the input embeddings stay unquantized unless the manifest includes them.
@@ -50,6 +53,8 @@ class QuantizationReport:
     """Bytes they occupy after (torchao: as stored; simulated: what the format would take)."""
     simulated_modules: int = 0
     group_size: int | None = None
+    torchao_config: str | None = None
+    """The torchao config that quantized the linear layers (e.g. `Int4WeightOnlyConfig`), None when none did."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for JSON reports."""
@@ -65,10 +70,13 @@ def quantize_model(model: nn.Module, q: Quantization) -> QuantizationReport:
     _untie_partially_selected(model, linears, embeddings)
     before = sum(_nbytes(m.weight) for m in list(linears.values()) + list(embeddings.values()))
     example = next(iter(linears.values()), None)
-    config = _torchao_config(q) if example is not None else None
-    use_torchao = config is not None and _torchao_runs(
-        q.method, q.group_size, example.weight.device, example.weight.dtype
+    config_name = (
+        _working_torchao_config(q.method, q.group_size, example.weight.device, example.weight.dtype)
+        if example is not None
+        else None
     )
+    config = _torchao_config(q, config_name) if config_name is not None else None
+    use_torchao = config is not None
     after = 0
     simulated = 0
     torchao_names = (
@@ -97,6 +105,7 @@ def quantize_model(model: nn.Module, q: Quantization) -> QuantizationReport:
         weight_bytes_after=after,
         simulated_modules=simulated,
         group_size=q.group_size if q.method in GROUPED else None,
+        torchao_config=config_name if torchao_names else None,
     )
 
 
@@ -141,39 +150,59 @@ def _nbytes(tensor: torch.Tensor) -> int:
 # --- torchao ---------------------------------------------------------------------------------------
 
 
-def _torchao_config(q: Quantization) -> Any:
-    """The torchao config for `q.method`, or None when torchao has no such scheme."""
+TORCHAO_CONFIGS = {
+    "int8-weight": ("Int8WeightOnlyConfig",),
+    "int8-dynamic": ("Int8DynamicActivationInt8WeightConfig",),
+    "int4-weight": ("Int4WeightOnlyConfig", "IntxWeightOnlyConfig"),
+    "fp8-weight": ("Float8WeightOnlyConfig",),
+}
+"""torchao configs per method, in the order they are tried (the first whose probe runs is used)."""
+CUDA_ONLY_CONFIGS = frozenset({"Int4WeightOnlyConfig"})
+"""Configs whose kernels exist only on CUDA (tinygemm's int4 layout): never tried on another device."""
+
+
+def _torchao_config(q: Quantization, name: str) -> Any:
+    """The torchao config `name` for `q.method`, or None when this torchao lacks it."""
     try:
-        from torchao.quantization import (
-            Float8WeightOnlyConfig,
-            Int8DynamicActivationInt8WeightConfig,
-            Int8WeightOnlyConfig,
-            IntxWeightOnlyConfig,
-        )
+        import torchao.quantization as tq
         from torchao.quantization.granularity import PerGroup
     except ImportError:
         return None
-    factories = {
-        "int8-weight": Int8WeightOnlyConfig,
-        "int8-dynamic": Int8DynamicActivationInt8WeightConfig,
-        "int4-weight": lambda: IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(q.group_size)),
-        "fp8-weight": Float8WeightOnlyConfig,
-    }
-    factory = factories.get(q.method)
-    return factory() if factory is not None else None
+    factory = getattr(tq, name, None)
+    if factory is None:
+        return None
+    if name == "Int4WeightOnlyConfig":
+        return factory(group_size=q.group_size, int4_packing_format="tile_packed_to_4d")
+    if name == "IntxWeightOnlyConfig":
+        return factory(weight_dtype=torch.int4, granularity=PerGroup(q.group_size))
+    return factory()
+
+
+def _working_torchao_config(method: str, group_size: int, device: torch.device, dtype: torch.dtype) -> str | None:
+    """The first of the method's torchao configs that quantizes and runs a small layer here, else None."""
+    for name in TORCHAO_CONFIGS.get(method, ()):
+        if name in CUDA_ONLY_CONFIGS and device.type != "cuda":
+            continue
+        if _torchao_runs(method, group_size, device, dtype, name):
+            return name
+    return None
 
 
 @functools.cache
-def _torchao_runs(method: str, group_size: int, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether torchao's config for `method` quantizes and runs a small linear layer here."""
+def _torchao_runs(method: str, group_size: int, device: torch.device, dtype: torch.dtype, name: str) -> bool:
+    """Whether torchao's config `name` for `method` quantizes and runs a small linear layer here."""
     from servegate.contracts.sections import Quantization as Q
 
-    config = _torchao_config(Q(method=method, group_size=group_size))  # type: ignore[arg-type]
+    config = _torchao_config(Q(method=method, group_size=group_size), name)  # type: ignore[arg-type]
+    if config is None:
+        return False
     try:
         from torchao.quantization import quantize_
 
         probe = nn.Sequential(nn.Linear(group_size * 2, 16, bias=True)).to(device=device, dtype=dtype)
         quantize_(probe, config)
+        if type(probe[0].weight.data) is torch.Tensor:  # torchao left the layer as it was (shape or dtype)
+            return False
         with torch.inference_mode():
             out = probe(torch.randn(3, group_size * 2, device=device, dtype=dtype))
         return bool(torch.isfinite(out).all())
