@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from servegate.capacity.memory import num_kv_blocks
+from servegate.runtime.kv_memory import num_kv_blocks
 from servegate.runtime.vllm_process import VllmServer
 from servegate.zoo import zoo_model_path
 
