@@ -24,6 +24,7 @@ from servegate.server.guard import BodyGuard
 from servegate.server.metrics import ServerMetrics
 from servegate.server.routes import router
 from servegate.server.state import ServerState, error_response, internal_error
+from servegate.server.tokenizer_routes import router as tokenizer_router
 from servegate.server.warmup import run_warmup
 
 log = logging.getLogger("servegate.server")
@@ -104,6 +105,7 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
     )
     app.state.serving = state
     app.include_router(router)
+    app.include_router(tokenizer_router)
     app.add_middleware(BodyGuard, state=state)  # type: ignore[arg-type]
 
     @app.exception_handler(ServingError)
