@@ -1,0 +1,158 @@
+"""The published OpenAPI document (GET /openapi.json): every route with its real request and response schemas.
+
+The routes read the raw request (decode -> parse -> tenant), so FastAPI alone would publish no bodies. Here
+the request bodies come from `request_json_schema` (the same pydantic models, limits and field policy that
+validate every request), the responses from the response models, and every status a route can answer, with
+its content type, from the error catalogue and the manifest (overload status, tenant header).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from servegate.contracts.manifest import ServedModel
+from servegate.contracts.requests import request_json_schema
+from servegate.contracts.responses import (
+    AsyncStatus,
+    ChatCompletionResponse,
+    CompletionResponse,
+    EmbeddingResponse,
+    ErrorBody,
+    ModelList,
+)
+from servegate.contracts.tokenizer_api import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizePromptRequest,
+    TokenizeResponse,
+    TokenizerInfo,
+)
+
+_API = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
+_STREAMED = {"/v1/completions", "/v1/chat/completions"}
+
+
+class _Schemas:
+    """Components of the document: JSON Schemas with their $defs moved under components/schemas."""
+
+    def __init__(self, components: dict[str, Any]) -> None:
+        self.components = components
+
+    def add(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The schema, its local references pointing into the document's components."""
+        schema = {k: v for k, v in schema.items() if k != "$schema"}
+        defs = schema.pop("$defs", {})
+        moved = json.loads(json.dumps(defs).replace('"#/$defs/', '"#/components/schemas/'))
+        self.components.update(moved)
+        return json.loads(json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/'))  # type: ignore[no-any-return]
+
+    def model(self, model: type[BaseModel], mode: str = "serialization") -> dict[str, Any]:
+        """A reference to a pydantic model's schema, added to the components."""
+        schema = self.add(model.model_json_schema(mode=mode, ref_template="#/components/schemas/{model}"))  # type: ignore[arg-type]
+        self.components[model.__name__] = schema
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(schemas: _Schemas, statuses: dict[int, str]) -> dict[str, Any]:
+    error = schemas.model(ErrorBody)
+    return {str(status): _json(error, why) for status, why in sorted(statuses.items())}
+
+
+def _api_errors(served: ServedModel) -> dict[int, str]:
+    overload = served.failure_policy.overload_status
+    return {
+        400: "invalid_request, unknown_parameter, unsupported_parameter or input_too_long",
+        404: "not_found: the model is not served here",
+        413: "payload_too_large",
+        415: "unsupported_media: the body is not application/json",
+        overload: "overloaded (Retry-After)" if overload == 429 else "overloaded or model_unavailable (Retry-After)",
+        500: "internal (an incident id, never request text)",
+        502: "invalid_output: the output breaks the declared output schema",
+        503: "model_unavailable: loading, failed warm-up or draining (Retry-After)",
+        504: "deadline_exceeded",
+    }
+
+
+def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation: dict[str, Any]) -> None:
+    endpoint = _API[path]
+    body = schemas.add(request_json_schema(served, endpoint))  # type: ignore[arg-type]
+    operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    response = {"completions": CompletionResponse, "chat": ChatCompletionResponse, "embeddings": EmbeddingResponse}
+    ok = _json(schemas.model(response[endpoint]), "The answer")
+    if path in _STREAMED:
+        ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["description"] += " (text/event-stream with stream: true: `data: {chunk}` events ending in [DONE])"
+    operation["responses"] = {
+        "200": ok,
+        "202": _json(schemas.model(AsyncStatus), "Accepted (Prefer: respond-async): poll /v1/requests/{id}"),
+        **_errors(schemas, _api_errors(served)),
+    }
+    if served.preprocess.tenant_from == "header":
+        tenant = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[ -~]+$"}
+        operation["parameters"] = [{"name": "X-Tenant", "in": "header", "required": True, "schema": tenant}]
+
+
+def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
+    refusals = {404: "not_found (model, or no local tokenizer)", 503: "model_unavailable (Retry-After)"}
+    posted = {400: "invalid_request, unknown_parameter or unsupported_parameter", 413: "payload_too_large"}
+    posted |= {415: "unsupported_media", **refusals}
+    tokenize = {
+        "anyOf": [schemas.model(TokenizePromptRequest, "validation"), schemas.model(TokenizeChatRequest, "validation")]
+    }
+    routes = {
+        "/tokenize": (tokenize, TokenizeResponse, posted),
+        "/detokenize": (schemas.model(DetokenizeRequest, "validation"), DetokenizeResponse, posted),
+    }
+    for path, (request, response, statuses) in routes.items():
+        operation = paths[path]["post"]
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": request}}}
+        operation["responses"] = {"200": _json(schemas.model(response), "The answer"), **_errors(schemas, statuses)}
+    info = paths["/tokenizer_info"]["get"]
+    info["responses"] = {"200": _json(schemas.model(TokenizerInfo), "The configuration"), **_errors(schemas, refusals)}
+
+
+def _plain_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
+    status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+    paths["/v1/models"]["get"]["responses"] = {"200": _json(schemas.model(ModelList), "The served model")}
+    paths["/health"]["get"]["responses"] = {"200": _json(status, "The process answers")}
+    paths["/ready"]["get"]["responses"] = {
+        "200": _json(status, "Ready: model loaded, warm-up passed"),
+        "503": _json(status, "Not ready, with the reason (Retry-After)"),
+    }
+    text = {"description": "Prometheus exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}
+    paths["/metrics"]["get"]["responses"] = {"200": text}
+    answer = {"description": "The finished request's answer or error, as the request would have had it"}
+    answer["content"] = {"application/json": {"schema": {"type": "object"}}}
+    poll = paths["/v1/requests/{request_id}"]["get"]
+    poll["responses"] = {
+        "200": answer,
+        "202": _json(schemas.model(AsyncStatus), "Still running (Retry-After)"),
+        **_errors(schemas, {404: "not_found: unknown, or its result expired"}),
+        **{str(s): answer for s in (400, 429, 500, 502, 503, 504)},
+    }
+
+
+def openapi_document(app: FastAPI, served: ServedModel) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of this server: request bodies, responses and statuses filled in."""
+    document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schemas = _Schemas(document.setdefault("components", {}).setdefault("schemas", {}))
+    paths = document["paths"]
+    for path, item in paths.items():
+        for operation in item.values():
+            operation.pop("responses", None)
+            if path in _API:
+                _api_operation(served, schemas, path, operation)
+    _tokenizer_operations(schemas, paths)
+    _plain_operations(schemas, paths)
+    paths.pop("/openapi.json", None)
+    return document
