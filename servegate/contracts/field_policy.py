@@ -55,7 +55,7 @@ UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
     "tool_choice": (("chat",), (None, "none"), "tool_choice makes the model call a function"),
     "functions": (("chat",), (None, []), "functions lets the model call functions"),
     "function_call": (("chat",), (None, "none"), "function_call makes the model call a function"),
-    "messages[].tool_calls": (("chat",), (None, []), "tool_calls in a message need tool support"),
+    "messages[].tool_calls": (("chat", "tokenize"), (None, []), "tool_calls in a message need tool support"),
     "chat_template": (("chat", "tokenize"), (None,), "chat_template (vLLM) replaces the manifest's chat template"),
     "chat_template_kwargs": (
         ("chat", "tokenize"),

@@ -259,6 +259,33 @@ def _generation_limits(served: ServedModel, endpoint: Endpoint, props: dict[str,
         props.setdefault(name, neutral)
 
 
+def _cross_field_rules(endpoint: Endpoint) -> list[dict[str, Any]]:
+    """The checks parse_request makes across fields, as JSON Schema (so a schema-valid body is not refused)."""
+    rules: list[dict[str, Any]] = [
+        {  # stream_options only with stream: true
+            "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+            "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
+        }
+    ]
+    if endpoint == "chat":
+        rules.append(  # top_logprobs > 0 needs logprobs: true
+            {
+                "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
+                "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
+            }
+        )
+        both = {"type": "integer"}
+        rules.append(  # max_tokens or max_completion_tokens, not both
+            {
+                "not": {
+                    "required": ["max_tokens", "max_completion_tokens"],
+                    "properties": {"max_tokens": both, "max_completion_tokens": both},
+                }
+            }
+        )
+    return rules
+
+
 def request_json_schema(served: ServedModel, endpoint: Endpoint) -> dict[str, Any]:
     """The JSON Schema of one endpoint's requests, with this manifest's limits and input_schema baked in."""
     schema = REQUEST_MODELS[endpoint].model_json_schema()
@@ -283,8 +310,11 @@ def request_json_schema(served: ServedModel, endpoint: Endpoint) -> dict[str, An
             + ", ".join(sorted(HARMLESS))
             + "."
         ).strip()
+    rules = _cross_field_rules(endpoint) if endpoint != "embeddings" else []
     if extra:
-        schema["allOf"] = [{k: v for k, v in extra.items() if k != "$schema"}]
+        rules.append({k: v for k, v in extra.items() if k != "$schema"})
+    if rules:
+        schema["allOf"] = rules
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = f"{served.name} {endpoint} request"
     return schema

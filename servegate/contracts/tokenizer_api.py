@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servegate.contracts.request_fields import Text, TokenId
+from servegate.contracts.request_fields import Text, TokenId, whole_numbers
 from servegate.contracts.request_models import ChatMessage
 
 _KEEP_EXTRAS = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
@@ -70,6 +70,11 @@ class DetokenizeRequest(BaseModel):
     """The served model's name (optional, as in vLLM)."""
     tokens: list[TokenId] = Field(max_length=1_048_576)
     """The token ids to turn back into text."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_as_published(cls, data: Any) -> Any:
+        return whole_numbers(data)
 
 
 class DetokenizeResponse(BaseModel):

@@ -113,9 +113,14 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
 
     @app.get("/openapi.json", include_in_schema=False)
     async def _openapi() -> JSONResponse:
-        if not document:
-            document.update(openapi_document(app, served))
-        return JSONResponse(document)
+        if document:
+            return JSONResponse(document)
+        preprocessor = getattr(engine, "preprocessor", None)  # loaded: token ids are bounded by the vocabulary
+        vocab = len(preprocessor.tokenizer) if getattr(preprocessor, "tokenizer", None) is not None else None
+        built = openapi_document(app, served, vocab)
+        if vocab is not None or not state.starting:
+            document.update(built)  # kept once nothing about it can change any more
+        return JSONResponse(built)
 
     @app.exception_handler(ServingError)
     async def _serving_error(request: Request, exc: ServingError) -> JSONResponse:

@@ -18,8 +18,8 @@ from servegate.contracts.errors import ServingError
 from servegate.server.state import ServerState, error_response
 
 access = logging.getLogger("servegate.access")
-_GUARDED = ("/v1/", "/tokenize", "/detokenize")
-"""Paths whose POST bodies the guard checks (the API and the tokenizer routes)."""
+_GUARDED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/tokenize", "/detokenize"})
+"""Paths whose POST bodies the guard checks (every other POST is answered by the router: 404, or 405 with Allow)."""
 _METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"})
 
 ENDPOINT_LABELS = {
@@ -95,7 +95,7 @@ class BodyGuard:
                 access.info("%s %s -> %d (%.1f ms to first byte)", method, label, message["status"], elapsed_ms)
             await send(message)
 
-        if scope["method"] != "POST" or not scope["path"].startswith(_GUARDED):
+        if scope["method"] != "POST" or scope["path"] not in _GUARDED:
             await self.app(scope, receive, counted_send)
             return
         refusal, body = await self._admit(scope, receive)

@@ -49,13 +49,14 @@ class _Schemas:
         schema = {k: v for k, v in schema.items() if k != "$schema"}
         defs = schema.pop("$defs", {})
         moved = json.loads(json.dumps(defs).replace('"#/$defs/', '"#/components/schemas/'))
-        self.components.update(moved)
+        for name, definition in moved.items():
+            self.components.setdefault(name, definition)  # the request contract's (policy-closed) version wins
         return json.loads(json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/'))  # type: ignore[no-any-return]
 
     def model(self, model: type[BaseModel], mode: str = "serialization") -> dict[str, Any]:
         """A reference to a pydantic model's schema, added to the components."""
         schema = self.add(model.model_json_schema(mode=mode, ref_template="#/components/schemas/{model}"))  # type: ignore[arg-type]
-        self.components[model.__name__] = schema
+        self.components.setdefault(model.__name__, schema)
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
@@ -90,7 +91,13 @@ def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation:
     response = {"completions": CompletionResponse, "chat": ChatCompletionResponse, "embeddings": EmbeddingResponse}
     ok = _json(schemas.model(response[endpoint]), "The answer")
     if path in _STREAMED:
-        ok["content"]["text/event-stream"] = {"schema": {"type": "string"}}
+        event = {
+            "type": "object",
+            "description": "One server-sent event: `data` is a chunk (JSON), an error body (JSON) or `[DONE]`",
+            "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+            "required": ["data"],
+        }
+        ok["content"]["text/event-stream"] = {"schema": event}
         ok["description"] += " (text/event-stream with stream: true: `data: {chunk}` events ending in [DONE])"
     operation["responses"] = {
         "200": ok,
@@ -102,16 +109,26 @@ def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation:
         operation["parameters"] = [{"name": "X-Tenant", "in": "header", "required": True, "schema": tenant}]
 
 
-def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
+def _closed(schemas: _Schemas, model: type[BaseModel], served: ServedModel) -> dict[str, Any]:
+    """A tokenizer request's schema, closed to unknown fields as the manifest's policy says."""
+    reference = schemas.model(model, "validation")
+    schemas.components[model.__name__]["additionalProperties"] = served.preprocess.unknown_fields == "ignore"
+    return reference
+
+
+def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any], served: ServedModel, vocab: int | None) -> None:
     refusals = {404: "not_found (model, or no local tokenizer)", 503: "model_unavailable (Retry-After)"}
     posted = {400: "invalid_request, unknown_parameter or unsupported_parameter", 413: "payload_too_large"}
     posted |= {415: "unsupported_media", **refusals}
     tokenize = {
-        "anyOf": [schemas.model(TokenizePromptRequest, "validation"), schemas.model(TokenizeChatRequest, "validation")]
+        "anyOf": [_closed(schemas, TokenizePromptRequest, served), _closed(schemas, TokenizeChatRequest, served)]
     }
+    detokenize = _closed(schemas, DetokenizeRequest, served)
+    if vocab is not None:
+        schemas.components["DetokenizeRequest"]["properties"]["tokens"]["items"]["maximum"] = vocab - 1
     routes = {
         "/tokenize": (tokenize, TokenizeResponse, posted),
-        "/detokenize": (schemas.model(DetokenizeRequest, "validation"), DetokenizeResponse, posted),
+        "/detokenize": (detokenize, DetokenizeResponse, posted),
     }
     for path, (request, response, statuses) in routes.items():
         operation = paths[path]["post"]
@@ -142,17 +159,39 @@ def _plain_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
     }
 
 
-def openapi_document(app: FastAPI, served: ServedModel) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of this server: request bodies, responses and statuses filled in."""
+def _bound_token_ids(schema: dict[str, Any], vocab: int) -> None:
+    """Token ids in a prompt schema at most the vocabulary's last id."""
+    if schema.get("type") == "integer" and "minimum" in schema:
+        schema["maximum"] = vocab - 1
+    for value in schema.values():
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, dict):
+                _bound_token_ids(child, vocab)
+
+
+def openapi_document(app: FastAPI, served: ServedModel, vocab: int | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of this server: request bodies, responses and statuses filled in.
+
+    `vocab`: the tokenizer's size once the model is loaded (token ids are bounded by it). The routes of the
+    other task (/v1/embeddings for a generation model, and the reverse) are left out: they answer 400.
+    """
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
     schemas = _Schemas(document.setdefault("components", {}).setdefault("schemas", {}))
     paths = document["paths"]
+    served_paths = (
+        {"/v1/embeddings"} if served.preprocess.task == "embed" else {"/v1/completions", "/v1/chat/completions"}
+    )
+    for path in set(_API) - served_paths:
+        paths.pop(path, None)
     for path, item in paths.items():
         for operation in item.values():
             operation.pop("responses", None)
             if path in _API:
                 _api_operation(served, schemas, path, operation)
-    _tokenizer_operations(schemas, paths)
+    if vocab is not None and "/v1/completions" in paths:
+        body = paths["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        _bound_token_ids(body["properties"]["prompt"], vocab)
+    _tokenizer_operations(schemas, paths, served, vocab)
     _plain_operations(schemas, paths)
     paths.pop("/openapi.json", None)
     return document
