@@ -36,6 +36,7 @@ from servegate.contracts.tokenizer_api import (
 
 _API = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
 _STREAMED = {"/v1/completions", "/v1/chat/completions"}
+_POLL_ID = "poll_async_result"
 
 
 class _Schemas:
@@ -99,14 +100,25 @@ def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation:
         }
         ok["content"]["text/event-stream"] = {"schema": event}
         ok["description"] += " (text/event-stream with stream: true: `data: {chunk}` events ending in [DONE])"
-    operation["responses"] = {
-        "200": ok,
-        "202": _json(schemas.model(AsyncStatus), "Accepted (Prefer: respond-async): poll /v1/requests/{id}"),
-        **_errors(schemas, _api_errors(served)),
-    }
-    if served.preprocess.tenant_from == "header":
-        tenant = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[ -~]+$"}
-        operation["parameters"] = [{"name": "X-Tenant", "in": "header", "required": True, "schema": tenant}]
+    accepted = _json(schemas.model(AsyncStatus), "Accepted (Prefer: respond-async): poll /v1/requests/{id}")
+    # The link lets a stateful run (schemathesis) poll what it submitted.
+    accepted["links"] = {"poll": {"operationId": _POLL_ID, "parameters": {"request_id": "$response.body#/id"}}}
+    operation["responses"] = {"200": ok, "202": accepted, **_errors(schemas, _api_errors(served))}
+    prefer = {"type": "string", "examples": ["respond-async"]}
+    why = "`respond-async`: answer 202 at once and poll; other preferences are ignored (RFC 7240)"
+    operation["parameters"] = [
+        {"name": "Prefer", "in": "header", "required": False, "schema": prefer, "description": why},
+        *_tenant(served, required=True),
+    ]
+
+
+def _tenant(served: ServedModel, required: bool) -> list[dict[str, Any]]:
+    """The X-Tenant header parameter when the manifest takes tenants from it."""
+    if served.preprocess.tenant_from == "none":
+        return []
+    tenant = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[ -~]+$"}
+    needed = required and served.preprocess.tenant_from == "header"
+    return [{"name": "X-Tenant", "in": "header", "required": needed, "schema": tenant}]
 
 
 def _closed(schemas: _Schemas, model: type[BaseModel], served: ServedModel) -> dict[str, Any]:
@@ -138,7 +150,7 @@ def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any], served: Serv
     info["responses"] = {"200": _json(schemas.model(TokenizerInfo), "The configuration"), **_errors(schemas, refusals)}
 
 
-def _plain_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
+def _plain_operations(schemas: _Schemas, paths: dict[str, Any], served: ServedModel) -> None:
     status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
     paths["/v1/models"]["get"]["responses"] = {"200": _json(schemas.model(ModelList), "The served model")}
     paths["/health"]["get"]["responses"] = {"200": _json(status, "The process answers")}
@@ -151,6 +163,8 @@ def _plain_operations(schemas: _Schemas, paths: dict[str, Any]) -> None:
     answer = {"description": "The finished request's answer or error, as the request would have had it"}
     answer["content"] = {"application/json": {"schema": {"type": "object"}}}
     poll = paths["/v1/requests/{request_id}"]["get"]
+    poll["operationId"] = _POLL_ID
+    poll["parameters"] = [*poll.get("parameters", []), *_tenant(served, required=False)]
     poll["responses"] = {
         "200": answer,
         "202": _json(schemas.model(AsyncStatus), "Still running (Retry-After)"),
@@ -192,6 +206,6 @@ def openapi_document(app: FastAPI, served: ServedModel, vocab: int | None = None
         body = paths["/v1/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         _bound_token_ids(body["properties"]["prompt"], vocab)
     _tokenizer_operations(schemas, paths, served, vocab)
-    _plain_operations(schemas, paths)
+    _plain_operations(schemas, paths, served)
     paths.pop("/openapi.json", None)
     return document

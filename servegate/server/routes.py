@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -61,7 +62,22 @@ async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any
             "invalid_request", param="model", detail=f"model '{state.served.name}' serves task {task}: use {use}"
         )
     parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
+    if isinstance(parsed, CompletionRequest):
+        _check_token_ids(state, parsed)
     return state, parsed, tenant_of(state, request, parsed.user)
+
+
+def _check_token_ids(state: ServerState, parsed: CompletionRequest) -> None:
+    """Token-id prompts within the loaded vocabulary, before anything is queued (an async request included)."""
+    tokenizer = getattr(getattr(state.engine, "preprocessor", None), "tokenizer", None)
+    if tokenizer is None:
+        return
+    vocab = len(tokenizer)
+    for i, prompt in enumerate(parsed.prompts()):
+        bad = next((t for t in prompt if t >= vocab), None) if isinstance(prompt, list) else None
+        if bad is not None:
+            detail = f"prompt: token id {bad} (prompt {i}) is outside the vocabulary: ids are 0 to {vocab - 1}"
+            raise ServingError("invalid_request", param="prompt", detail=detail)
 
 
 def _wants_async(request: Request) -> bool:
@@ -79,7 +95,9 @@ def _accepted(state: ServerState, endpoint: Endpoint, job_id: str) -> JSONRespon
 def _ignored_header(parsed: Any) -> dict[str, str]:
     """X-Servegate-Ignored-Fields: the fields `unknown_fields: ignore` dropped (never silently)."""
     dropped = parsed.dropped_fields()
-    return {"X-Servegate-Ignored-Fields": ", ".join(dropped)[:1024]} if dropped else {}
+    # Field names are client text: JSON-escaped to printable ASCII, so no name can break or inject a header.
+    shown = ", ".join(json.dumps(path)[1:-1] for path in dropped)
+    return {"X-Servegate-Ignored-Fields": shown[:1024]} if dropped else {}
 
 
 async def _generate(request: Request, endpoint: Endpoint) -> Response:

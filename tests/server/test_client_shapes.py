@@ -165,6 +165,13 @@ def test_guidellms_stream_options_pass_under_ignore_and_are_named(server_factory
     assert refused.status_code == 400
     error = refused.json()["error"]
     assert error["code"] == "unknown_parameter" and "unknown_fields: ignore" in error["message"]
+    odd = httpx.post(
+        lenient.url("/v1/completions"),
+        json={**GUIDELLM_BODY, "stream": False, "stream_options": None, "a\nSet-Cookie: x": 1, "caf\u00e9": 2},
+        timeout=30,
+    )
+    assert odd.status_code == 200 and "set-cookie" not in odd.headers
+    assert odd.headers["X-Servegate-Ignored-Fields"] == "a\\nSet-Cookie: x, caf\\u00e9"
     echo = {"model": "fake-model", "prompt": "x", "echo": True, "logprobs": 1, "max_tokens": 1}
     for target in (lenient, strict):  # lm-eval's log-likelihood request: never silently answered without echo
         response = httpx.post(target.url("/v1/completions"), json=echo, timeout=30)
