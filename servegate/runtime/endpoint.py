@@ -184,7 +184,7 @@ class EndpointEngine:
         cache = self.contract.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            yield TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic())
+            yield TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True)
             yield hit
             return
         reply = _Reply()
