@@ -16,6 +16,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+from servegate.capacity.bench_checks import (
+    client_checks,
+    client_warning,
+    failure_sentence,
+    failures,
+    shape_warnings,
+    workload_shape,
+)
 from servegate.capacity.bench_targets import BenchTarget, PromptFactory
 from servegate.capacity.machine_speed import MachineSpeed, MachineSpeedMonitor
 from servegate.capacity.metrics import DEFINITIONS, SLO, RequestRecord, summarize
@@ -58,10 +66,18 @@ class BenchResult:
     target: str = ""
     machine_speed: MachineSpeed | None = None
     """How fast this machine ran over all the runs, when it was monitored."""
+    ignore_eos: bool = False
+    """Whether requests asked the server to run every output to max_tokens."""
+    exact_prompts: bool = False
+    """Whether prompts were cut to exact token counts by a tokenizer (else about 4 characters per token)."""
+    max_error_share: float = 0.0
+    """The share of failed requests the bench tolerates before it fails."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON report: pooled figures at the top, per-run figures, the interval across repeats."""
-        pooled = summarize([r for run in self.runs for r in run.records], self.slo) if self.runs else {}
+        """The JSON report: pooled figures at the top, per-run figures, the interval across repeats, and what the
+        bench checked about itself (failures, the workload's shape, the client) with a warning for each miss."""
+        records = [r for run in self.runs for r in run.records]
+        pooled = summarize(records, self.slo, intervals=True) if self.runs else {}
         if len({run.rate_rps for run in self.runs}) > 1:  # a sweep: pooling different loads means nothing
             pooled = self.runs[-1].summary
         out: dict[str, Any] = {
@@ -70,8 +86,10 @@ class BenchResult:
             "workload": self.workload.model_dump(mode="json"),
             **{k: pooled.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "throughput", "goodput")},
             "requests": pooled.get("requests"),
+            "dispatch_delay_ms": pooled.get("dispatch_delay_ms"),
             "runs": [_run_dict(run) for run in self.runs],
         }
+        out.update(self._checks(records, out["runs"]))
         if self.machine_speed is not None:
             out["machine_speed"] = self.machine_speed.as_dict()
         if len(self.runs) > 1 and out["runs"] and len({run.rate_rps for run in self.runs}) == 1:
@@ -79,8 +97,28 @@ class BenchResult:
         return out
 
 
+    def _checks(self, records: list[RequestRecord], runs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Failures, the workload's shape and the client's own delay (bench_checks.py), with their warnings."""
+        errors = failures(records, self.max_error_share)
+        shape = workload_shape(records, ignore_eos=self.ignore_eos, exact_prompts=self.exact_prompts)
+        limited = [run["client"] for run in runs if run["client"]["client_limited"]]
+        client = limited[0] if limited else (runs[-1]["client"] if runs else {})
+        warnings = [failure_sentence(errors)] if errors["failed"] else []
+        warnings += shape_warnings(shape, f"the server at {self.target}" if self.target else "the server")
+        if limited:
+            warnings.append(f"{len(limited)} of {len(runs)} run(s) " + (client_warning(client) or ""))
+        return {
+            "errors": errors,
+            "workload_shape": shape,
+            "client": client,
+            "client_limited": bool(limited),
+            "warnings": warnings,
+        }
+
+
 def _run_dict(run: BenchRun) -> dict[str, Any]:
     out = {"rate_rps": run.rate_rps, "concurrency": run.concurrency, **run.summary}
+    out["client"] = client_checks(run.records, run.summary)
     if run.machine_speed is not None:
         out["machine_speed"] = run.machine_speed.as_dict()
     return out
@@ -180,7 +218,7 @@ async def run_once(
         records = await run_closed_loop(target, specs, prompts, workload.concurrency, progress)
     else:
         records = await run_open_loop(target, specs, prompts, progress)
-    summary = summarize(records, slo)
+    summary = summarize(records, slo, intervals=True)
     return BenchRun(records, summary, workload.rate_rps, workload.concurrency, began_at=began, ended_at=time.time())
 
 
@@ -204,6 +242,8 @@ async def run_bench(
     the whole bench and for each run: the client's machine, and the server's too when it runs here.
     """
     result = BenchResult(workload, slo=slo or SLO(), target=target_name)
+    result.ignore_eos = bool(getattr(target, "ignore_eos", False))
+    result.exact_prompts = getattr(prompts, "tokenizer", None) is not None
     loads = [with_rate(workload, r) for r in rates] if rates else [workload]
     monitor = MachineSpeedMonitor() if monitor_machine else None
     with monitor or nullcontext():

@@ -191,3 +191,37 @@ def interval_fields(values: Sequence[float] | np.ndarray, percentiles: Sequence[
     for q in percentiles:
         out.update(estimate(values, q).fields())
     return out
+
+
+
+def _scale(values: Sequence[float]) -> tuple[float, str]:
+    return (1000.0, "s") if max(values) >= 1000 else (1.0, "ms")
+
+
+def describe(label: str, stats_ms: dict[str, Any], q: float, unit: str = "requests") -> str:
+    """What one reported percentile supports, in words, from a bench JSON latency entry (`ttft_ms`, ...).
+
+    E.g. `p99 E2E 1.9 s (95% interval 1.7-2.3 s, 700 requests; conservative 2.2 s)` or, below the floors,
+    `p99 E2E 1.9 s (40 requests; too few for a 95% interval, which needs 368); p99 not estimable below 662 requests`.
+    """
+    key = f"p{q:g}"
+    n = int(stats_ms.get("count") or 0)
+    if n == 0:
+        return f"{key} {label}: no {unit} measured"
+    value = float(stats_ms[key])
+    ci = stats_ms.get(f"{key}_ci")
+    conservative = stats_ms.get(f"{key}_conservative")
+    div, name = _scale([value, *(ci or []), *([conservative] if conservative is not None else [])])
+    pct = f"{100 * INTERVAL_CONFIDENCE:g}%"
+    inside: list[str] = []
+    if ci is not None:
+        inside.append(f"{pct} interval {ci[0] / div:.3g}-{ci[1] / div:.3g} {name}, {n} {unit}")
+    else:
+        inside.append(f"{n} {unit}; too few for a {pct} interval, which needs {interval_floor(q)}")
+    if conservative is not None:
+        inside.append(f"conservative {float(conservative) / div:.3g} {name}")
+    text = f"{key} {label} {value / div:.3g} {name} ({'; '.join(inside)})"
+    if conservative is None:
+        floor = stats_ms.get(f"{key}_floor") or early_stopping_floor(q)
+        text += f"; {key} not estimable below {floor} {unit}"
+    return text
