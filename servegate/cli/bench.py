@@ -128,7 +128,6 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
         for r in runs:
             console.print(_table(f"offered {r['rate_rps']:g} requests/s", r))
             console.print(_rates(r))
-    else:
     elif not report["requests"]["completed"]:
         console.print(f"no request completed ({report['requests']['failed']} failed): no latency to report")
     else:
