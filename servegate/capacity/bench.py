@@ -96,7 +96,6 @@ class BenchResult:
             out["across_runs"] = across_runs([run.summary for run in self.runs])
         return out
 
-
     def _checks(self, records: list[RequestRecord], runs: list[dict[str, Any]]) -> dict[str, Any]:
         """Failures, the workload's shape and the client's own delay (bench_checks.py), with their warnings."""
         errors = failures(records, self.max_error_share)

@@ -193,7 +193,6 @@ def interval_fields(values: Sequence[float] | np.ndarray, percentiles: Sequence[
     return out
 
 
-
 def _scale(values: Sequence[float]) -> tuple[float, str]:
     return (1000.0, "s") if max(values) >= 1000 else (1.0, "ms")
 
