@@ -22,6 +22,7 @@ from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
+from servegate.gates.capacity_paired import as_bench_result, bench_interleaved, judge, paired_mode, ratio_checks
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -97,11 +98,20 @@ class CapacityGate(Gate):
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
         memory = _memory(served) if targets.memory is not None else None
-        ctx.progress.start(f"capacity: {workload.num_requests} requests", workload.num_requests)
+        paired = paired_mode(ctx.mode, ctx.baseline, served)
+        total = workload.num_requests * (2 if paired else 1)
+        ctx.progress.start(
+            f"capacity: {total} requests" + (" (baseline and candidate interleaved)" if paired else ""), total
+        )
         prepared = ctx.prepared.pop(self.name, None)
+        ratios: list[Any] = []
         with prepared if prepared is not None else self.server_factory(served) as server:
-            report = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
+            if paired:
+                result, ratios = self._bench_change(server.url, ctx)
+            else:
+                result = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
             peak = _peak_memory(server)
+        report = result.as_dict()
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; an endpoint's plan when there is no such process; unchecked when neither is known
         memory_bytes = peak if peak is not None else (memory.total_bytes if memory is not None else None)
@@ -114,23 +124,41 @@ class CapacityGate(Gate):
                 note = "memory: planned (weights, KV pool, runtime estimate), not measured"
             else:
                 note = "memory not checked: the model config could not be read"
+        records = [r for run in result.runs for r in run.records]
+        verdict = judge(targets, records, checks, ratios, describe_miss=_miss)
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
-            "targets": [c.as_dict() for c in checks],
+            "targets": verdict.checks,
             "memory_total_bytes": memory.total_bytes if memory is not None else None,
             "peak_memory_bytes": peak,
             "machine_speed": report.get("machine_speed"),
+            "client_limited": report.get("client_limited"),
+            "paired": paired,
         }
-        missed = [c for c in checks if not c.met]
         if report["requests"]["completed"] == 0:
             return self.result("fail", "no request of the bench completed", measurements)
-        if missed:
-            return self.result("fail", "; ".join(_miss(c) for c in missed) + _unsteady(report), measurements)
-        reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note else "")
+        if verdict.verdict != "pass":
+            return self.result(verdict.verdict, verdict.reason + _unsteady(report), measurements)
+        how = "against the baseline, interleaved, and " if paired else ""
+        reason = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}" + (f" ({note})" if note else "")
         return self.result("pass", reason, measurements)
 
+    def _bench_change(self, candidate_url: str, ctx: GateContext) -> tuple[Any, list[Any]]:
+        """A change: the baseline's server started beside the candidate's and both benched interleaved."""
+        from servegate.cli.bench import manifest_tokenizer
+
+        served = ctx.candidate
+        prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)
+        slo = slo_from_targets(served.capacity.targets)
+        with self.server_factory(ctx.baseline) as base_server:
+            runs = asyncio.run(
+                bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
+            )
+        result = as_bench_result(runs.pooled("candidate"), served.capacity.workload, slo, candidate_url)
+        return result, ratio_checks(runs, served.capacity.targets, served.capacity.tolerance)
+
     @staticmethod
-    async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> dict[str, Any]:
+    async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> Any:
         from servegate.cli.bench import manifest_tokenizer
 
         target = HttpTarget.for_manifest(url, served)
@@ -144,7 +172,7 @@ class CapacityGate(Gate):
             raise ServegateError(str(exc)) from None
         finally:
             await target.aclose()
-        return result.as_dict()
+        return result
 
 
 def _miss(check: TargetCheck) -> str:
