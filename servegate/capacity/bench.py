@@ -77,7 +77,10 @@ class BenchResult:
         """The JSON report: pooled figures at the top, per-run figures, the interval across repeats, and what the
         bench checked about itself (failures, the workload's shape, the client) with a warning for each miss."""
         records = [r for run in self.runs for r in run.records]
-        pooled = summarize(records, self.slo, intervals=True) if self.runs else {}
+        if len(self.runs) == 1:  # one run: its own summary (the paired gate's holds its rounds' throughput)
+            pooled = self.runs[0].summary
+        else:
+            pooled = summarize(records, self.slo, intervals=True) if self.runs else {}
         if len({run.rate_rps for run in self.runs}) > 1:  # a sweep: pooling different loads means nothing
             pooled = self.runs[-1].summary
         out: dict[str, Any] = {

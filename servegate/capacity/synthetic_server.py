@@ -53,6 +53,8 @@ class SyntheticServer:
         self.requests_seen = 0
         self.last_headers: dict[str, str] = {}
         """Headers of the latest request (lower-case names)."""
+        self.prompts: list[str] = []
+        """Every prompt received, in order."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -87,6 +89,7 @@ class SyntheticServer:
     async def _respond(self, request: dict, received: float, writer: asyncio.StreamWriter) -> None:
         assert self._slots is not None
         prompt = str(request.get("prompt", ""))
+        self.prompts.append(prompt)
         f = self.faults
         if f.max_prompt_chars is not None and len(prompt) > f.max_prompt_chars:
             message = f"prompt of {len(prompt)} tokens is over {f.max_prompt_chars}"

@@ -154,7 +154,7 @@ class CapacityGate(Gate):
             runs = asyncio.run(
                 bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
             )
-        result = as_bench_result(runs.pooled("candidate"), served.capacity.workload, slo, candidate_url)
+        result = as_bench_result(runs, served.capacity.workload, slo, candidate_url)
         return result, ratio_checks(runs, served.capacity.targets, served.capacity.tolerance)
 
     @staticmethod

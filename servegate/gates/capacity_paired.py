@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from servegate.capacity.bench import BenchResult, BenchRun
 from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.interleaved import (
@@ -125,12 +127,24 @@ async def bench_interleaved(
         await cand.aclose()
 
 
-def as_bench_result(records: list[RequestRecord], workload: Any, slo: SLO, target: str) -> BenchResult:
-    """The candidate's side of an interleaved bench as one run of a BenchResult (its report, its checks)."""
+def as_bench_result(runs: InterleavedRuns, workload: Any, slo: SLO, target: str) -> BenchResult:
+    """The candidate's side of an interleaved bench as one run of a BenchResult (its report, its checks).
+
+    Throughput counts the candidate's own rounds only: pooled, the baseline's turns would count as idle time.
+    """
+    records = runs.pooled("candidate")
     result = BenchResult(workload, slo=slo, target=target, ignore_eos=True)
-    result.runs.append(
-        BenchRun(records, summarize(records, slo, intervals=True), workload.rate_rps, workload.concurrency)
-    )
+    summary = summarize(records, slo, intervals=True)
+    every = np.arange(len(runs.candidate))
+    rps = throughput_statistic("requests/s")(runs.candidate, every)
+    summary["throughput"] = {
+        "requests_per_s": rps,
+        "output_tokens_per_s": throughput_statistic("tokens/s")(runs.candidate, every),
+    }
+    completed = summary["requests"]["completed"]
+    if completed:  # the same share of the completed requests met the SLO, at the rounds' own rate
+        summary["goodput"]["requests_per_s"] = rps * summary["goodput"]["fraction"] * len(records) / completed
+    result.runs.append(BenchRun(records, summary, workload.rate_rps, workload.concurrency))
     return result
 
 
