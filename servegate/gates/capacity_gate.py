@@ -22,7 +22,7 @@ from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.capacity_paired import as_bench_result, bench_interleaved, judge, paired_mode, ratio_checks
+from servegate.gates.capacity_paired import bench_change_sides, bench_interleaved, judge, paired_mode
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -104,10 +104,11 @@ class CapacityGate(Gate):
             f"capacity: {total} requests" + (" (baseline and candidate interleaved)" if paired else ""), total
         )
         prepared = ctx.prepared.pop(self.name, None)
-        ratios: list[Any] = []
+        change = None
         with prepared if prepared is not None else self.server_factory(served) as server:
             if paired:
-                result, ratios = self._bench_change(server.url, ctx)
+                change = self._bench_change(server.url, ctx)
+                result = change.candidate
             else:
                 result = asyncio.run(self._bench(server.url, served, workload, targets, ctx))
             peak = _peak_memory(server)
@@ -125,7 +126,7 @@ class CapacityGate(Gate):
             else:
                 note = "memory not checked: the model config could not be read"
         records = [r for run in result.runs for r in run.records]
-        verdict = judge(targets, records, checks, ratios, describe_miss=_miss)
+        verdict = judge(targets, records, checks, change, describe_miss=_miss)
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
             "targets": verdict.checks,
@@ -143,7 +144,7 @@ class CapacityGate(Gate):
         reason = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}" + (f" ({note})" if note else "")
         return self.result("pass", reason, measurements)
 
-    def _bench_change(self, candidate_url: str, ctx: GateContext) -> tuple[Any, list[Any]]:
+    def _bench_change(self, candidate_url: str, ctx: GateContext) -> Any:
         """A change: the baseline's server started beside the candidate's and both benched interleaved."""
         from servegate.cli.bench import manifest_tokenizer
 
@@ -154,8 +155,7 @@ class CapacityGate(Gate):
             runs = asyncio.run(
                 bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
             )
-        result = as_bench_result(runs, served.capacity.workload, slo, candidate_url)
-        return result, ratio_checks(runs, served.capacity.targets, served.capacity.tolerance)
+        return bench_change_sides(runs, served, slo, candidate_url)
 
     @staticmethod
     async def _bench(url: str, served: ServedModel, workload: Any, targets: Any, ctx: GateContext) -> Any:

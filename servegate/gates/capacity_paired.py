@@ -29,7 +29,7 @@ from servegate.capacity.interleaved import (
     throughput_statistic,
 )
 from servegate.capacity.metrics import SLO, RequestRecord, summarize
-from servegate.capacity.planner import TargetCheck
+from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.capacity.target_bounds import LATENCY_TARGETS, BoundCheck, judge_latency_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -127,25 +127,53 @@ async def bench_interleaved(
         await cand.aclose()
 
 
-def as_bench_result(runs: InterleavedRuns, workload: Any, slo: SLO, target: str) -> BenchResult:
-    """The candidate's side of an interleaved bench as one run of a BenchResult (its report, its checks).
+def as_bench_result(
+    runs: InterleavedRuns, workload: Any, slo: SLO, target: str, side: str = "candidate"
+) -> BenchResult:
+    """One side of an interleaved bench as one run of a BenchResult (its report, its checks).
 
-    Throughput counts the candidate's own rounds only: pooled, the baseline's turns would count as idle time.
+    Throughput counts that side's own rounds only: pooled, the other side's turns would count as idle time.
     """
-    records = runs.pooled("candidate")
+    records = runs.pooled(side)
+    rounds = getattr(runs, side)
     result = BenchResult(workload, slo=slo, target=target, ignore_eos=True)
     summary = summarize(records, slo, intervals=True)
-    every = np.arange(len(runs.candidate))
-    rps = throughput_statistic("requests/s")(runs.candidate, every)
+    every = np.arange(len(rounds))
+    rps = throughput_statistic("requests/s")(rounds, every)
     summary["throughput"] = {
         "requests_per_s": rps,
-        "output_tokens_per_s": throughput_statistic("tokens/s")(runs.candidate, every),
+        "output_tokens_per_s": throughput_statistic("tokens/s")(rounds, every),
     }
     completed = summary["requests"]["completed"]
     if completed:  # the same share of the completed requests met the SLO, at the rounds' own rate
         summary["goodput"]["requests_per_s"] = rps * summary["goodput"]["fraction"] * len(records) / completed
     result.runs.append(BenchRun(records, summary, workload.rate_rps, workload.concurrency))
     return result
+
+
+@dataclass(frozen=True)
+class ChangeBench:
+    """What an interleaved bench of a change measured: each side as a BenchResult, and the ratio checks."""
+
+    candidate: BenchResult
+    baseline: BenchResult
+    ratios: list[RatioCheck]
+
+
+def bench_change_sides(runs: InterleavedRuns, served: ServedModel, slo: SLO, candidate_url: str) -> ChangeBench:
+    """Both sides of an interleaved bench and the ratio check of each of the candidate's target metrics."""
+    workload, capacity = served.capacity.workload, served.capacity
+    return ChangeBench(
+        as_bench_result(runs, workload, slo, candidate_url),
+        as_bench_result(runs, workload, slo, "baseline", side="baseline"),
+        ratio_checks(runs, capacity.targets, capacity.tolerance),
+    )
+
+
+BASELINE_MISSES_TOO = (
+    "; the baseline misses it too, in the same interleaved bench: this machine, now, not the change "
+    "(the ratio to the baseline decides)"
+)
 
 
 @dataclass(frozen=True)
@@ -161,25 +189,41 @@ def judge(
     targets: Any,
     records: Sequence[RequestRecord],
     point_checks: Sequence[TargetCheck],
-    ratios: Sequence[RatioCheck] = (),
+    change: ChangeBench | None = None,
     describe_miss: Callable[[TargetCheck], str] | None = None,
 ) -> CapacityVerdict:
     """Latency targets on their bounds, throughput and memory on their points, a change's ratios; the worst wins.
 
-    `describe_miss` words a missed point check (default: its own sentence)."""
+    For a change, an absolute target that the baseline misses as well in the same interleaved bench is only a
+    warning: the machine missed it, and the ratio decides whether the change did. `describe_miss` words a
+    missed point check (default: its own sentence)."""
     bounds: list[BoundCheck] = judge_latency_targets(targets, records)
     latency_names = {b.name for b in bounds}
     points = [c for c in point_checks if c.name not in latency_names]
+    base_misses: set[str] = set()
+    if change is not None:
+        base_records = [r for run in change.baseline.runs for r in run.records]
+        base_misses = {b.name for b in judge_latency_targets(targets, base_records) if b.verdict == "fail"}
+        base_misses |= {c.name for c in check_targets(targets, change.baseline.as_dict(), None) if not c.met}
     entries: list[tuple[VerdictName, str, dict[str, Any]]] = []
     for b in bounds:
-        entries.append((b.verdict, b.sentence(), b.as_dict()))
+        entries.append(_unless_baseline_too(b.verdict, b.sentence(), b.as_dict(), b.name in base_misses))
     for c in points:
         point: VerdictName = "pass" if c.met else "fail"
         text = describe_miss(c) if describe_miss is not None and not c.met else c.sentence()
-        entries.append((point, text, {**c.as_dict(), "verdict": point}))
-    for r in ratios:
+        entries.append(_unless_baseline_too(point, text, {**c.as_dict(), "verdict": point}, c.name in base_misses))
+    for r in change.ratios if change is not None else ():
         entries.append((r.verdict, r.sentence(), {**r.as_dict(), "kind": "ratio"}))
     verdicts = [v for v, _, _ in entries]
     worst: VerdictName = "fail" if "fail" in verdicts else ("warn" if "warn" in verdicts else "pass")
     shown = [text for v, text, _ in entries if v == worst] if worst != "pass" else []
     return CapacityVerdict(worst, "; ".join(shown), [d for _, _, d in entries])
+
+
+def _unless_baseline_too(
+    verdict: VerdictName, text: str, data: dict[str, Any], baseline_misses: bool
+) -> tuple[VerdictName, str, dict[str, Any]]:
+    """A failed absolute target becomes a warning when the baseline failed it too in the same bench."""
+    if verdict != "fail" or not baseline_misses:
+        return verdict, text, data
+    return "warn", text + BASELINE_MISSES_TOO, {**data, "verdict": "warn", "baseline_misses_too": True}

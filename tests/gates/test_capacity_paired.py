@@ -108,3 +108,14 @@ def test_the_ratio_verdict_reads_the_whole_interval_against_the_tolerance(
     check = RatioCheck("m", Ratio(1.0, 1.0, (low + high) / 2, low, high, 0.95), 0.10, higher)
     assert check.verdict == verdict
     assert ("inconclusive" in check.sentence()) == (verdict == "warn")
+
+
+def test_a_target_the_baseline_misses_too_on_this_machine_is_a_warning_not_a_failure(gate: Any) -> None:
+    """Both sides over a 30 ms budget at the same moments: the machine (here, the server) misses it, not the change."""
+    slow = Delays(ttft_ms=60, itl_ms=5)
+    with SyntheticServer(slow) as base, SyntheticServer(slow) as cand:
+        result = change(gate, base, cand, targets={"e2e_ms": {"p50": 30}})
+    assert result.verdict == "warn", result.reason
+    assert "e2e_ms.p50" in result.reason and "the baseline misses it too" in result.reason
+    absolute = next(t for t in result.measurements["targets"] if t.get("kind") != "ratio")
+    assert absolute["baseline_misses_too"] is True and absolute["over"] == 40
