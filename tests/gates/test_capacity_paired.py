@@ -6,6 +6,7 @@ import importlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,22 @@ def test_a_target_the_baseline_misses_too_on_this_machine_is_a_warning_not_a_fai
     assert "e2e_ms.p50" in result.reason and "the baseline misses it too" in result.reason
     absolute = next(t for t in result.measurements["targets"] if t.get("kind") != "ratio")
     assert absolute["baseline_misses_too"] is True and absolute["over"] == 40
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "manifest.yaml"
+
+
+@pytest.mark.slow
+def test_the_quickstart_gated_against_itself_beside_a_cpu_hog(gate: Any, cpu_hog: Any) -> None:
+    """The quickstart's own servers, interleaved: a harmless change does not fail, batch size 1 against 32 does."""
+    from servegate.cli.common import load
+
+    base = load(QUICKSTART, None)
+    harmless = load(QUICKSTART, ["batching.max_wait_ms=4"])
+    one_at_a_time = load(QUICKSTART, ["batching.max_batch_size=1"])
+    safe = gate.run(GateContext(base, harmless, mode="change"))
+    planted = gate.run(GateContext(base, one_at_a_time, mode="change"))
+    assert safe.verdict != "fail", safe.reason
+    assert planted.verdict == "fail", planted.reason
+    failed = [t for t in planted.measurements["targets"] if t.get("kind") == "ratio" and t["verdict"] == "fail"]
+    assert failed, planted.measurements["targets"]
