@@ -118,6 +118,25 @@ class BenchResult:
         }
 
 
+def records_jsonl(result: BenchResult) -> str:
+    """One JSON line per request of every run: its dispatch delay, latencies (ms), tokens asked and reported, error."""
+    import json
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else 1000.0 * value
+
+    lines = []
+    for i, run in enumerate(result.runs):
+        for r in run.records:
+            line = {"run": i, "ok": r.ok, "dispatch_delay_ms": ms(r.dispatch_delay)}
+            line.update(ttft_ms=ms(r.ttft) if r.ok else None, tpot_ms=ms(r.tpot) if r.ok else None)
+            line.update(e2el_ms=ms(r.e2el) if r.ok else None, error=r.error, chunks=r.chunks)
+            line.update(requested_prompt_tokens=r.requested_prompt_tokens, usage_prompt_tokens=r.usage_prompt_tokens)
+            line.update(requested_output_tokens=r.requested_output_tokens, usage_output_tokens=r.usage_output_tokens)
+            lines.append(json.dumps(line) + "\n")
+    return "".join(lines)
+
+
 def _run_dict(run: BenchRun) -> dict[str, Any]:
     out = {"rate_rps": run.rate_rps, "concurrency": run.concurrency, **run.summary}
     out["client"] = client_checks(run.records, run.summary)

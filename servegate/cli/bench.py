@@ -274,6 +274,9 @@ def bench(
             min=0.0, max=1.0, help="Share of requests allowed to fail; beyond it the bench exits 1 (default 0: none)."
         ),
     ] = 0.0,
+    records_out: Annotated[
+        Path | None, typer.Option("--records", help="Write one JSON line per request (its latencies, tokens, error).")
+    ] = None,
     set_: SetOption = None,
     json_out: JsonOption = None,
 ) -> None:
@@ -342,6 +345,12 @@ def bench(
         report["plots"] = [str(p) for p in write_plots(result, plots)]
         console.print("plots: " + ", ".join(report["plots"]))
     write_json(json_out, report)
+    if records_out is not None:
+        from servegate.capacity.bench import records_jsonl
+
+        records_out.parent.mkdir(parents=True, exist_ok=True)
+        records_out.write_text(records_jsonl(result), encoding="utf-8")
+        console.print(f"per-request records: {records_out}")
     if report["errors"]["exceeded"]:
         from servegate.capacity.bench_checks import failure_sentence
 

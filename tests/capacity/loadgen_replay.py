@@ -21,6 +21,7 @@ def main(path: str, outdir: str) -> None:
     spec = json.loads(open(path, encoding="utf-8").read())
     latencies = [float(x) / 1000 for x in spec["latencies_ms"]]
     issued = [0]
+    late: list[float] = []  # how much later than asked each answer went out: LoadGen's timer sees it too
 
     def issue(samples: list) -> None:
         for sample in samples:
@@ -31,6 +32,7 @@ def main(path: str, outdir: str) -> None:
                 while time.perf_counter() < due:  # spin the last stretch: sleep wakes late
                     time.sleep(max(0.0, due - time.perf_counter() - 0.0005))
                 lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, 0, 0)])
+                late.append(time.perf_counter() - due)
 
             threading.Thread(target=answer).start()
 
@@ -54,6 +56,7 @@ def main(path: str, outdir: str) -> None:
     discard = re.search(r"Would discard (\d+) highest latency queries", summary)
     print(json.dumps({
         "queries": issued[0],
+        "max_late_ms": 1000 * max(late, default=0.0),
         "estimates_ns": estimates,
         "discarded": int(discard.group(1)) if discard else None,
         "not_enough": "Not enough queries processed" in summary or "Only processed" in summary,
