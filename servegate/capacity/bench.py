@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -72,6 +73,8 @@ class BenchResult:
     """Whether prompts were cut to exact token counts by a tokenizer (else about 4 characters per token)."""
     max_error_share: float = 0.0
     """The share of failed requests the bench tolerates before it fails."""
+    load_average: tuple[float, float] | None = None
+    """This machine's 1-minute load average when the bench began and when it ended."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON report: pooled figures at the top, per-run figures, the interval across repeats, and what the
@@ -93,6 +96,13 @@ class BenchResult:
             "runs": [_run_dict(run) for run in self.runs],
         }
         out.update(self._checks(records, out["runs"]))
+        if self.load_average is not None:
+            out["load_average"] = load = load_average_dict(*self.load_average)
+            if load["oversubscribed"]:
+                out["warnings"].append(
+                    f"this machine was oversubscribed (load average {max(load['before'], load['after']):.1f} on "
+                    f"{load['cpus']} CPUs): other work shared the cores with the server and the client"
+                )
         if self.machine_speed is not None:
             out["machine_speed"] = self.machine_speed.as_dict()
         if len(self.runs) > 1 and out["runs"] and len({run.rate_rps for run in self.runs}) == 1:
@@ -116,6 +126,18 @@ class BenchResult:
             "client_limited": bool(limited),
             "warnings": warnings,
         }
+
+
+OVERSUBSCRIBED_EXTRA = 2.0
+"""Runnable processes beyond one per CPU that the bench and a local server under test account for themselves."""
+
+
+def load_average_dict(before: float, after: float) -> dict[str, Any]:
+    """The load averages, the CPUs this process may use, and whether the machine was oversubscribed: more
+    runnable processes than its CPUs plus the bench's own (then other work shares the cores with the server)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    peak = max(before, after)
+    return {"before": before, "after": after, "cpus": cpus, "oversubscribed": peak > cpus + OVERSUBSCRIBED_EXTRA}
 
 
 def records_jsonl(result: BenchResult) -> str:
@@ -267,10 +289,13 @@ async def run_bench(
     result.exact_prompts = getattr(prompts, "tokenizer", None) is not None
     loads = [with_rate(workload, r) for r in rates] if rates else [workload]
     monitor = MachineSpeedMonitor() if monitor_machine else None
+    before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with monitor or nullcontext():
         for load in loads:
             for i in range(repeats):
                 result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
+    if before is not None:
+        result.load_average = (before, os.getloadavg()[0])
     if monitor is not None:
         result.machine_speed = monitor.summary()
         for run in result.runs:

@@ -126,7 +126,7 @@ class CapacityGate(Gate):
             else:
                 note = "memory not checked: the model config could not be read"
         records = [r for run in result.runs for r in run.records]
-        verdict = judge(targets, records, checks, change, describe_miss=_miss)
+        verdict = judge(targets, records, checks, change, describe_miss=_miss, load=report.get("load_average"))
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
             "targets": verdict.checks,
@@ -134,6 +134,7 @@ class CapacityGate(Gate):
             "peak_memory_bytes": peak,
             "machine_speed": report.get("machine_speed"),
             "client_limited": report.get("client_limited"),
+            "load_average": report.get("load_average"),
             "paired": paired,
         }
         if report["requests"]["completed"] == 0:

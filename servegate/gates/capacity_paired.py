@@ -176,6 +176,13 @@ BASELINE_MISSES_TOO = (
 )
 
 
+OVERSUBSCRIBED = (
+    "; this machine was oversubscribed during the bench (load average {peak:.1f} on {cpus} CPUs): the miss "
+    "may be the machine's, not the server's; bench it on a quiet machine or gate the change against its "
+    "baseline (--baseline), which is benched beside it"
+)
+
+
 @dataclass(frozen=True)
 class CapacityVerdict:
     """The gate's verdict, its reason and the checks behind it."""
@@ -191,12 +198,15 @@ def judge(
     point_checks: Sequence[TargetCheck],
     change: ChangeBench | None = None,
     describe_miss: Callable[[TargetCheck], str] | None = None,
+    load: dict[str, Any] | None = None,
 ) -> CapacityVerdict:
     """Latency targets on their bounds, throughput and memory on their points, a change's ratios; the worst wins.
 
     For a change, an absolute target that the baseline misses as well in the same interleaved bench is only a
     warning: the machine missed it, and the ratio decides whether the change did. `describe_miss` words a
-    missed point check (default: its own sentence)."""
+    missed point check (default: its own sentence). Without a baseline, a latency or throughput target missed
+    while the machine was oversubscribed (`load`: the bench's load_average) is a warning too: other work
+    shared the cores with the server, and only a baseline benched beside it could tell the two apart."""
     bounds: list[BoundCheck] = judge_latency_targets(targets, records)
     latency_names = {b.name for b in bounds}
     points = [c for c in point_checks if c.name not in latency_names]
@@ -214,6 +224,14 @@ def judge(
         entries.append(_unless_baseline_too(point, text, {**c.as_dict(), "verdict": point}, c.name in base_misses))
     for r in change.ratios if change is not None else ():
         entries.append((r.verdict, r.sentence(), {**r.as_dict(), "kind": "ratio"}))
+    if change is None and load is not None and load.get("oversubscribed"):
+        busy = OVERSUBSCRIBED.format(peak=max(load["before"], load["after"]), cpus=load["cpus"])
+        entries = [
+            ("warn", text + busy, {**data, "verdict": "warn", "machine_oversubscribed": True})
+            if verdict == "fail" and data.get("name") != "memory"
+            else (verdict, text, data)
+            for verdict, text, data in entries
+        ]
     verdicts = [v for v, _, _ in entries]
     worst: VerdictName = "fail" if "fail" in verdicts else ("warn" if "warn" in verdicts else "pass")
     shown = [text for v, text, _ in entries if v == worst] if worst != "pass" else []

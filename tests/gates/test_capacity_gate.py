@@ -14,6 +14,14 @@ from servegate.gates.base import GateContext
 from servegate.gates.registry import GATES
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load average of 0: the verdicts below must not depend on what else runs on the test machine."""
+    import servegate.capacity.bench as bench_module
+
+    monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+
+
 @pytest.fixture
 def gate_class() -> Iterator[type]:
     """The capacity gate as registered by `gate check` (imported through the check orchestration)."""
@@ -199,3 +207,18 @@ def test_a_miss_measured_while_the_machine_moved_says_so(gate_class: type, monke
     assert "machine's speed moved by 1.65x during the bench" in shaky.reason and "steady machine" in shaky.reason
     assert steady.measurements["machine_speed"]["probe_us"] > 0
     assert ("speed moved" in steady.reason) == (not steady.measurements["machine_speed"]["steady"])
+
+
+def test_a_miss_on_an_oversubscribed_machine_is_a_warning_that_says_so(
+    gate_class: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Load average 9 on 2 CPUs: other work shared the cores, so a single manifest's miss is inconclusive."""
+    import servegate.capacity.bench as bench_module
+
+    monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(bench_module.os, "sched_getaffinity", lambda pid: {0, 1})
+    with SyntheticServer(Delays(ttft_ms=60, itl_ms=5)) as server:
+        result = run(gate_class, server.url, {"e2e_ms": {"p50": 30}})
+    assert result.verdict == "warn", result.reason
+    assert "oversubscribed during the bench (load average 9.0 on 2 CPUs)" in result.reason
+    assert result.measurements["targets"][0]["machine_oversubscribed"] is True
