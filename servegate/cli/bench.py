@@ -83,7 +83,12 @@ def _cell(v: dict[str, Any], p: str) -> str:
     ci = v.get(f"{p}_ci")
     if f"{p}_ci" not in v:
         return f"{v[p]:.2f}"
-    return f"{v[p]:.2f} [{ci[0]:.3g}-{ci[1]:.3g}]" if ci is not None else f"{v[p]:.2f} [n too small]"
+    return f"{v[p]:.2f} [{_short(ci[0])}-{_short(ci[1])}]" if ci is not None else f"{v[p]:.2f} [n too small]"
+
+
+def _short(value: float) -> str:
+    """Three significant figures without an exponent (1090, 36.4, 0.812)."""
+    return f"{value:.0f}" if abs(value) >= 100 else (f"{value:.1f}" if abs(value) >= 10 else f"{value:.2g}")
 
 
 def _table(title: str, data: dict[str, Any]) -> Table:
