@@ -122,6 +122,8 @@ class SlowClient:
 def test_a_slow_client_is_client_limited_and_a_quick_one_is_not() -> None:
     with SyntheticServer(Delays(ttft_ms=200, itl_ms=1)) as server:
         slow = bench(server.url, workload(rate_rps=100, num_requests=20), wrap=SlowClient)
+    # 1% of a 1 s TTFT is 10 ms: even on a machine shared by many jobs the plain client sends well within it
+    with SyntheticServer(Delays(ttft_ms=1000, itl_ms=1)) as server:
         quick = bench(server.url, workload(rate_rps=10, num_requests=10))
     assert slow["client_limited"] is True
     client = slow["client"]
