@@ -88,6 +88,8 @@ class CapacityGate(Gate):
                 from servegate.capacity.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
+                if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
+                    ctx.prepared[f"{self.name}:baseline"] = LocalServer(ctx.baseline).launch()
 
     def run(self, ctx: GateContext) -> GateResult:
         """Bench the candidate and compare each declared target with what was measured."""
@@ -152,7 +154,8 @@ class CapacityGate(Gate):
         served = ctx.candidate
         prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend == "reference" else None)
         slo = slo_from_targets(served.capacity.targets)
-        with self.server_factory(ctx.baseline) as base_server:
+        prepared = ctx.prepared.pop(f"{self.name}:baseline", None)
+        with prepared if prepared is not None else self.server_factory(ctx.baseline) as base_server:
             runs = asyncio.run(
                 bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
             )

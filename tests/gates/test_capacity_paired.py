@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -81,9 +82,10 @@ def test_a_change_that_changes_nothing_does_not_fail_beside_a_cpu_hog(gate: Any,
 
 def test_a_planted_regression_fails_beside_a_cpu_hog(gate: Any, cpu_hog: Any) -> None:
     """One request at a time (batch size 1) against 32 at a load one slot cannot carry: caught, hog or not."""
-    with SyntheticServer(Delays(ttft_ms=20, itl_ms=5, slots=32)) as base, SyntheticServer(
-        Delays(ttft_ms=20, itl_ms=5, slots=1)
-    ) as cand:
+    with (
+        SyntheticServer(Delays(ttft_ms=20, itl_ms=5, slots=32)) as base,
+        SyntheticServer(Delays(ttft_ms=20, itl_ms=5, slots=1)) as cand,
+    ):
         result = change(gate, base, cand)
     assert cpu_hog.poll() is None
     assert result.verdict == "fail", result.reason
@@ -139,3 +141,37 @@ def test_the_quickstart_gated_against_itself_beside_a_cpu_hog(gate: Any, cpu_hog
     assert planted.verdict == "fail", planted.reason
     failed = [t for t in planted.measurements["targets"] if t.get("kind") == "ratio" and t["verdict"] == "fail"]
     assert failed, planted.measurements["targets"]
+
+
+def test_gate_check_on_a_change_exits_1_for_the_regression_and_0_for_the_harmless_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from servegate.cli.app import app
+
+    monkeypatch.chdir(tmp_path)  # the baseline cache is written beside the command
+
+    def manifest(name: str, url: str) -> Path:
+        path = tmp_path / name
+        path.write_text(
+            f'name: remote\nweights: {{source: "zoo:tiny-primary"}}\n'
+            f'runtime: {{backend: endpoint, endpoint_url: "{url}"}}\n'
+            "capacity:\n  workload: {input_tokens: {mean: 8, max: 8}, output_tokens: {mean: 4, max: 4}, rate_rps: 40, "
+            "num_requests: 40}\n  targets: {e2e_ms: {p50: 2000}}\n"
+        )
+        return path
+
+    codes = {}
+    for slots in (32, 1):
+        with (
+            SyntheticServer(Delays(ttft_ms=20, itl_ms=5, slots=32)) as base,
+            SyntheticServer(Delays(ttft_ms=20, itl_ms=5, slots=slots)) as cand,
+        ):
+            pair = ["--baseline", str(manifest("a.yaml", base.url)), "--candidate", str(manifest("b.yaml", cand.url))]
+            args = ["check", *pair, "--gate", "capacity", "--json", str(tmp_path / "r.json")]
+            done = CliRunner().invoke(app, args)
+        capacity = next(g for g in json.loads((tmp_path / "r.json").read_text())["gates"] if g["name"] == "capacity")
+        codes[slots] = (done.exit_code, capacity["verdict"], capacity["measurements"]["paired"])
+    assert codes[1] == (1, "fail", True), codes
+    assert codes[32][0] == 0 and codes[32][1] in ("pass", "warn"), codes
