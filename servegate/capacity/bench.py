@@ -176,7 +176,8 @@ def across_runs(summaries: Sequence[dict[str, Any]], confidence: float = 0.95) -
         mean = sum(values) / n
         sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
         half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
-        return {"mean": mean, "low": mean - half, "high": mean + half, "runs": n}
+        # every figure here is a latency or a rate: an interval below zero says only "few runs", so it stops at 0
+        return {"mean": mean, "low": max(mean - half, 0.0), "high": mean + half, "runs": n}
 
     out: dict[str, Any] = {"confidence": confidence}
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):

@@ -87,8 +87,8 @@ def _cell(v: dict[str, Any], p: str) -> str:
 
 
 def _short(value: float) -> str:
-    """Three significant figures without an exponent (1090, 36.4, 0.812)."""
-    return f"{value:.0f}" if abs(value) >= 100 else (f"{value:.1f}" if abs(value) >= 10 else f"{value:.2g}")
+    """About three significant figures without an exponent (1090, 36.4, 2.05)."""
+    return f"{value:.0f}" if abs(value) >= 100 else (f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}")
 
 
 def _table(title: str, data: dict[str, Any]) -> Table:
