@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients
+.PHONY: install demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv
 
 install: $(VENV)/.installed
 
@@ -76,6 +76,15 @@ clients-venvs: $(CLIENTS)/lm-eval/.installed $(CLIENTS)/guidellm/.installed $(CL
 
 clients: install clients-venvs
 	$(BIN)/pytest -q -m clients tests/clients
+
+# MLPerf LoadGen in a venv of its own (servegate does not depend on it): the oracle of the slow test
+# tests/capacity/test_loadgen_oracle.py, which checks servegate's conservative p90/p99 against LoadGen's.
+loadgen-venv: .venvs/loadgen/.installed
+
+.venvs/loadgen/.installed:
+	$(PYTHON) -m venv .venvs/loadgen
+	.venvs/loadgen/bin/pip install --quiet mlcommons-loadgen
+	touch $@
 
 clean:
 	rm -rf $(VENV) .venvs .servegate-cache

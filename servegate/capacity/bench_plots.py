@@ -33,11 +33,13 @@ def latency_cdf(result: BenchResult, path: Path) -> Path:
     for run in result.runs:
         done = [r for r in run.records if r.ok]
         label = f"{run.rate_rps:g} req/s" if run.rate_rps else f"concurrency {run.concurrency}"
-        for ax, values in ((axes[0], [r.ttft for r in done]), (axes[1], [r.e2el for r in done])):
+        pairs = ((axes[0], [r.ttft for r in done], "ttft_ms"), (axes[1], [r.e2el for r in done], "e2el_ms"))
+        for ax, values, key in pairs:
             xs = np.sort(1000 * np.asarray(values))
-            ax.plot(xs, np.arange(1, len(xs) + 1) / max(len(xs), 1), label=label)
+            (line,) = ax.plot(xs, np.arange(1, len(xs) + 1) / max(len(xs), 1), label=label)
+            _interval_bars(ax, run.summary.get(key) or {}, line.get_color())
     for ax, title in zip(axes, ("TTFT", "end-to-end latency"), strict=True):
-        ax.set_xlabel(f"{title} (ms)")
+        ax.set_xlabel(f"{title} (ms); bars: 95% intervals of p50/p95/p99")
         ax.set_ylabel("fraction of requests")
         ax.set_title(f"{title} CDF")
         ax.grid(alpha=0.3)
@@ -45,6 +47,16 @@ def latency_cdf(result: BenchResult, path: Path) -> Path:
     path = _save(fig, path)
     plt.close(fig)
     return path
+
+
+def _interval_bars(ax: object, stats: dict, color: str) -> None:
+    """Horizontal bars at p50, p95 and p99 spanning each percentile's 95% interval, where it could be formed."""
+    for q in (50, 95, 99):
+        ci = stats.get(f"p{q}_ci")
+        if ci is not None:
+            value = stats[f"p{q}"]
+            err = [[max(value - ci[0], 0.0)], [max(ci[1] - value, 0.0)]]
+            ax.errorbar([value], [q / 100], xerr=err, fmt="|", color=color, capsize=3, lw=1)  # type: ignore[attr-defined]
 
 
 def rate_curves(result: BenchResult, path: Path) -> Path:
@@ -59,7 +71,11 @@ def rate_curves(result: BenchResult, path: Path) -> Path:
     ax.set_ylabel("throughput (requests/s)")
     ax.grid(alpha=0.3)
     right = ax.twinx()
-    right.plot(rates, [r.summary["e2el_ms"]["p99"] for r in runs], "s--", color="tab:red", label="p99 E2EL")
+    p99 = [r.summary["e2el_ms"]["p99"] for r in runs]
+    cis = [r.summary["e2el_ms"].get("p99_ci") for r in runs]
+    err = [[p - c[0] if c else 0.0 for p, c in zip(p99, cis, strict=True)],
+           [c[1] - p if c else 0.0 for p, c in zip(p99, cis, strict=True)]]  # fmt: skip
+    right.errorbar(rates, p99, yerr=err, fmt="s--", color="tab:red", capsize=3, label="p99 E2EL (95% interval)")
     right.set_ylabel("p99 end-to-end latency (ms)")
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()

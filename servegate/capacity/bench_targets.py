@@ -103,12 +103,20 @@ class HttpTarget:
             self.extras["user"] = user
 
     @classmethod
-    def for_manifest(cls, base_url: str, served: Any, tenant: str = "bench") -> HttpTarget:
-        """A target sending what the manifest's server expects: its model name and, when it reads one, a tenant."""
+    def for_manifest(
+        cls, base_url: str, served: Any, tenant: str = "bench", headers: dict[str, str] | None = None
+    ) -> HttpTarget:
+        """A target sending what the manifest's server expects: its model name and, when it reads one, a tenant
+        (`headers` are sent as well, and win over the tenant header)."""
         model = served.runtime.endpoint_model or served.name
         tenant_from = served.preprocess.tenant_from
-        headers = {"X-Tenant": tenant} if tenant_from == "header" else None
-        return cls(base_url, model, headers=headers, user=tenant if tenant_from == "user" else None)
+        sent = {"X-Tenant": tenant} if tenant_from == "header" else {}
+        return cls(base_url, model, headers={**sent, **(headers or {})}, user=tenant if tenant_from == "user" else None)
+
+    @property
+    def ignore_eos(self) -> bool:
+        """Whether outputs are asked to run to max_tokens (the server accepted `ignore_eos` in the probe)."""
+        return "ignore_eos" in self.extras
 
     def body(self, prompt: str, max_tokens: int) -> dict[str, Any]:
         """The JSON body of one streamed completion request."""
@@ -143,6 +151,7 @@ class HttpTarget:
             if "error" in event:
                 error = event["error"]
                 record.error = str(error.get("code") or error) if isinstance(error, dict) else str(error)
+                record.error_class = f"stream error {record.error[:60]}"
                 return True
             choices = event.get("choices") or []
             if choices and (choices[0].get("text") or (choices[0].get("delta") or {}).get("content")):
@@ -150,17 +159,23 @@ class HttpTarget:
                 chunks += 1
             usage = event.get("usage")
             if usage:
-                record.output_tokens = int(usage.get("completion_tokens") or 0)
-                record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                record.usage_output_tokens = int(usage.get("completion_tokens") or 0)
+                record.usage_prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                record.output_tokens = record.usage_output_tokens
+                record.prompt_tokens = record.usage_prompt_tokens
             return False
 
         body = json.dumps(self.body(prompt, spec.output_tokens)).encode()
+        record.requested_prompt_tokens, record.requested_output_tokens = spec.prompt_tokens, spec.output_tokens
         try:
             record.sent = time.perf_counter()
             await self.client.post_events("/completions", body, on_event)
         except (HttpStatusError, OSError, asyncio.IncompleteReadError, json.JSONDecodeError, ValueError) as exc:
             record.error = f"{type(exc).__name__}: {exc}"
+            record.error_class = error_class(exc)
             return
+        finally:
+            record.chunks = chunks
         if record.error is None:
             record.end = time.perf_counter()
             if record.output_tokens == 0:
@@ -171,11 +186,29 @@ class HttpTarget:
         await self.client.aclose()
 
 
+def error_class(exc: Exception) -> str:
+    """A short name to count failures by: `HTTP 400 context_length_exceeded`, `ConnectionRefusedError`, ..."""
+    if isinstance(exc, HttpStatusError):
+        code = ""
+        try:
+            error = json.loads(exc.body).get("error")
+            if isinstance(error, dict):
+                code = str(error.get("code") or error.get("type") or "")
+            elif isinstance(error, str):
+                code = error[:60]
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        return f"HTTP {exc.status}" + (f" {code}" if code else "")
+    return type(exc).__name__
+
+
 class EngineTarget:
     """An Engine in this process (no HTTP): for profiling and for checking the simulator against the runtime."""
 
     in_process = True
     """Shares the interpreter with the bench: the bench must not spin while waiting to send."""
+    ignore_eos = True
+    """Every request runs to its max_tokens."""
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -192,20 +225,23 @@ class EngineTarget:
             params=SamplingParams(max_tokens=spec.output_tokens, ignore_eos=True),
             arrival_time=time.monotonic() - (time.perf_counter() - record.scheduled),
         )
+        record.requested_prompt_tokens, record.requested_output_tokens = spec.prompt_tokens, spec.output_tokens
         record.sent = time.perf_counter()
         try:
             async for event in self.engine.submit(request):
                 now = time.perf_counter()
                 if isinstance(event, TokenEvent) and (event.token_ids or event.text):
                     record.token_times.append(now)
+                    record.chunks += 1
                 elif isinstance(event, FinishEvent):
                     record.end = now
-                    record.output_tokens = event.usage.completion_tokens
-                    record.prompt_tokens = event.usage.prompt_tokens
+                    record.output_tokens = record.usage_output_tokens = event.usage.completion_tokens
+                    record.prompt_tokens = record.usage_prompt_tokens = event.usage.prompt_tokens
                 elif isinstance(event, ErrorEvent):
-                    record.error = event.error.code
+                    record.error = record.error_class = event.error.code
         except Exception as exc:  # an engine bug must show as a failed request, not stop the run
             record.error = f"{type(exc).__name__}: {exc}"
+            record.error_class = type(exc).__name__
 
     async def aclose(self) -> None:
         """Nothing to release (the caller owns the engine)."""

@@ -19,6 +19,11 @@ DEFINITIONS: dict[str, str] = {
     "ITL": "inter-token latency: gap between consecutive streamed chunks of one request, all requests pooled",
     "E2EL": "end-to-end latency: last byte of the response - scheduled send time",
     "percentiles": "pN by linear interpolation between the closest ranks (numpy 'linear', Hyndman-Fan type 7)",
+    "pN_ci": "95% interval of the true pN from order statistics (binomial, any distribution); null when n is too "
+    "small, with pN_ci_reason",
+    "pN_conservative": "MLPerf LoadGen's early-stopping estimate of pN at 99% confidence (the t-th largest sample); "
+    "null below its floor pN_floor (p90: 64, p95: 130, p99: 662 samples)",
+    "dispatch delay": "actual send - scheduled send, per request: the client's own lateness",
     "throughput": "completed requests (and their output tokens) / (last completion - first scheduled send)",
     "goodput": "completed requests that met every declared SLO / the same duration",
 }
@@ -45,11 +50,28 @@ class RequestRecord:
     """Prompt tokens the server reported (0 when unknown)."""
     error: str | None = None
     """Error code or message when the request failed."""
+    error_class: str | None = None
+    """A short class of the error for counting (e.g. `HTTP 400 context_length_exceeded`)."""
+    requested_prompt_tokens: int = 0
+    """Prompt tokens the workload asked for."""
+    requested_output_tokens: int = 0
+    """`max_tokens` sent."""
+    usage_prompt_tokens: int | None = None
+    """`usage.prompt_tokens` of the response (None: the server reported none)."""
+    usage_output_tokens: int | None = None
+    """`usage.completion_tokens` of the response (None: the server reported none)."""
+    chunks: int = 0
+    """Streamed chunks that carried output."""
 
     @property
     def ok(self) -> bool:
         """Completed without error and with at least one output token."""
         return self.error is None and self.end is not None and bool(self.token_times)
+
+    @property
+    def dispatch_delay(self) -> float | None:
+        """Actual send - scheduled send, seconds (None: never sent)."""
+        return None if self.sent is None else self.sent - self.scheduled
 
     @property
     def ttft(self) -> float:
@@ -135,8 +157,23 @@ class SLO:
         return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "e2el_ms": self.e2el_ms}
 
 
-def summarize(records: Sequence[RequestRecord], slo: SLO | None = None) -> dict[str, Any]:
-    """The bench's result for one run: latencies, throughput and goodput, every figure with its unit in its key."""
+def latency_summary(seconds: Iterable[float], intervals: bool = False) -> dict[str, Any]:
+    """`latency_stats(...).as_dict()`, with each percentile's interval and conservative estimate when asked."""
+    values = list(seconds)
+    out: dict[str, Any] = latency_stats(values).as_dict()
+    if intervals:
+        from servegate.capacity.percentiles import interval_fields
+
+        out.update(interval_fields([1000.0 * v for v in values], PERCENTILES))
+    return out
+
+
+def summarize(records: Sequence[RequestRecord], slo: SLO | None = None, intervals: bool = False) -> dict[str, Any]:
+    """The bench's result for one run: latencies, throughput and goodput, every figure with its unit in its key.
+
+    With `intervals`, every latency percentile comes with its interval and conservative estimate (percentiles.py)
+    and the dispatch delay distribution is added; the simulator, which runs thousands of times, goes without.
+    """
     done = [r for r in records if r.ok]
     if records:
         start = min(r.scheduled for r in records)
@@ -147,11 +184,11 @@ def summarize(records: Sequence[RequestRecord], slo: SLO | None = None) -> dict[
     out_tokens = sum(r.output_tokens for r in done)
     slo = slo or SLO()
     good = [r for r in done if slo.met_by(r)]
-    return {
-        "ttft_ms": latency_stats(r.ttft for r in done).as_dict(),
-        "tpot_ms": latency_stats(t for r in done if (t := r.tpot) is not None).as_dict(),
-        "itl_ms": latency_stats(g for r in done for g in r.itls).as_dict(),
-        "e2el_ms": latency_stats(r.e2el for r in done).as_dict(),
+    out = {
+        "ttft_ms": latency_summary((r.ttft for r in done), intervals),
+        "tpot_ms": latency_summary((t for r in done if (t := r.tpot) is not None), intervals),
+        "itl_ms": latency_summary((g for r in done for g in r.itls), intervals),
+        "e2el_ms": latency_summary((r.e2el for r in done), intervals),
         "throughput": {
             "requests_per_s": len(done) / duration,
             "output_tokens_per_s": out_tokens / duration,
@@ -166,6 +203,10 @@ def summarize(records: Sequence[RequestRecord], slo: SLO | None = None) -> dict[
         "output_tokens": out_tokens,
         "max_send_lag_ms": 1000 * max((r.sent - r.scheduled for r in records if r.sent is not None), default=0.0),
     }
+    if intervals:
+        delays = [d for r in records if (d := r.dispatch_delay) is not None]
+        out["dispatch_delay_ms"] = {**latency_stats(delays).as_dict(), "max": out["max_send_lag_ms"]}
+    return out
 
 
 def slo_from_targets(targets: Any) -> SLO:

@@ -114,14 +114,23 @@ def peak_memory(server: Any) -> int | None:
     return peak() if callable(peak) else None
 
 
-def against_server(url: str, served: ServedModel | None, action: Callable[[Any], Awaitable[Any]]) -> Any:
+def against_server(
+    url: str,
+    served: ServedModel | None,
+    action: Callable[[Any], Awaitable[Any]],
+    headers: dict[str, str] | None = None,
+) -> Any:
     """What `action` returns when run on a client of the server at `url` (probed first, closed after).
 
-    With `served`, requests carry what its server expects (its model name; a tenant when it reads one).
+    With `served`, requests carry what its server expects (its model name; a tenant when it reads one);
+    `headers` are sent with every request.
     """
 
     async def go() -> Any:
-        target = HttpTarget.for_manifest(url, served) if served is not None else HttpTarget(url)
+        if served is not None:
+            target = HttpTarget.for_manifest(url, served, headers=headers)
+        else:
+            target = HttpTarget(url, headers=headers)
         try:
             await target.probe()
             return await action(target)
@@ -145,6 +154,7 @@ def bench_url(
     seed: int = 0,
     progress: BenchProgress | None = None,
     label: str = "bench",
+    headers: dict[str, str] | None = None,
 ) -> BenchResult:
     """Probe the server at `url`, then run the bench (`repeats` runs, or one per rate of `rates`)."""
     total = workload.num_requests * repeats * (len(rates) if rates else 1)
@@ -167,7 +177,7 @@ def bench_url(
         )
 
     try:
-        return against_server(url, served, run)  # type: ignore[no-any-return]
+        return against_server(url, served, run, headers)  # type: ignore[no-any-return]
     except ConnectionError as exc:
         raise ServegateError(str(exc)) from None
 

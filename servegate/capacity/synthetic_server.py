@@ -27,15 +27,34 @@ class Delays:
     """Requests served at once (0: unbounded)."""
 
 
+@dataclass(frozen=True)
+class Faults:
+    """What the server does wrong, so the bench's own checks can be tested (all off by default)."""
+
+    max_prompt_chars: int | None = None
+    """Answer 400 `context_length_exceeded` to a longer prompt (the probe's 5 characters pass)."""
+    keep_prompt_tokens: int | None = None
+    """Truncate prompts to this many tokens (one per character) and report the kept count."""
+    stop_after: int | None = None
+    """Stream at most this many tokens, whatever max_tokens asks."""
+    usage_extra_tokens: int = 0
+    """Added to the completion tokens `usage` reports (a server that miscounts)."""
+
+
 class SyntheticServer:
     """Run with `with SyntheticServer(Delays(...)) as server: ... server.url`; serves in a background thread."""
 
-    def __init__(self, delays: Delays | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, delays: Delays | None = None, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None
+    ) -> None:
         self.delays = delays or Delays()
+        self.faults = faults or Faults()
         self.host, self.port = host, port
         self.requests_seen = 0
         self.last_headers: dict[str, str] = {}
         """Headers of the latest request (lower-case names)."""
+        self.prompts: list[str] = []
+        """Every prompt received, in order."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -69,8 +88,22 @@ class SyntheticServer:
 
     async def _respond(self, request: dict, received: float, writer: asyncio.StreamWriter) -> None:
         assert self._slots is not None
+        prompt = str(request.get("prompt", ""))
+        self.prompts.append(prompt)
+        f = self.faults
+        if f.max_prompt_chars is not None and len(prompt) > f.max_prompt_chars:
+            message = f"prompt of {len(prompt)} tokens is over {f.max_prompt_chars}"
+            payload = json.dumps({"error": {"message": message, "code": "context_length_exceeded"}}).encode()
+            writer.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: keep-alive\r\n\r\n%s" % (len(payload), payload)
+            )
+            await writer.drain()
+            return
         async with self._slots:
             n = int(request.get("max_tokens", 16))
+            if f.stop_after is not None:
+                n = min(n, f.stop_after)
             start = time.perf_counter() if self.delays.slots else received
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
@@ -83,7 +116,8 @@ class SyntheticServer:
                     await asyncio.sleep(delay)
                 self._chunk(writer, {"choices": [{"index": 0, "text": "x", "finish_reason": None}]})
                 await writer.drain()
-            usage = {"prompt_tokens": len(str(request.get("prompt", ""))), "completion_tokens": n}
+            kept = len(prompt) if f.keep_prompt_tokens is None else min(len(prompt), f.keep_prompt_tokens)
+            usage = {"prompt_tokens": kept, "completion_tokens": n + f.usage_extra_tokens}
             self._chunk(writer, {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
             payload = b"data: [DONE]\n\n"
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload))

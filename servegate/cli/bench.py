@@ -19,19 +19,53 @@ WorkloadOption = Annotated[
 ]
 
 
+_METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2el_ms", "E2EL"))
+
+
+def _cell(v: dict[str, Any], p: str) -> str:
+    """`12.30 [11.9-13.1]`: the percentile and its 95% interval, `n too small` where none can be formed."""
+    if not v["count"]:
+        return "-"
+    ci = v.get(f"{p}_ci")
+    if f"{p}_ci" not in v:
+        return f"{v[p]:.2f}"
+    return f"{v[p]:.2f} [{_short(ci[0])}-{_short(ci[1])}]" if ci is not None else f"{v[p]:.2f} [n too small]"
+
+
+def _short(value: float) -> str:
+    """About three significant figures without an exponent (1090, 36.4, 2.05)."""
+    return f"{value:.0f}" if abs(value) >= 100 else (f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}")
+
+
 def _table(title: str, data: dict[str, Any]) -> Table:
-    table = Table(title=title)
-    for col in ("metric", "mean", "p50", "p95", "p99", "count"):
-        table.add_column(col, justify="right" if col != "metric" else "left")
-    for key, label in (
-        ("ttft_ms", "TTFT (ms)"),
-        ("tpot_ms", "TPOT (ms)"),
-        ("itl_ms", "ITL (ms)"),
-        ("e2el_ms", "E2EL (ms)"),
-    ):
+    table = Table(title=title, caption="\\[interval]: 95% interval by order statistics; conservative: LoadGen's "
+                  "early-stopping p99 at 99% confidence (needs 662 samples)")  # fmt: skip
+    for col in ("metric (ms)", "mean", "p50", "p95", "p99", "p99 conservative", "count"):
+        table.add_column(col, justify="right" if col != "metric (ms)" else "left")
+    for key, label in _METRICS:
         v = data[key]
-        table.add_row(label, *(f"{v[p]:.2f}" for p in ("mean", "p50", "p95", "p99")), str(v["count"]))
+        conservative = v.get("p99_conservative")
+        table.add_row(
+            label,
+            f"{v['mean']:.2f}" if v["count"] else "-",
+            *(_cell(v, p) for p in ("p50", "p95", "p99")),
+            f"{conservative:.2f}" if conservative is not None else f"n < {v.get('p99_floor', 662)}",
+            str(v["count"]),
+        )
     return table
+
+
+def supported_lines(report: dict[str, Any]) -> list[str]:
+    """What the figures support, in words: each metric's p50 and p99 with their intervals and floors."""
+    from servegate.capacity.percentiles import describe
+
+    unit = {"itl_ms": "gaps", "tpot_ms": "requests"}
+    return [
+        f"  {describe(label, report[key], q, unit.get(key, 'requests'))}"
+        for key, label in _METRICS
+        if report.get(key)
+        for q in (50, 99)
+    ]
 
 
 def print_result(console: Console, report: dict[str, Any]) -> None:
@@ -45,20 +79,35 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
         for r in runs:
             console.print(_table(f"offered {r['rate_rps']:g} requests/s", r))
             console.print(_rates(r))
+    elif not report["requests"]["completed"]:
+        console.print(f"no request completed ({report['requests']['failed']} failed): no latency to report")
     else:
         console.print(_table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
         console.print(_rates(report))
+        console.print("what these figures support:")
+        for line in supported_lines(report):
+            console.print(line, highlight=False)
     for line in machine_lines(report):
         console.print(line, highlight=False)
     if "across_runs" in report:
         a = report["across_runs"]
-        for key in ("ttft_ms", "e2el_ms"):
+        for key, label in _METRICS:
             for p in ("p50", "p99"):
                 v = a[key][p]
                 console.print(
-                    f"  {key} {p} across {v['runs']} runs: {v['mean']:.2f} ms "
-                    f"({100 * a['confidence']:.0f}% interval {v['low']:.2f} to {v['high']:.2f} ms)"
+                    f"  {label} {p} across {v['runs']} runs: {v['mean']:.2f} ms "
+                    f"({100 * a['confidence']:.0f}% interval across runs {v['low']:.2f} to {v['high']:.2f} ms)",
+                    highlight=False,
                 )
+    d = report.get("dispatch_delay_ms")
+    if d and d.get("count"):
+        console.print(
+            f"dispatch delay (actual - scheduled send): p50 {d['p50']:.3f} ms, p99 {d['p99']:.3f} ms, "
+            f"max {d['max']:.3f} ms",
+            highlight=False,
+        )
+    for warning in report.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
 
 
 def machine_lines(report: dict[str, Any]) -> list[str]:
@@ -111,11 +160,28 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed of arrivals, lengths and prompts.")] = 0,
     set_: SetOption = None,
     json_out: JsonOption = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", help="NAME:VALUE sent with every request (repeatable).")
+    ] = None,
+    max_error_share: Annotated[
+        float,
+        typer.Option(
+            min=0.0, max=1.0, help="Share of requests allowed to fail; beyond it the bench exits 1 (default 0: none)."
+        ),
+    ] = 0.0,
+    records_out: Annotated[
+        Path | None, typer.Option("--records", help="Write one JSON line per request (its latencies, tokens, error).")
+    ] = None,
 ) -> None:
     """Load-test a server: TTFT, TPOT, ITL and end-to-end latency percentiles, throughput and goodput.
 
     Without --url the manifest's own server is started locally. Open-loop arrivals (Poisson or gamma)
     are measured from their scheduled send time, so queueing is never hidden (no coordinated omission).
+
+    Every percentile comes with its 95% interval (order statistics) and LoadGen's conservative estimate.
+    The bench checks itself: it exits 1 when more than --max-error-share of the requests fail, and warns
+    when responses' usage shows the workload's shape was not run (truncated prompts, outputs stopped
+    before max_tokens) or when the client itself fell behind its schedule (client_limited in the JSON).
 
     Examples:
       gate bench examples/quickstart/manifest.yaml --repeats 3 --plots bench-plots
@@ -148,6 +214,7 @@ def bench(
     options: dict[str, Any] = dict(
         model_name=name, tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, seed=seed
     )
+    options["headers"] = parse_headers(header)
     with RichProgress(console) as progress:
         if url is not None:
             result, peak = bench_url(url, workload, served=served, progress=progress, **options), None
@@ -157,7 +224,10 @@ def bench(
                 console.print(f"starting {served.name}'s server...")
             measured = bench_own_server(served, [workload], progress=progress, **options)
             result, peak = measured.results[0], measured.peak_memory_bytes
+    result.max_error_share = max_error_share
     report = result.as_dict()
+    if url is not None and tok is None:
+        report["warnings"].insert(0, APPROXIMATE_PROMPTS)
     if peak is not None:
         report["peak_memory_bytes"] = peak
         report["peak_memory_note"] = "peak resident memory of the local server process (weights, KV pool, runtime)"
@@ -172,6 +242,35 @@ def bench(
         report["plots"] = [str(p) for p in write_plots(result, plots)]
         console.print("plots: " + ", ".join(report["plots"]))
     write_json(json_out, report)
+    if records_out is not None:
+        from servegate.capacity.bench import records_jsonl
+
+        records_out.parent.mkdir(parents=True, exist_ok=True)
+        records_out.write_text(records_jsonl(result), encoding="utf-8")
+        console.print(f"per-request records: {records_out}")
+    if report["errors"]["exceeded"]:
+        from servegate.capacity.bench_checks import failure_sentence
+
+        console.print(f"[red]bench failed:[/red] {failure_sentence(report['errors'])}", highlight=False)
+        raise typer.Exit(1)
+
+
+APPROXIMATE_PROMPTS = (
+    "prompt lengths are approximate: without --tokenizer about 4 characters are sent per requested token "
+    "(workload_shape.prompt_tokens in the JSON has what the server counted)"
+)
+
+
+def parse_headers(values: list[str] | None) -> dict[str, str]:
+    """`--header NAME:VALUE` options as a dict; a value without a colon is a usage error."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        name, sep, text = value.partition(":")
+        if not sep or not name.strip():
+            raise ServegateError(f"--header {value!r}: write it as NAME:VALUE, e.g. --header 'X-Tenant: acme'")
+        out[name.strip()] = text.strip()
+    return out
+
 
 
 def register(app: typer.Typer) -> None:

@@ -163,6 +163,9 @@ class Capacity(Section):
     """Request shape and arrivals."""
     targets: Targets | None = None
     """Latency, throughput and memory targets."""
+    tolerance: float = Field(default=0.10, ge=0, le=10)
+    """How much worse than its baseline a change may make each target metric before the capacity gate fails it
+    (0.10: 10%), judged on the 95% interval of the candidate/baseline ratio from an interleaved bench."""
     runtime_overhead: ByteSize | None = None
     """Declared runtime memory overhead beyond weights and KV cache (`null`: measured by profiling)."""
     cost_per_hour: float | None = Field(default=None, ge=0)

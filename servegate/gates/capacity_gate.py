@@ -12,16 +12,19 @@ so queueing is never hidden.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
+from servegate.capacity.bench_targets import PromptFactory
 from servegate.capacity.metrics import slo_from_targets
-from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server
+from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
 from servegate.capacity.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.gates.capacity_paired import bench_change_sides, bench_interleaved, judge, paired_mode
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
 
@@ -103,6 +106,8 @@ class CapacityGate(Gate):
                 from servegate.capacity.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
+                if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
+                    ctx.prepared[f"{self.name}:baseline"] = LocalServer(ctx.baseline).launch()
 
     def run(self, ctx: GateContext) -> GateResult:
         """Bench the candidate and compare each declared target with what was measured."""
@@ -113,23 +118,32 @@ class CapacityGate(Gate):
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
         memory = _memory(served) if targets.memory is not None and not on_remote(served) else None
-        label = f"capacity: {workload.num_requests} requests"
-        ctx.progress.start(label, workload.num_requests)  # shown while the server starts; the bench restarts it
+        paired = paired_mode(ctx.mode, ctx.baseline, served)
+        total = workload.num_requests * (2 if paired else 1)
+        label = f"capacity: {total} requests" + (" (baseline and candidate interleaved)" if paired else "")
+        ctx.progress.start(label, total)  # shown while the server starts; the bench restarts it
         prepared = ctx.prepared.pop(self.name, None)
         if prepared is None and served.runtime.backend == "vllm" and type(self).server_factory is own_server:
             prepared = _RunningVllm(ctx.engines.get(served))  # the vLLM the other gates use, started once
         server = prepared if prepared is not None else self.server_factory(served)
         own_note = getattr(server, "memory_note", None)
-        measured = bench_own_server(
-            served,
-            [workload],
-            server=server,
-            tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
-            slo=slo_from_targets(targets),
-            progress=ctx.progress,
-            label=label,
-        )
-        report, peak = measured.results[0].as_dict(), measured.peak_memory_bytes
+        change = None
+        if paired:
+            with server as running:
+                change = self._bench_change(running.url, ctx)
+                result, peak = change.candidate, peak_memory(running)
+        else:
+            measured = bench_own_server(
+                served,
+                [workload],
+                server=server,
+                tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
+                slo=slo_from_targets(targets),
+                progress=ctx.progress,
+                label=label,
+            )
+            result, peak = measured.results[0], measured.peak_memory_bytes
+        report = result.as_dict()
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
@@ -146,26 +160,43 @@ class CapacityGate(Gate):
             else:
                 unchecked = "memory target not checked: the model config could not be read"
         checks = check_targets(targets, report, memory_bytes)
+        records = [r for run in result.runs for r in run.records]
+        verdict = judge(targets, records, checks, change, describe_miss=_miss, load=report.get("load_average"))
         measurements = {
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
-            "targets": [c.as_dict() for c in checks],
+            "targets": verdict.checks,
             "memory_total_bytes": memory.total_bytes if memory is not None else None,
             "peak_memory_bytes": peak,
             "machine_speed": report.get("machine_speed"),
+            "client_limited": report.get("client_limited"),
+            "load_average": report.get("load_average"),
+            "paired": paired,
         }
-        missed = [c for c in checks if not c.met]
         if report["requests"]["completed"] == 0:
             if on_remote(served):
                 where = served.runtime.endpoint_url
                 return self.result("unavailable", f"no request to {where} completed", measurements)
             return self.result("fail", "no request of the bench completed", measurements)
-        if missed:
-            return self.result("fail", "; ".join(_miss(c) for c in missed) + _unsteady(report), measurements)
-        reason = f"{len(checks)} target(s) met at {_load(workload)}" + (f" ({note})" if note and not unchecked else "")
+        if verdict.verdict != "pass":
+            return self.result(verdict.verdict, verdict.reason + _unsteady(report), measurements)
+        how = "against the baseline, interleaved, and " if paired else ""
+        met = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}"
         if unchecked:
             measurements["memory_unchecked"] = unchecked
-            return self.result("warn", f"{reason}; {unchecked}", measurements)
-        return self.result("pass", reason, measurements)
+            return self.result("warn", f"{met}; {unchecked}", measurements)
+        return self.result("pass", met + (f" ({note})" if note else ""), measurements)
+
+    def _bench_change(self, candidate_url: str, ctx: GateContext) -> Any:
+        """A change: the baseline's server started beside the candidate's and both benched interleaved."""
+        served = ctx.candidate
+        prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
+        slo = slo_from_targets(served.capacity.targets)
+        prepared = ctx.prepared.pop(f"{self.name}:baseline", None)
+        with prepared if prepared is not None else self.server_factory(ctx.baseline) as base_server:
+            runs = asyncio.run(
+                bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
+            )
+        return bench_change_sides(runs, served, slo, candidate_url)
 
 
 def _miss(check: TargetCheck) -> str:

@@ -182,6 +182,26 @@ def _bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def supported_statements(bench: dict[str, Any] | None) -> list[str]:
+    """What the measured figures support, in words: p50 and p99 of each latency with its interval and floors,
+    and what the bench found about its own run (failures, the workload's shape, a client that fell behind)."""
+    from servegate.capacity.percentiles import describe
+
+    if not bench:
+        return []
+    out: list[str] = []
+    for field, label, key in LATENCIES:
+        stats = _section(bench, key, field)
+        if stats.get("count"):
+            out += [describe(label, stats, q) for q in (50, 99) if stats.get(f"p{q}") is not None]
+    if bench.get("client_limited"):
+        out.append("the bench's client fell behind its schedule: latencies include the client's own delay")
+    shape = bench.get("workload_shape") if isinstance(bench.get("workload_shape"), dict) else {}
+    if shape and not shape.get("achieved", True):
+        out.append("the server's usage shows the workload's shape was not run as declared (see the bench warnings)")
+    return out
+
+
 def capacity_target(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
     """Item 5: latency p50/p95/p99, throughput with its unit, memory and cost; predicted and measured side by side."""
     rows = capacity_rows(served, evidence)
@@ -201,4 +221,5 @@ def capacity_target(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
         "cost": _cost(served, rows),
         "plan": _plan_summary(evidence.plan),
         "bench": _bench_summary(evidence.bench),
+        "supported": supported_statements(evidence.bench),
     }

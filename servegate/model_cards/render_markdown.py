@@ -207,6 +207,8 @@ def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_pr
             for r in item["rows"]
         ),
     )
+    if item.get("supported"):
+        out += ["What the measurements support:", "", *(f"- {line}" for line in item["supported"]), ""]
     if item.get("cost"):
         c = item["cost"]
         cur = c["currency"]

@@ -162,3 +162,21 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
     assert rows["E2E latency p99"]["measured"] == 300 and rows["throughput"]["measured"] == 4.8
     assert rows["memory"]["measured"] == 600 * 2**20
     assert note.plots == []  # plots come with --bench only
+
+
+def test_the_note_says_in_words_what_the_bench_figures_support(served: ServedModel, tmp_path: Path) -> None:
+    """A bench's intervals and floors become sentences: p99 of 60 requests is not estimable below 662."""
+    from servegate.capacity.percentiles import interval_fields
+
+    bench = make_bench()
+    bench["e2el_ms"].update(interval_fields([70.0 + i for i in range(60)], (50, 95, 99)))
+    bench["client_limited"] = True
+    note = write_note(served, make_report(served), tmp_path / "SERVING.md", bench=bench)
+    supported = note.items["capacity_target"]["supported"]
+    e2e_p99 = next(s for s in supported if s.startswith("p99 E2E latency"))
+    assert "60 requests; too few for a 95% interval, which needs 368" in e2e_p99
+    assert e2e_p99.endswith("p99 not estimable below 662 requests")
+    assert any(s.startswith("p50 E2E latency 70 ms (95% interval") for s in supported)
+    assert any("client fell behind" in s for s in supported)
+    text = (tmp_path / "SERVING.md").read_text()
+    assert "What the measurements support:" in text and f"- {e2e_p99}" in text
