@@ -38,8 +38,10 @@ VerdictName = Literal["pass", "fail", "warn"]
 
 
 def paired_mode(mode: str, baseline: ServedModel, candidate: ServedModel) -> bool:
-    """Whether the gate judges a change against its baseline (a change whose two sides serve differently)."""
-    return mode == "change" and baseline.fingerprint != candidate.fingerprint
+    """Whether the gate judges a change against its baseline (a change whose two sides serve differently, or
+    two remote deployments: the fingerprint leaves their URLs out, but they are two servers to compare)."""
+    moved = baseline.runtime.endpoint_url != candidate.runtime.endpoint_url
+    return mode == "change" and (baseline.fingerprint != candidate.fingerprint or moved)
 
 
 @dataclass(frozen=True)
