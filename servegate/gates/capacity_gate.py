@@ -177,12 +177,14 @@ class CapacityGate(Gate):
                 where = served.runtime.endpoint_url
                 return self.result("unavailable", f"no request to {where} completed", measurements)
             return self.result("fail", "no request of the bench completed", measurements)
+        if unchecked:
+            measurements["memory_unchecked"] = unchecked
         if verdict.verdict != "pass":
-            return self.result(verdict.verdict, verdict.reason + _unsteady(report), measurements)
+            also = f"; {unchecked}" if unchecked else ""
+            return self.result(verdict.verdict, verdict.reason + also + _unsteady(report), measurements)
         how = "against the baseline, interleaved, and " if paired else ""
         met = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}"
         if unchecked:
-            measurements["memory_unchecked"] = unchecked
             return self.result("warn", f"{met}; {unchecked}", measurements)
         return self.result("pass", met + (f" ({note})" if note else ""), measurements)
 

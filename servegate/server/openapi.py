@@ -159,6 +159,12 @@ def _plain_operations(schemas: _Schemas, paths: dict[str, Any], served: ServedMo
     status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
     paths["/v1/models"]["get"]["responses"] = {"200": _json(schemas.model(ModelList), "The served model")}
     paths["/health"]["get"]["responses"] = {"200": _json(status, "The process answers")}
+    engine = {
+        "type": "object",
+        "properties": {"engine": {"type": "string"}, "version": {"type": "string"}, "model": {"type": "string"}},
+        "required": ["engine", "version", "model"],
+    }
+    paths["/version"]["get"]["responses"] = {"200": _json(engine, "The engine behind this server and its version")}
     paths["/ready"]["get"]["responses"] = {
         "200": _json(status, "Ready: model loaded, warm-up passed"),
         "503": _json(status, "Not ready, with the reason (Retry-After)"),

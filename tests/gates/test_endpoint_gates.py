@@ -118,7 +118,7 @@ def capacity_candidate(url: str, memory: str) -> ServedModel:
     data["capacity"] = {
         "workload": {"input_tokens": {"mean": 8}, "output_tokens": {"mean": 4}, "arrival": "poisson",
                      "rate_rps": 40, "num_requests": 12},
-        "targets": {"e2e_ms": {"p99": 5000}, "memory": memory},
+        "targets": {"e2e_ms": {"p50": 5000}, "memory": memory},
     }  # fmt: skip
     return ServedModel.model_validate(data)
 
