@@ -25,10 +25,12 @@ from servegate.runtime.api import (
     FinishEvent,
     GenerationRequest,
     Result,
+    ScoreResult,
     TokenEvent,
 )
 from servegate.runtime.engine_setup import EngineParts, build_parts
 from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
+from servegate.runtime.loop_jobs import LoopJobs, result_of
 from servegate.runtime.request_state import RequestState, new_request_state
 from servegate.runtime.scheduling import SchedulerOutput
 from servegate.runtime.step_trace import open_step_trace
@@ -64,6 +66,7 @@ class ReferenceEngine:
         self._completed = 0
         """Requests answered so far (a step trace records how many each step finished)."""
         self._trace = open_step_trace()
+        self._jobs = LoopJobs(self._cv)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -131,6 +134,7 @@ class ReferenceEngine:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._jobs.cancel(ServingError("model_unavailable", detail="the engine shut down"))
         if self._trace is not None:
             self._trace.close()
         if self._fallback is not None:
@@ -186,6 +190,15 @@ class ReferenceEngine:
         for _ in requests:
             finished.acquire()
         return [r for r in results if r is not None]
+
+    def score(self, requests: Seq[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities of each request (one prefill, nothing sampled), run between steps."""
+        from servegate.runtime.prompt_scoring import score_requests
+
+        self.start_sync()
+        if self._thread is None:  # no loop (task: embed): score_requests answers that there is no model
+            return score_requests(self.served, self.parts, requests)
+        return list(result_of(*self._jobs.put(lambda: score_requests(self.served, self.parts, requests))))
 
     async def embed(self, texts: Seq[str], tenant: str | None = None) -> list[list[float]]:
         """Embedding vectors (task: embed only)."""
@@ -273,6 +286,8 @@ class ReferenceEngine:
     def _loop(self) -> None:
         while not self._closed:
             try:
+                if self._jobs.run():
+                    continue
                 if not self.step():
                     self._wait_for_work()
             except Exception as exc:  # a broken step must not stop the loop: its requests get the error
@@ -406,7 +421,7 @@ class ReferenceEngine:
 
     def _wait_for_work(self) -> None:
         with self._cv:
-            if self._closed or self._news != self._news_seen:
+            if self._closed or self._news != self._news_seen or self._jobs.pending:
                 return
             now = time.monotonic()
             wake = [s.deadline for s in self._requests.values()]
