@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +94,27 @@ def test_the_paired_verdict_on_a_quantized_candidate(
     assert set(aggregate) == {"baseline", "candidate"} and "acc" in aggregate["candidate"]
     if verdict == "fail":
         assert out.evidence and out.evidence[0]["suite"] in ("arith-lm", "choice-lm")
+
+
+def run_gate(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """The real console entry point in a subprocess (its own cache folder)."""
+    env = {**os.environ, "SERVEGATE_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "servegate.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_gate_eval_and_gate_check_run_lm_eval_suites(tmp_path: Path) -> None:
+    paths = write_manifests(tmp_path, 20)
+    out = tmp_path / "eval.json"
+    done = run_gate("eval", str(paths["base"]), "--suite", "choice-lm", "--json", str(out), cache=tmp_path / "c")
+    assert done.returncode == 0, done.stderr[-2000:]
+    suites = json.loads(out.read_text())["suites"]
+    assert list(suites) == ["choice-lm"] and suites["choice-lm"]["items"] == 20
+    assert suites["choice-lm"]["lm_eval_aggregate"]["acc"] == suites["choice-lm"]["metrics"]["acc"]["score"]
+    report = tmp_path / "check.json"
+    args = ("check", "--baseline", str(paths["base"]), "--candidate", str(paths["int2"]), "--json", str(report))
+    done = run_gate(*args, cache=tmp_path / "c")
+    assert done.returncode == 1, done.stderr[-2000:]
+    gate = next(g for g in json.loads(report.read_text())["gates"] if g["name"] == "quantization")
+    assert gate["verdict"] == "fail" and set(gate["measurements"]["suites"]) == {"arith-lm", "choice-lm"}
