@@ -33,6 +33,7 @@ from servegate.runtime.api import (
     FinishEvent,
     GenerationRequest,
     Result,
+    ScoreResult,
     TokenEvent,
     Usage,
 )
@@ -382,6 +383,14 @@ class EndpointEngine:
         thread.start()
         thread.join()
         return out[0]
+
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
+        from servegate.runtime.endpoint_scoring import score_on_remote
+        from servegate.runtime.engine import feed_window
+
+        self.start_sync()
+        return score_on_remote(self, requests, feed_window(self.served))
 
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Embeddings from the endpoint's /embeddings."""
