@@ -89,8 +89,11 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
             if error.code in ("invalid_request", "unsupported_parameter", "unknown_parameter"):
                 error = cannot_score(engine.base_url, error.message)
             return ErrorEvent(request.id, error)
-        n = len(admitted.token_ids)
-        logprobs, greedy = read_echo(engine.base_url, (resp.json().get("choices") or [{}])[0], n)
+        try:
+            choice = (resp.json().get("choices") or [{}])[0]
+        except (ValueError, AttributeError, TypeError):
+            raise cannot_score(engine.base_url, "the answer is not one completions JSON object") from None
+        logprobs, greedy = read_echo(engine.base_url, choice, len(admitted.token_ids))
         ids = tuple(admitted.token_ids)
         return PromptLogprobs(request.id, ids, tuple(logprobs), tuple(greedy), admitted.truncated_tokens)
     except ServingError as error:

@@ -118,3 +118,27 @@ def test_gate_eval_and_gate_check_run_lm_eval_suites(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr[-2000:]
     gate = next(g for g in json.loads(report.read_text())["gates"] if g["name"] == "quantization")
     assert gate["verdict"] == "fail" and set(gate["measurements"]["suites"]) == {"arith-lm", "choice-lm"}
+
+
+def test_lm_eval_finds_the_servegate_model_by_name(manifests: dict[str, Path]) -> None:
+    from lm_eval import simple_evaluate
+    from lm_eval.api.registry import get_model
+
+    from servegate.gates.lm_eval_model import ServegateLM
+    from servegate.gates.lm_eval_suites import task_manager
+    from servegate.zoo.lm_eval_tasks import task_dir
+
+    assert get_model("servegate") is ServegateLM
+    lm = ServegateLM.create_from_arg_obj({"manifest": str(manifests["base"])})
+    try:
+        results = simple_evaluate(
+            model=lm,
+            tasks=["zoo_arith_choice"],
+            task_manager=task_manager(str(task_dir()), "zoo_arith_choice"),
+            limit=8,
+            log_samples=True,
+            bootstrap_iters=0,
+        )
+    finally:
+        lm.close()
+    assert len(results["samples"]["zoo_arith_choice"]) == 8 and len(lm.results) == 8
