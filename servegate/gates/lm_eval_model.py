@@ -66,8 +66,15 @@ class ServegateLM(LM):
 
     def close(self) -> None:
         """Shut down the engine when this model built it."""
-        if self._owned:
-            self.engine.shutdown_sync()  # type: ignore[attr-defined]
+        if not self._owned:
+            return
+        stop = getattr(self.engine, "shutdown_sync", None)
+        if stop is not None:
+            stop()
+        else:
+            import asyncio
+
+            asyncio.run(self.engine.shutdown())
 
     # --- pieces -----------------------------------------------------------------------------------
 

@@ -131,6 +131,9 @@ class PromptLogprobs:
     """Whether each token was the most likely one at its position (the first token: True)."""
     truncated_tokens: int = 0
     """Prompt tokens dropped by the truncation policy (the kept ones are scored)."""
+    top: tuple[dict[int, float], ...] = ()
+    """Per position, the most likely tokens {token id: log-probability}, as many as the request's
+    params.top_logprobs (at least 1); empty for the first position, and where a remote did not say."""
 
 
 ScoreResult = PromptLogprobs | ErrorEvent

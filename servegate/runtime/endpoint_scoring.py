@@ -32,20 +32,32 @@ def cannot_score(base_url: str, why: str) -> ServingError:
     )
 
 
-def read_echo(base_url: str, choice: dict[str, Any], n: int) -> tuple[list[float | None], list[bool]]:
-    """The first `n` (prompt) token log-probabilities of an echoed choice and whether each was the top token."""
+def read_echo(
+    base_url: str, choice: dict[str, Any], n: int
+) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
+    """The first `n` (prompt) token log-probabilities of an echoed choice, whether each was the top token, and
+    the alternatives by token id where the remote gives them (vLLM's prompt_logprobs)."""
     logprobs = choice.get("logprobs") or {}
     values = logprobs.get("token_logprobs") or []
     if len(values) < n or any(v is None for v in values[1:n]):
         raise cannot_score(base_url, f"the answer carries {len(values)} token log-probabilities for {n} prompt tokens")
     prompt = [None, *(float(v) for v in values[1:n])]
     ranked = choice.get("prompt_logprobs")  # vLLM: per position {token id: {logprob, rank}}, the prompt's own first
+    top: list[dict[int, float]] = []
     if isinstance(ranked, list) and len(ranked) >= n:
         greedy = [True] + [_top_by_rank(entry) for entry in ranked[1:n]]
+        top = [{}] + [_by_id(entry) for entry in ranked[1:n]]
     else:
         tops = logprobs.get("top_logprobs") or []
         greedy = [True] + [_top_by_value(tops[i] if i < len(tops) else None, prompt[i]) for i in range(1, n)]
-    return prompt, greedy
+    return prompt, greedy, top
+
+
+def _by_id(entry: Any) -> dict[int, float]:
+    """{token id: log-probability} of one vLLM prompt_logprobs entry."""
+    if not isinstance(entry, dict):
+        return {}
+    return {int(k): float(v["logprob"]) for k, v in entry.items() if isinstance(v, dict) and "logprob" in v}
 
 
 def _top_by_rank(entry: Any) -> bool:
@@ -75,7 +87,7 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
         "model": engine.model,
         "prompt": admitted.token_ids,
         "echo": True,
-        "logprobs": 1,
+        "logprobs": max(1, request.params.top_logprobs),
         "max_tokens": 1,
         "temperature": 0.0,
     }
@@ -93,9 +105,9 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
             choice = (resp.json().get("choices") or [{}])[0]
         except (ValueError, AttributeError, TypeError):
             raise cannot_score(engine.base_url, "the answer is not one completions JSON object") from None
-        logprobs, greedy = read_echo(engine.base_url, choice, len(admitted.token_ids))
+        logprobs, greedy, top = read_echo(engine.base_url, choice, len(admitted.token_ids))
         ids = tuple(admitted.token_ids)
-        return PromptLogprobs(request.id, ids, tuple(logprobs), tuple(greedy), admitted.truncated_tokens)
+        return PromptLogprobs(request.id, ids, tuple(logprobs), tuple(greedy), admitted.truncated_tokens, tuple(top))
     except ServingError as error:
         return ErrorEvent(request.id, error)
     except (TimeoutError, asyncio.TimeoutError):

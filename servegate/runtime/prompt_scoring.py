@@ -19,8 +19,11 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 
 
-def token_logprobs(model: Any, token_ids: Sequence[int]) -> tuple[list[float | None], list[bool]]:
-    """log p of each token given the ones before it, and whether it was the argmax there (first: None, True)."""
+def token_logprobs(
+    model: Any, token_ids: Sequence[int], top_k: int = 1
+) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
+    """log p of each token given the ones before it, whether it was the argmax there, and the top_k tokens
+    at each position (first position: None, True, {})."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)
     with torch.inference_mode():
@@ -29,7 +32,9 @@ def token_logprobs(model: Any, token_ids: Sequence[int]) -> tuple[list[float | N
     targets = ids[0, 1:]
     chosen = logp.gather(1, targets[:, None])[:, 0]
     greedy = logp.argmax(dim=-1) == targets
-    return [None, *chosen.tolist()], [True, *greedy.tolist()]
+    values, top_ids = logp.topk(max(1, top_k), dim=-1)
+    top = [dict(zip(i, v, strict=True)) for i, v in zip(top_ids.tolist(), values.tolist(), strict=True)]
+    return [None, *chosen.tolist()], [True, *greedy.tolist()], [{}, *top]
 
 
 def score_requests(served: ServedModel, parts: Any, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
@@ -54,6 +59,8 @@ def score_requests(served: ServedModel, parts: Any, requests: Sequence[Generatio
         except ServingError as error:
             results.append(ErrorEvent(request.id, error))
             continue
-        logprobs, greedy = token_logprobs(model, ids)
-        results.append(PromptLogprobs(request.id, tuple(ids), tuple(logprobs), tuple(greedy), encoded.truncated_tokens))
+        logprobs, greedy, top = token_logprobs(model, ids, request.params.top_logprobs)
+        results.append(
+            PromptLogprobs(request.id, tuple(ids), tuple(logprobs), tuple(greedy), encoded.truncated_tokens, tuple(top))
+        )
     return results

@@ -69,6 +69,10 @@ def test_prompt_logprobs_equal_plain_transformers(tmp_path: Path, plain: Any) ->
         with torch.no_grad():
             argmax = plain[0](torch.tensor([ids])).logits[0].argmax(-1).tolist()
         assert list(result.greedy[1:]) == [argmax[i - 1] == ids[i] for i in range(1, len(ids))]
+        for position in range(1, len(ids)):  # the top token and its log-probability, as lm-eval compares them
+            ((best, value),) = result.top[position].items()
+            assert best == argmax[position - 1] and value >= result.logprobs[position]
+            assert (value == result.logprobs[position]) == result.greedy[position]
 
 
 def test_the_manifest_truncation_and_quantization_apply(tmp_path: Path, plain: Any) -> None:
