@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install demo test lint slow clean
+.PHONY: install demo test lint slow clean clients-venvs clients
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,26 @@ test: install lint
 
 slow: install
 	$(BIN)/pytest -q -m slow
+
+# The real clients, each in its own venv under .venvs/ (their pins conflict with ours); torch first, so
+# pip takes the local CPU build. Measured on the 2-core VM: lm-eval ~45 s, guidellm ~2-3 min.
+CLIENTS := .venvs
+
+$(CLIENTS)/lm-eval/.installed:
+	$(PYTHON) -m venv $(CLIENTS)/lm-eval
+	$(CLIENTS)/lm-eval/bin/pip install --quiet "lm-eval[api]==0.4.13"
+	touch $@
+
+$(CLIENTS)/guidellm/.installed:
+	$(PYTHON) -m venv $(CLIENTS)/guidellm
+	$(CLIENTS)/guidellm/bin/pip install --quiet torch==2.13.0
+	$(CLIENTS)/guidellm/bin/pip install --quiet guidellm==0.8.1
+	touch $@
+
+clients-venvs: $(CLIENTS)/lm-eval/.installed $(CLIENTS)/guidellm/.installed
+
+clients: install clients-venvs
+	$(BIN)/pytest -q -m clients tests/clients
 
 clean:
 	rm -rf $(VENV) .servegate-cache

@@ -32,7 +32,15 @@ CATALOGUE: dict[str, ErrorSpec] = {
     spec.code: spec
     for spec in (
         ErrorSpec("invalid_request", 400, "invalid_request_error", False, "{detail}", True),
-        ErrorSpec("unknown_parameter", 400, "invalid_request_error", False, "unknown parameter '{param}'", True),
+        ErrorSpec("unknown_parameter", 400, "invalid_request_error", False, "unknown parameter '{param}'{hint}", True),
+        ErrorSpec(
+            "unsupported_parameter",
+            400,
+            "invalid_request_error",
+            False,
+            "parameter '{param}' is not supported: {detail}",
+            True,
+        ),
         ErrorSpec(
             "input_too_long",
             400,
@@ -102,7 +110,7 @@ class ServingError(Exception):
         self.param = param
         self.status = status if status is not None else self.spec.status
         self.retry_after_s = retry_after_s
-        self.details = {"param": param, **details}
+        self.details = {"param": param, "hint": "", **details}
         try:
             self.message = self.spec.template.format(**self.details)
         except (KeyError, IndexError):

@@ -1,278 +1,51 @@
-"""The request contract of the OpenAI-compatible API: models, parsing, and the JSON Schema with the limits baked in.
+"""The request contract of the OpenAI-compatible API: parsing, and the JSON Schema with the limits baked in.
 
 A request body goes through three checks, each ending in a catalogued ServingError that names `param`:
-`decode_body` (UTF-8, JSON, valid Unicode), `parse_request` (types, ranges, unknown fields, the manifest's
-limits, the manifest's extra `input_schema`). `request_json_schema` states the same rules as JSON Schema
-for clients and the contract gate. Responses are in `servegate.contracts.responses`.
+`decode_body` (UTF-8, JSON, valid Unicode), `parse_request` (types, ranges, fields outside the API at every
+depth as `servegate.contracts.field_policy` rules, the manifest's limits, the manifest's extra
+`input_schema`). `request_json_schema` states the same rules as JSON Schema for clients, the published
+OpenAPI document and the contract gate. The models are in `servegate.contracts.request_models`, responses
+in `servegate.contracts.responses`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import jsonschema
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationError
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.field_policy import HARMLESS, extra_fields, judge_extras, neutral_schema
 from servegate.contracts.manifest import ServedModel
-
-Endpoint = Literal["completions", "chat", "embeddings"]
-"""The three request kinds: /v1/completions, /v1/chat/completions, /v1/embeddings."""
-
-# C0 control characters other than tab, newline and carriage return: refused in text fields (400), so
-# no engine or tokenizer ever sees them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_CONTROL_FREE_PATTERN = r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]*$"
-
-
-def _control_free(value: str) -> str:
-    found = _CONTROL.search(value)
-    if found:
-        raise ValueError(f"control character U+{ord(found.group()):04X} is not accepted in text")
-    return value
-
-
-_NO_CONTROLS = Field(json_schema_extra={"pattern": _CONTROL_FREE_PATTERN})
-Text = Annotated[str, AfterValidator(_control_free), _NO_CONTROLS]
-"""A string without C0 control characters (tab, newline and carriage return are fine)."""
-NonEmptyText = Annotated[str, Field(min_length=1), AfterValidator(_control_free), _NO_CONTROLS]
-"""A Text of at least one character."""
-
-
-def _one_prompt(value: Any) -> Any:
-    """A completion prompt: a string, a list with one string, or a list of token ids."""
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        if len(value) > 1:
-            raise ValueError(f"one prompt per request is supported (got a list of {len(value)})")
-        return value[0]
-    if isinstance(value, list) and not value:
-        raise ValueError("must not be empty")
-    if isinstance(value, str | list):
-        return value
-    raise ValueError("must be a string, a list with one string, or a list of token ids")
-
-
-def _whole_number(value: Any) -> Any:
-    """A float with no fractional part is that integer: JSON Schema's `integer`, which the published request
-    schema uses, admits 12.0, so a client that validated against it must not be refused for it."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-_INTEGER_FIELDS = (
-    "top_k",
-    "seed",
-    "n",
-    "max_tokens",
-    "logprobs",
-    "max_completion_tokens",
-    "top_logprobs",
-    "dimensions",
+from servegate.contracts.request_models import (
+    REQUEST_MODELS,
+    ApiRequest,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EmbeddingRequest,
+    Endpoint,
+    StreamOptions,
+    TextPart,
 )
-"""Request fields typed as integers (strict otherwise: "12" and true stay errors)."""
 
-
-def _whole_numbers(data: Any) -> Any:
-    """The request body with whole-number floats in integer fields (and token-id prompts) made integers."""
-    if not isinstance(data, dict):
-        return data
-    out = dict(data)
-    for key in _INTEGER_FIELDS:
-        if key in out:
-            out[key] = _whole_number(out[key])
-    if isinstance(out.get("prompt"), list):
-        out["prompt"] = [_whole_number(v) for v in out["prompt"]]
-    return out
-
-
-def _stop_list(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
-
-
-_TEXT_SCHEMA = {"type": "string", "minLength": 1, "pattern": _CONTROL_FREE_PATTERN}
-PromptField = Annotated[
-    NonEmptyText | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)],
-    BeforeValidator(_one_prompt),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                _TEXT_SCHEMA,
-                {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1, "maxItems": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
-            ]
-        }
-    ),
+__all__ = [
+    "REQUEST_MODELS",
+    "ApiRequest",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "EmbeddingRequest",
+    "Endpoint",
+    "StreamOptions",
+    "TextPart",
+    "decode_body",
+    "parse_request",
+    "request_json_schema",
+    "validation_error",
 ]
-StopField = Annotated[
-    list[NonEmptyText],
-    BeforeValidator(_stop_list),
-    Field(max_length=4),
-    WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "maxItems": 4}]}),
-]
-
-
-class StreamOptions(BaseModel):
-    """Options of a streamed response."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
-
-    include_usage: bool = False
-    """Send a last chunk with the request's usage (and no choices) before [DONE]."""
-
-
-class _ApiRequest(BaseModel):
-    """Fields shared by every endpoint. Unknown top-level fields are kept aside and judged per manifest."""
-
-    model_config = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
-
-    model: str = Field(min_length=1, max_length=256)
-    """The served model's name (GET /v1/models lists it)."""
-    user: str | None = Field(default=None, min_length=1, max_length=256)
-    """End-user id; the tenant when preprocess.tenant_from is `user`. Never logged."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integers_as_published(cls, data: Any) -> Any:
-        return _whole_numbers(data)
-
-
-class _GenerationRequest(_ApiRequest):
-    """Sampling fields shared by completions and chat completions."""
-
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    """Sampling temperature; 0 is greedy."""
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    """Nucleus sampling: keep the smallest token set whose probability reaches top_p."""
-    top_k: int = Field(default=0, ge=0, le=100_000)
-    """Keep only the k most likely tokens (0: no limit)."""
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-    """Same seed, same request: same output (None: the manifest's runtime.seed)."""
-    stop: StopField | None = None
-    """Up to 4 stop strings; generation ends before the first one and it is not returned."""
-    stream: bool = False
-    """Send the output as server-sent events, ending in `data: [DONE]`."""
-    stream_options: StreamOptions | None = None
-    """Options of the stream (only with stream: true)."""
-    n: int = Field(default=1, ge=1, le=128, json_schema_extra={"const": 1})
-    """Number of choices; only 1 is supported."""
-    ignore_eos: bool = False
-    """Keep generating past the end-of-sequence token up to max_tokens (as vLLM; for exact-length benchmarks)."""
-
-    @field_validator("n")
-    @classmethod
-    def _single_choice(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only n=1 is supported; send separate requests for more choices")
-        return value
-
-    @field_validator("stream_options")
-    @classmethod
-    def _only_when_streaming(cls, value: StreamOptions | None, info: Any) -> StreamOptions | None:
-        if value is not None and not info.data.get("stream", False):
-            raise ValueError("stream_options is only allowed when stream is true")
-        return value
-
-    def wants_logprobs(self) -> bool:
-        """Whether the client asked for log-probabilities (each endpoint spells it its own way)."""
-        return False
-
-
-class CompletionRequest(_GenerationRequest):
-    """POST /v1/completions."""
-
-    prompt: PromptField
-    """The prompt: a string, a list with one string, or a list of token ids."""
-    max_tokens: int = Field(default=16, ge=1)
-    """Most tokens to generate (at most the manifest's postprocess.max_output_tokens)."""
-    logprobs: int | None = Field(default=None, ge=0, le=5)
-    """Return the log-probability of each chosen token and this many top alternatives."""
-
-    def wants_logprobs(self) -> bool:
-        """Whether the client asked for log-probabilities."""
-        return self.logprobs is not None
-
-
-class TextPart(BaseModel):
-    """One text part of a message's content."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    type: Literal["text"]
-    """Only text parts are supported."""
-    text: Text
-    """The text."""
-
-
-class ChatMessage(BaseModel):
-    """One chat message."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
-
-    role: Literal["system", "developer", "user", "assistant"]
-    """Who wrote the message."""
-    content: Text | list[TextPart]
-    """The message text, or a list of text parts."""
-    name: str | None = Field(default=None, max_length=64)
-    """Optional name of the author."""
-
-    def text(self) -> str:
-        """The content as one string."""
-        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
-
-
-class ChatCompletionRequest(_GenerationRequest):
-    """POST /v1/chat/completions."""
-
-    messages: list[ChatMessage] = Field(min_length=1, max_length=1024)
-    """The conversation so far, rendered with the manifest's chat template."""
-    max_tokens: int | None = Field(default=None, ge=1)
-    """Most tokens to generate (default and maximum: the manifest's postprocess.max_output_tokens)."""
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    """Newer name of max_tokens; give one of the two."""
-    logprobs: bool = False
-    """Return the log-probability of each chosen token."""
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    """Also return this many top alternatives per token (needs logprobs: true)."""
-
-    def wants_logprobs(self) -> bool:
-        """Whether the client asked for log-probabilities."""
-        return self.logprobs
-
-
-class EmbeddingRequest(_ApiRequest):
-    """POST /v1/embeddings."""
-
-    input: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=2048)]
-    """One text or a list of texts to embed."""
-    encoding_format: Literal["float", "base64"] = "float"
-    """`float`: lists of numbers; `base64`: little-endian float32 bytes, base64-encoded."""
-    dimensions: int | None = Field(default=None, ge=1)
-    """Not supported: the model's own dimension is always returned."""
-
-    def texts(self) -> list[str]:
-        """The inputs as a list."""
-        return [self.input] if isinstance(self.input, str) else list(self.input)
-
-
-REQUEST_MODELS: dict[str, type[_ApiRequest]] = {
-    "completions": CompletionRequest,
-    "chat": ChatCompletionRequest,
-    "embeddings": EmbeddingRequest,
-}
-ApiRequest = CompletionRequest | ChatCompletionRequest | EmbeddingRequest
 
 
 # --- decoding and parsing ----------------------------------------------------------------------------
@@ -341,6 +114,17 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> str:
     return path or "body"
 
 
+def _as_sent(data: dict[str, Any], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error location in the body as sent: a single prompt ("text" or [ids]) is parsed as a list of one."""
+    prompt = data.get("prompt")
+    single = isinstance(prompt, str) or (
+        isinstance(prompt, list) and not any(isinstance(p, list | str) for p in prompt)
+    )
+    if loc[:2] == ("prompt", 0) and single:
+        return loc[:1] + loc[2:]
+    return loc
+
+
 def _message(error: dict[str, Any], param: str) -> str:
     msg = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "missing":
@@ -351,16 +135,15 @@ def _message(error: dict[str, Any], param: str) -> str:
     return f"{param}: {msg}"
 
 
-def _from_validation(exc: ValidationError, data: dict[str, Any]) -> ServingError:
+def validation_error(exc: ValidationError, data: dict[str, Any]) -> ServingError:
+    """The catalogued error of a pydantic validation failure, naming the body's path at fault."""
     errors = exc.errors(include_url=False)
-    # Report an unknown field first; else the first field's deepest error (for a union, the branch that
-    # matched the value's shape goes deepest: a list content's bad part beats "should be a string").
+    # The first field's deepest error (for a union, the branch that matched the value's shape goes deepest:
+    # a list content's bad part beats "should be a string").
     first = errors[0]["loc"][:1]
     deepest = max((e for e in errors if e["loc"][:1] == first), key=lambda e: len(e["loc"]))
-    error = next((e for e in errors if e["type"] == "extra_forbidden"), deepest)
-    param = _data_path(data, tuple(error["loc"]))
-    if error["type"] == "extra_forbidden":
-        return ServingError("unknown_parameter", param=param)
+    error = deepest
+    param = _data_path(data, _as_sent(data, tuple(error["loc"])))
     return ServingError("invalid_request", param=param, detail=_message(error, param))
 
 
@@ -412,21 +195,95 @@ def _check_input_schema(schema: dict[str, Any], data: dict[str, Any]) -> None:
     raise ServingError("invalid_request", param=path or None, detail=f"{path or 'body'}: {error.message}")
 
 
+def _check_choices(served: ServedModel, request: CompletionRequest | ChatCompletionRequest) -> None:
+    """Prompts x n within preprocess.max_choices_per_request (each choice is its own engine request)."""
+    limit = served.preprocess.max_choices_per_request
+    prompts = request.prompt_count()
+    if prompts * request.n <= limit:
+        return
+    if request.n == 1:
+        param, asked = "prompt", f"{prompts} prompts"
+    else:
+        param, asked = "n", f"n={request.n}" + (f" for each of {prompts} prompts" if prompts > 1 else "")
+    detail = (
+        f"{param}: at most {limit} choices per request (preprocess.max_choices_per_request); got {asked}: "
+        "send fewer per request"
+    )
+    raise ServingError("invalid_request", param=param, detail=detail)
+
+
 def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any]) -> ApiRequest:
     """Validate a decoded body against the contract and the manifest; a ServingError names what to change."""
     model_cls = REQUEST_MODELS[endpoint]
     try:
         request = model_cls.model_validate(data)
     except ValidationError as exc:
-        raise _from_validation(exc, data) from None
-    extra_ok = set((served.preprocess.input_schema or {}).get("properties", {}))
-    unknown = sorted(set(request.model_extra or {}) - extra_ok)
-    if unknown and served.preprocess.unknown_fields == "reject":
-        raise ServingError("unknown_parameter", param=unknown[0])
+        raise validation_error(exc, data) from None
+    allowed = set((served.preprocess.input_schema or {}).get("properties", {}))
+    dropped = judge_extras(list(extra_fields(request)), endpoint, served.preprocess.unknown_fields, allowed)
+    request._dropped = dropped
     _check_limits(served, endpoint, request)  # type: ignore[arg-type]
+    if isinstance(request, CompletionRequest | ChatCompletionRequest):
+        _check_choices(served, request)
     if served.preprocess.input_schema:
         _check_input_schema(served.preprocess.input_schema, data)
     return request  # type: ignore[return-value]
+
+
+def _close_objects(schema: dict[str, Any], open_objects: bool) -> None:
+    """additionalProperties of the request object and every nested model, as the manifest's policy says."""
+    schema["additionalProperties"] = open_objects
+    for definition in schema.get("$defs", {}).values():
+        if definition.get("type") == "object" and "properties" in definition:
+            definition["additionalProperties"] = open_objects
+
+
+def _generation_limits(served: ServedModel, endpoint: Endpoint, props: dict[str, Any]) -> None:
+    cap = served.postprocess.max_output_tokens
+    for name in ("max_tokens", "max_completion_tokens"):
+        if name not in props:
+            continue
+        field = props[name]
+        for branch in field.get("anyOf", [field]):
+            if branch.get("type") == "integer":
+                branch["maximum"] = cap
+    if not served.postprocess.logprobs:
+        props["logprobs"] = {"enum": [None, False], "description": "Not offered by this deployment."}
+    choices = served.preprocess.max_choices_per_request
+    props["n"] = {**props["n"], "maximum": choices}
+    if endpoint == "completions":
+        for branch in props["prompt"]["anyOf"]:
+            if branch["type"] == "array" and branch["items"].get("type") in ("string", "array"):
+                branch["maxItems"] = choices
+    for name, neutral in neutral_schema(endpoint).items():
+        props.setdefault(name, neutral)
+
+
+def _cross_field_rules(endpoint: Endpoint) -> list[dict[str, Any]]:
+    """The checks parse_request makes across fields, as JSON Schema (so a schema-valid body is not refused)."""
+    rules: list[dict[str, Any]] = [
+        {  # stream_options only with stream: true
+            "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+            "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
+        }
+    ]
+    if endpoint == "chat":
+        rules.append(  # top_logprobs > 0 needs logprobs: true
+            {
+                "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
+                "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
+            }
+        )
+        both = {"type": "integer"}
+        rules.append(  # max_tokens or max_completion_tokens, not both
+            {
+                "not": {
+                    "required": ["max_tokens", "max_completion_tokens"],
+                    "properties": {"max_tokens": both, "max_completion_tokens": both},
+                }
+            }
+        )
+    return rules
 
 
 def request_json_schema(served: ServedModel, endpoint: Endpoint) -> dict[str, Any]:
@@ -435,25 +292,29 @@ def request_json_schema(served: ServedModel, endpoint: Endpoint) -> dict[str, An
     props = schema["properties"]
     props["model"] = {**props["model"], "const": served.name}
     if endpoint != "embeddings":
-        cap = served.postprocess.max_output_tokens
-        for name in ("max_tokens", "max_completion_tokens"):
-            if name not in props:
-                continue
-            field = props[name]
-            branches = field.get("anyOf", [field])
-            for branch in branches:
-                if branch.get("type") == "integer":
-                    branch["maximum"] = cap
-        if not served.postprocess.logprobs:
-            props["logprobs"] = {"enum": [None, False], "description": "Not offered by this deployment."}
+        _generation_limits(served, endpoint, props)
+        if endpoint == "chat":
+            message = schema["$defs"]["ChatMessage"]["properties"]
+            message["tool_calls"] = {"enum": [None, []], "description": "Not implemented: tools."}
     else:
         props["dimensions"] = {"type": "null", "description": props["dimensions"].get("description", "")}
     extra = served.preprocess.input_schema
     for name in (extra or {}).get("properties", {}):
         props.setdefault(name, {})
-    schema["additionalProperties"] = served.preprocess.unknown_fields == "ignore"
+    ignore = served.preprocess.unknown_fields == "ignore"
+    _close_objects(schema, ignore)
+    if ignore:
+        schema["description"] = (
+            schema.get("description", "")
+            + " Fields outside the API are dropped (named in X-Servegate-Ignored-Fields); known harmless ones: "
+            + ", ".join(sorted(HARMLESS))
+            + "."
+        ).strip()
+    rules = _cross_field_rules(endpoint) if endpoint != "embeddings" else []
     if extra:
-        schema["allOf"] = [{k: v for k, v in extra.items() if k != "$schema"}]
+        rules.append({k: v for k, v in extra.items() if k != "$schema"})
+    if rules:
+        schema["allOf"] = rules
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = f"{served.name} {endpoint} request"
     return schema

@@ -2,7 +2,8 @@
 
 Field names and shapes follow the OpenAI API so unmodified clients parse them. Two additions, both
 optional for clients: `usage.truncated_tokens` (prompt tokens dropped by the truncation policy, never
-hidden) and `system_fingerprint` (the manifest's fingerprint, so a response names the behaviour that made it).
+hidden), `system_fingerprint` (the manifest's fingerprint, so a response names the behaviour that made it)
+and `response_cache` (`hit` when the response cache answered, also in the X-Servegate-Cache header).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ class UsageBody(_Body):
 
 
 FinishReason = Literal["stop", "length"]
+CacheState = Literal["hit", "miss", "partial"]
 
 
 class CompletionChoice(_Body):
     """One choice of a completion (or one chunk's part of it)."""
 
     index: int = 0
-    """Choice index (always 0: n=1)."""
+    """Choice index: prompt i's j-th choice is i * n + j (chunks of a stream say which choice they extend)."""
     text: str
     """Generated text (in a chunk: the text since the previous chunk)."""
     finish_reason: FinishReason | None = None
@@ -59,11 +61,14 @@ class CompletionResponse(_Body):
     model: str
     """The served model's name."""
     choices: list[CompletionChoice]
-    """The single choice (empty in the usage-only last chunk)."""
+    """The choices in index order (a chunk: the one it extends; empty in the usage-only last chunk)."""
     usage: UsageBody | None = None
     """Token counts (in a stream: only in the last chunk, when stream_options.include_usage)."""
     system_fingerprint: str | None = None
     """The manifest's fingerprint (first 16 hex digits)."""
+    response_cache: CacheState | None = None
+    """servegate extension: `hit` (every choice replayed from postprocess.response_cache), `miss`, or `partial`;
+    null when the manifest declares no response cache. The X-Servegate-Cache header says the same."""
 
 
 class AssistantMessage(_Body):
@@ -79,7 +84,7 @@ class ChatChoice(_Body):
     """The choice of a chat completion."""
 
     index: int = 0
-    """Choice index (always 0)."""
+    """Choice index (0 to n - 1)."""
     message: AssistantMessage
     """The generated message."""
     finish_reason: FinishReason
@@ -100,11 +105,14 @@ class ChatCompletionResponse(_Body):
     model: str
     """The served model's name."""
     choices: list[ChatChoice]
-    """The single choice."""
+    """The n choices, in index order."""
     usage: UsageBody
     """Token counts."""
     system_fingerprint: str | None = None
     """The manifest's fingerprint (first 16 hex digits)."""
+    response_cache: CacheState | None = None
+    """servegate extension: `hit` (every choice replayed from postprocess.response_cache), `miss`, or `partial`;
+    null when the manifest declares no response cache. The X-Servegate-Cache header says the same."""
 
 
 class ChatDelta(_Body):
@@ -120,7 +128,7 @@ class ChatChunkChoice(_Body):
     """The choice part of a chat stream chunk."""
 
     index: int = 0
-    """Choice index (always 0)."""
+    """Index of the choice this chunk extends."""
     delta: ChatDelta
     """The addition."""
     finish_reason: FinishReason | None = None
@@ -146,6 +154,9 @@ class ChatCompletionChunk(_Body):
     """Token counts, only in the last chunk when stream_options.include_usage."""
     system_fingerprint: str | None = None
     """The manifest's fingerprint (first 16 hex digits)."""
+    response_cache: CacheState | None = None
+    """servegate extension: `hit` (every choice replayed from postprocess.response_cache), `miss`, or `partial`;
+    null when the manifest declares no response cache. The X-Servegate-Cache header says the same."""
 
 
 class EmbeddingItem(_Body):

@@ -104,7 +104,17 @@ class Preprocess(Section):
     tenant_from: Literal["header", "user", "none"] = "none"
     """Where a request's tenant comes from: the X-Tenant header, the `user` field, or `none` (single tenant)."""
     unknown_fields: Literal["reject", "ignore"] = "reject"
-    """Request fields the API does not know: `reject` them (400 unknown_parameter) or `ignore` them."""
+    """Request fields outside the API, at any depth: `reject` them (400 unknown_parameter) or `ignore` them
+    (dropped, named in the X-Servegate-Ignored-Fields header). Fields that would change the answer and are not
+    implemented (echo, best_of, logit_bias, ...: servegate.contracts.field_policy) are refused under both
+    (unsupported_parameter)."""
+    max_choices_per_request: int = Field(default=16, ge=1, le=1024)
+    """Most choices one request may ask for: prompts x n on /v1/completions, n on chat. Each choice is its own
+    engine request (queued, limited and timed like one); 1 allows a single prompt and n=1 only."""
+    unseeded_sampling: Literal["fresh", "deterministic"] = "fresh"
+    """Sampling requests (temperature > 0) that give no seed: `fresh` draws a new seed for each, as OpenAI and vLLM
+    do; `deterministic` seeds them with runtime.seed, so identical requests get identical text (and the response
+    cache can answer repeats). Greedy requests (temperature 0) are deterministic under both."""
 
     @field_validator("input_schema")
     @classmethod

@@ -92,6 +92,14 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             expect_param=UNKNOWN_FIELD if pre.unknown_fields == "reject" else None,
         ),
         Probe(
+            "unsupported_parameter",
+            "echo: true (answer-changing, not implemented: refused under every unknown_fields policy)",
+            400,
+            "unsupported_parameter",
+            _json({**ok, "echo": True}),
+            expect_param="echo",
+        ),
+        Probe(
             "input_too_long",
             f"prompt over max_input_tokens (truncation {pre.truncation})",
             400 if pre.truncation == "reject" else 200,

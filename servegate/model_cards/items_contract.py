@@ -19,6 +19,7 @@ _TRUNCATION = {
 _WHEN = {
     "invalid_request": "a field has the wrong type or range, breaks a manifest limit or the extra input schema",
     "unknown_parameter": "the body has a field the API does not know (preprocess.unknown_fields: reject)",
+    "unsupported_parameter": "the body asks for an answer-changing feature servegate does not implement (echo, ...)",
     "input_too_long": "the prompt is longer than preprocess.max_input_tokens (truncation: reject)",
     "payload_too_large": "the body is larger than preprocess.max_payload_bytes",
     "unsupported_media": "the Content-Type is not application/json",
@@ -167,9 +168,11 @@ def input_contract(served: ServedModel) -> dict[str, Any]:
             "max_payload_bytes": pre.max_payload_bytes,
             "max_model_len_tokens": rt.max_model_len,
             "max_output_tokens": post.max_output_tokens,
+            "max_choices_per_request": pre.max_choices_per_request,
         },
         "truncation": {"policy": pre.truncation, "meaning": _TRUNCATION[pre.truncation]},
         "unknown_fields": pre.unknown_fields,
+        "unseeded_sampling": pre.unseeded_sampling,
         "extra_input_schema": pre.input_schema is not None,
         "tenant_from": pre.tenant_from,
         "chat_template": pre.chat_template if pre.chat_template in ("tokenizer", "none") else "custom template",
@@ -198,7 +201,12 @@ def output_contract(served: ServedModel) -> dict[str, Any]:
         "stop": list(post.stop),
         "logprobs_offered": post.logprobs,
         "streaming": served.preprocess.task != "embed",
-        "response_cache": {"enabled": cache.enabled, "scope": cache.scope, "ttl_s": cache.ttl_s}
+        "response_cache": {
+            "enabled": cache.enabled,
+            "scope": cache.scope,
+            "ttl_s": cache.ttl_s,
+            "marked": "X-Servegate-Cache header and response_cache body field: hit, miss or partial",
+        }
         if cache.enabled
         else None,
         "fallback": {"on": list(fail.fallback.on)} if fail.fallback else None,

@@ -70,6 +70,12 @@ def _error_table(rows: list[dict[str, Any]]) -> list[str]:
     )
 
 
+_UNSEEDED = {
+    "fresh": "sampled afresh for every request (as OpenAI and vLLM); temperature 0 is greedy",
+    "deterministic": "seeded with runtime.seed: identical requests, identical text",
+}
+
+
 def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     limits = item["limits"]
     out = ["Endpoints: " + ", ".join(code(p) for p in item["endpoints"].values()) + ".", ""]
@@ -81,8 +87,10 @@ def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
             ("Request body", f"{limits['max_payload_bytes']:,} bytes ({format_bytes(limits['max_payload_bytes'])})"),
             ("Context (prompt + output)", f"{limits['max_model_len_tokens']:,} tokens"),
             ("Output length", f"{limits['max_output_tokens']:,} tokens"),
+            ("Choices per request (prompts x n)", limits.get("max_choices_per_request")),
             ("Truncation", Raw(f"**{item['truncation']['policy']}**: {cell(item['truncation']['meaning'])}")),
             ("Unknown request fields", item["unknown_fields"]),
+            ("Sampling without a seed", _UNSEEDED.get(item.get("unseeded_sampling", ""))),
             ("Extra input schema", item["extra_input_schema"]),
             ("Tenant taken from", item["tenant_from"]),
             ("Chat template", item["chat_template"]),
@@ -111,7 +119,12 @@ def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
         ("Stop strings", ", ".join(item["stop"]) or None),
         ("Confidence (logprobs)", "offered on request" if item["logprobs_offered"] else "not offered"),
         ("Streaming", "server-sent events ending in `data: [DONE]`" if item["streaming"] else "no"),
-        ("Response cache", f"on, {cache['scope']} scope, {cache['ttl_s']:g} s" if cache else "off"),
+        (
+            "Response cache",
+            f"on, {cache['scope']} scope, {cache['ttl_s']:g} s; a hit is marked (X-Servegate-Cache, response_cache)"
+            if cache
+            else "off",
+        ),
         ("Fallback model", "on " + ", ".join(item["fallback"]["on"]) if item.get("fallback") else "none"),
         ("Deadline", f"{item['deadline_s']:g} s per request"),
         ("Overload", f"{overload['policy']} with HTTP {overload['status']}, Retry-After {overload['retry_after_s']} s"),

@@ -81,6 +81,8 @@ class TokenEvent:
     logprobs: tuple[float, ...] | None = None
     time: float = 0.0
     """time.monotonic() when the tokens were produced."""
+    cached: bool = False
+    """The whole output, replayed from the response cache (its FinishEvent follows at once)."""
 
 
 @dataclass(frozen=True)

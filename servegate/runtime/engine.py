@@ -207,6 +207,11 @@ class ReferenceEngine:
         vectors = await asyncio.to_thread(self.parts.embedder.embed, list(texts))
         return [list(map(float, v)) for v in vectors]
 
+    @property
+    def preprocessor(self) -> Any:
+        """The loaded Preprocessor, with its tokenizer and chat template (None until start(), or for task: embed)."""
+        return self.parts.preprocessor if self.parts is not None else None
+
     def count_tokens(self, text: str) -> int:
         """Tokens an embedding input becomes (after the manifest's truncation), for the response's usage."""
         embedder = self.parts.embedder if self.parts is not None else None
@@ -243,7 +248,7 @@ class ReferenceEngine:
         if parts.response_cache is not None:
             hit = parts.response_cache.get(request)
             if hit is not None:
-                sink(TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic()))
+                sink(TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True))
                 sink(hit)
                 return None
         try:

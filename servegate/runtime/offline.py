@@ -124,6 +124,10 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
     """The engine request of an input line, validated as the API validates it (ServingError if bad)."""
     chat = "messages" in item.data
     body = parse_request(served, "chat" if chat else "completions", {"model": served.name, **item.data})
+    if body.n > 1 or body.prompt_count() > 1:  # type: ignore[union-attr]
+        param = "n" if body.n > 1 else "prompt"  # type: ignore[union-attr]
+        detail = f"{param}: an input line is one request with one answer; write one line per prompt and choice"
+        raise ServingError("invalid_request", param=param, detail=detail)
     if isinstance(body, ChatCompletionRequest):
         max_tokens = body.max_completion_tokens or body.max_tokens or served.postprocess.max_output_tokens
         logprobs, top = body.logprobs, body.top_logprobs or 0
@@ -143,10 +147,10 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
     request = GenerationRequest(id=str(item.id), params=params, tenant=tenant)
     if isinstance(body, ChatCompletionRequest):
         request.messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    elif isinstance(body.prompt, str):
-        request.prompt = body.prompt
+    elif isinstance(body.prompts()[0], str):
+        request.prompt = body.prompts()[0]  # type: ignore[assignment]
     else:
-        request.prompt_token_ids = list(body.prompt)
+        request.prompt_token_ids = list(body.prompts()[0])
     return request
 
 

@@ -22,8 +22,10 @@ from servegate.runtime.api import Engine
 from servegate.server.async_results import AsyncResults
 from servegate.server.guard import BodyGuard
 from servegate.server.metrics import ServerMetrics
+from servegate.server.openapi import openapi_document
 from servegate.server.routes import router
 from servegate.server.state import ServerState, error_response, internal_error
+from servegate.server.tokenizer_routes import router as tokenizer_router
 from servegate.server.warmup import run_warmup
 
 log = logging.getLogger("servegate.server")
@@ -100,11 +102,25 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=None,  # served below, with the real request and response schemas
     )
     app.state.serving = state
     app.include_router(router)
+    app.include_router(tokenizer_router)
     app.add_middleware(BodyGuard, state=state)  # type: ignore[arg-type]
+
+    document: dict[str, object] = {}
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def _openapi() -> JSONResponse:
+        if document:
+            return JSONResponse(document)
+        preprocessor = getattr(engine, "preprocessor", None)  # loaded: token ids are bounded by the vocabulary
+        vocab = len(preprocessor.tokenizer) if getattr(preprocessor, "tokenizer", None) is not None else None
+        built = openapi_document(app, served, vocab)
+        if vocab is not None or not state.starting:
+            document.update(built)  # kept once nothing about it can change any more
+        return JSONResponse(built)
 
     @app.exception_handler(ServingError)
     async def _serving_error(request: Request, exc: ServingError) -> JSONResponse:
@@ -116,7 +132,9 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
             error = ServingError("not_found", detail=f"no route {request.method} {request.url.path[:100]}")
         else:
             error = ServingError("invalid_request", status=exc.status_code, detail=str(exc.detail))
-        return error_response(error)
+        response = error_response(error)
+        response.headers.update(exc.headers or {})  # 405 names the methods the path takes (Allow)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

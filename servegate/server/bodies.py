@@ -80,51 +80,86 @@ def chat_logprobs(event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any] |
     return {"content": content}
 
 
+def total_usage(usages: Sequence[Usage], n: int) -> Usage:
+    """The usage of a request's choices: each prompt's tokens counted once (choices i*n..i*n+n-1 share one)."""
+    firsts = usages[::n]
+    return Usage(
+        prompt_tokens=sum(u.prompt_tokens for u in firsts),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        truncated_tokens=sum(u.truncated_tokens for u in firsts),
+    )
+
+
+Choice = tuple[FinishEvent, Sequence[str]]
+"""A finished choice and the text of each of its tokens (for logprobs)."""
+
+
 class BodyBuilder:
     """Builds the bodies of one request (same id, time and fingerprint in every chunk)."""
 
-    def __init__(self, request_id: str, model: str, fingerprint: str) -> None:
+    def __init__(self, request_id: str, model: str, fingerprint: str, n: int = 1) -> None:
         self.id = request_id
         self.model = model
         self.created = int(time.time())
         self.fingerprint = fingerprint[:16]
+        self.n = n
+        """Choices per prompt (usage counts each prompt once)."""
+        self.cache: str | None = None
+        """`hit`, `miss` or `partial` once known; None when no response cache is declared."""
 
-    def completion(self, event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any]:
-        """The whole non-streamed completion."""
-        choice = CompletionChoice(
-            text=event.text, finish_reason=finish_reason(event), logprobs=completion_logprobs(event, tokens)
-        )
-        return self._dump(CompletionResponse(**self._head(), choices=[choice], usage=usage_body(event.usage)))
+    def completion(self, choices: Sequence[Choice]) -> dict[str, Any]:
+        """The whole non-streamed completion, one choice per engine request, in index order."""
+        bodies = [
+            CompletionChoice(
+                index=i,
+                text=event.text,
+                finish_reason=finish_reason(event),
+                logprobs=completion_logprobs(event, tokens),
+            )
+            for i, (event, tokens) in enumerate(choices)
+        ]
+        usage = usage_body(total_usage([event.usage for event, _ in choices], self.n))
+        return self._dump(CompletionResponse(**self._head(), choices=bodies, usage=usage))
 
-    def chat(self, event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any]:
+    def chat(self, choices: Sequence[Choice]) -> dict[str, Any]:
         """The whole non-streamed chat completion."""
-        choice = ChatChoice(
-            message=AssistantMessage(content=event.text),
-            finish_reason=finish_reason(event),
-            logprobs=chat_logprobs(event, tokens),
-        )
-        return self._dump(ChatCompletionResponse(**self._head(), choices=[choice], usage=usage_body(event.usage)))
+        bodies = [
+            ChatChoice(
+                index=i,
+                message=AssistantMessage(content=event.text),
+                finish_reason=finish_reason(event),
+                logprobs=chat_logprobs(event, tokens),
+            )
+            for i, (event, tokens) in enumerate(choices)
+        ]
+        usage = usage_body(total_usage([event.usage for event, _ in choices], self.n))
+        return self._dump(ChatCompletionResponse(**self._head(), choices=bodies, usage=usage))
 
-    def completion_chunk(self, text: str, reason: FinishReason | None = None) -> dict[str, Any]:
-        """One streamed completion chunk."""
-        return self._dump(
-            CompletionResponse(**self._head(), choices=[CompletionChoice(text=text, finish_reason=reason)])
-        )
+    def completion_chunk(self, text: str, reason: FinishReason | None = None, index: int = 0) -> dict[str, Any]:
+        """One streamed completion chunk of choice `index`."""
+        choice = CompletionChoice(index=index, text=text, finish_reason=reason)
+        return self._dump(CompletionResponse(**self._head(), choices=[choice]))
 
-    def chat_chunk(self, delta: ChatDelta, reason: FinishReason | None = None) -> dict[str, Any]:
-        """One streamed chat chunk."""
-        choice = ChatChunkChoice(delta=delta, finish_reason=reason)
+    def chat_chunk(self, delta: ChatDelta, reason: FinishReason | None = None, index: int = 0) -> dict[str, Any]:
+        """One streamed chat chunk of choice `index`."""
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=reason)
         body = self._dump(ChatCompletionChunk(**self._head(), choices=[choice]))
         body["choices"][0]["delta"] = delta.model_dump(mode="json", exclude_none=True)  # OpenAI omits unset keys
         return body
 
-    def usage_chunk(self, chat: bool, usage: Usage) -> dict[str, Any]:
-        """The last chunk of a stream with stream_options.include_usage: no choices, the usage."""
+    def usage_chunk(self, chat: bool, usages: Sequence[Usage]) -> dict[str, Any]:
+        """The last chunk of a stream with stream_options.include_usage: no choices, the usage of all."""
         cls = ChatCompletionChunk if chat else CompletionResponse
-        return self._dump(cls(**self._head(), choices=[], usage=usage_body(usage)))
+        return self._dump(cls(**self._head(), choices=[], usage=usage_body(total_usage(usages, self.n))))
 
     def _head(self) -> dict[str, Any]:
-        return {"id": self.id, "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint}
+        return {
+            "id": self.id,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "response_cache": self.cache,
+        }
 
     @staticmethod
     def _dump(body: Any) -> dict[str, Any]:

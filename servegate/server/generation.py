@@ -9,11 +9,13 @@ passed while waiting on the engine is `deadline_exceeded` (504); anything else t
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 from servegate.server.bodies import BodyBuilder, token_texts
@@ -24,37 +26,57 @@ from servegate.server.state import ServerState, internal_error, normalize
 _DEADLINE_SLACK_S = 0.25
 
 
-def engine_request(
-    served_max_output: int, request: CompletionRequest | ChatCompletionRequest, request_id: str, tenant: str | None
-) -> GenerationRequest:
-    """The engine's view of a completion or chat request."""
+def _choice_seed(served: ServedModel, request: CompletionRequest | ChatCompletionRequest, choice: int) -> int | None:
+    """The seed of one choice: the request's (choice i: seed + i), else as preprocess.unseeded_sampling says."""
+    if request.temperature == 0:
+        return request.seed  # greedy: the seed changes nothing
+    if request.seed is not None:
+        return (request.seed + choice) % 2**63
+    if served.preprocess.unseeded_sampling == "deterministic":
+        return (served.runtime.seed + choice) % 2**63
+    return secrets.randbits(63)
+
+
+def engine_requests(
+    served: ServedModel, request: CompletionRequest | ChatCompletionRequest, request_id: str, tenant: str | None
+) -> list[GenerationRequest]:
+    """The engine's requests for a completion or chat request: one per choice, prompt i's choice j at i * n + j."""
     if isinstance(request, ChatCompletionRequest):
-        max_tokens = request.max_completion_tokens or request.max_tokens or served_max_output
+        max_tokens = request.max_completion_tokens or request.max_tokens or served.postprocess.max_output_tokens
         top_logprobs = request.top_logprobs or 0
+        prompts: list[str | list[int] | None] = [None]
     else:
         max_tokens = request.max_tokens
         top_logprobs = request.logprobs or 0
-    params = SamplingParams(
-        max_tokens=max_tokens,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        top_k=request.top_k,
-        seed=request.seed,
-        stop=tuple(request.stop or ()),
-        logprobs=request.wants_logprobs(),
-        top_logprobs=top_logprobs,
-        ignore_eos=request.ignore_eos,
-    )
-    generation = GenerationRequest(id=request_id, params=params, tenant=tenant, arrival_time=time.monotonic())
-    if isinstance(request, ChatCompletionRequest):
-        generation.messages = [
-            {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages
-        ]
-    elif isinstance(request.prompt, str):
-        generation.prompt = request.prompt
-    else:
-        generation.prompt_token_ids = list(request.prompt)
-    return generation
+        prompts = list(request.prompts())
+    arrival = time.monotonic()
+    several = len(prompts) * request.n > 1
+    out = []
+    for index in range(len(prompts) * request.n):
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            seed=_choice_seed(served, request, index % request.n),
+            stop=tuple(request.stop or ()),
+            logprobs=request.wants_logprobs(),
+            top_logprobs=top_logprobs,
+            ignore_eos=request.ignore_eos,
+        )
+        choice_id = f"{request_id}-{index}" if several else request_id
+        generation = GenerationRequest(id=choice_id, params=params, tenant=tenant, arrival_time=arrival)
+        prompt = prompts[index // request.n]
+        if isinstance(request, ChatCompletionRequest):
+            generation.messages = [
+                {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages
+            ]
+        elif isinstance(prompt, str):
+            generation.prompt = prompt
+        else:
+            generation.prompt_token_ids = list(prompt or ())
+        out.append(generation)
+    return out
 
 
 @dataclass
@@ -138,16 +160,55 @@ async def run_to_finish(run: EngineRun) -> FinishEvent:
         await run.close()
 
 
-async def complete(
-    state: ServerState, endpoint: str, chat: bool, request: GenerationRequest, builder: BodyBuilder
-) -> tuple[int, dict[str, object], dict[str, str]]:
-    """Run a non-streamed request to its outcome: (status, OpenAI-shaped body, headers)."""
-    run = EngineRun(state, request)
+async def run_all(runs: list[EngineRun]) -> list[FinishEvent]:
+    """Run every choice's request at once; the first failure (by choice index) cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(run_to_finish(run)) for run in runs]
     try:
-        finish = await run_to_finish(run)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
+    if errors:
+        raise errors[0]  # type: ignore[misc]
+    return [task.result() for task in tasks]
+
+
+def cache_state(state: ServerState, finishes: list[bool]) -> str | None:
+    """`hit` (every choice from the response cache), `miss`, `partial`; None when no response cache is declared."""
+    if not state.served.postprocess.response_cache.enabled:
+        return None
+    if all(finishes):
+        return "hit"
+    return "partial" if any(finishes) else "miss"
+
+
+def token_strings(state: ServerState, run: EngineRun, finish: FinishEvent) -> list[str]:
+    """Each generated token's own text, as the top alternatives name tokens (EOS as the tokenizer writes it)."""
+    preprocessor = getattr(state.engine, "preprocessor", None)  # an endpoint engine has no tokenizer of its own
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    if tokenizer is None:
+        return token_texts(run.tokens)
+    return [tokenizer.decode([int(token)]) for token in finish.token_ids]
+
+
+async def complete(
+    state: ServerState, endpoint: str, chat: bool, requests: list[GenerationRequest], builder: BodyBuilder
+) -> tuple[int, dict[str, object], dict[str, str]]:
+    """Run a non-streamed request's choices to their outcome: (status, OpenAI-shaped body, headers)."""
+    runs = [EngineRun(state, request) for request in requests]
+    headers = {"X-Request-Id": builder.id}
+    try:
+        finishes = await run_all(runs)
     except ServingError as error:
-        return error.status, error.to_body(), {**error.headers(), "X-Request-Id": request.id}
-    run.record(endpoint, finish)
-    tokens = token_texts(run.tokens)
-    body = builder.chat(finish, tokens) if chat else builder.completion(finish, tokens)
-    return 200, body, {"X-Request-Id": request.id}
+        return error.status, error.to_body(), {**error.headers(), **headers}
+    for run, finish in zip(runs, finishes, strict=True):
+        run.record(endpoint, finish)
+    builder.cache = cache_state(state, [f.cached for f in finishes])
+    if builder.cache is not None:
+        headers["X-Servegate-Cache"] = builder.cache
+    pairs = zip(runs, finishes, strict=True)
+    choices = [(f, token_strings(state, run, f) if f.logprobs is not None else []) for run, f in pairs]
+    body = builder.chat(choices) if chat else builder.completion(choices)
+    return 200, body, headers

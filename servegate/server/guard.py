@@ -18,6 +18,8 @@ from servegate.contracts.errors import ServingError
 from servegate.server.state import ServerState, error_response
 
 access = logging.getLogger("servegate.access")
+_GUARDED = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/tokenize", "/detokenize"})
+"""Paths whose POST bodies the guard checks (every other POST is answered by the router: 404, or 405 with Allow)."""
 _METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"})
 
 ENDPOINT_LABELS = {
@@ -28,6 +30,10 @@ ENDPOINT_LABELS = {
     "/health": "health",
     "/ready": "ready",
     "/metrics": "metrics",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
+    "/tokenizer_info": "tokenizer_info",
+    "/openapi.json": "openapi",
 }
 """Metric label per path; paths outside this closed set are labelled `requests` (polling) or `other`."""
 
@@ -89,7 +95,7 @@ class BodyGuard:
                 access.info("%s %s -> %d (%.1f ms to first byte)", method, label, message["status"], elapsed_ms)
             await send(message)
 
-        if scope["method"] != "POST" or not scope["path"].startswith("/v1/"):
+        if scope["method"] != "POST" or scope["path"] not in _GUARDED:
             await self.app(scope, receive, counted_send)
             return
         refusal, body = await self._admit(scope, receive)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -21,7 +22,7 @@ from servegate.contracts.requests import (
 )
 from servegate.contracts.responses import AsyncStatus, ModelCard, ModelList
 from servegate.server.bodies import BodyBuilder, embeddings_body
-from servegate.server.generation import EngineRun, complete, engine_request
+from servegate.server.generation import EngineRun, complete, engine_requests
 from servegate.server.state import ServerState, error_response, internal_error, normalize
 from servegate.server.streaming import stream_response
 
@@ -61,7 +62,22 @@ async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any
             "invalid_request", param="model", detail=f"model '{state.served.name}' serves task {task}: use {use}"
         )
     parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
+    if isinstance(parsed, CompletionRequest):
+        _check_token_ids(state, parsed)
     return state, parsed, tenant_of(state, request, parsed.user)
+
+
+def _check_token_ids(state: ServerState, parsed: CompletionRequest) -> None:
+    """Token-id prompts within the loaded vocabulary, before anything is queued (an async request included)."""
+    tokenizer = getattr(getattr(state.engine, "preprocessor", None), "tokenizer", None)
+    if tokenizer is None:
+        return
+    vocab = len(tokenizer)
+    for i, prompt in enumerate(parsed.prompts()):
+        bad = next((t for t in prompt if t >= vocab), None) if isinstance(prompt, list) else None
+        if bad is not None:
+            detail = f"prompt: token id {bad} (prompt {i}) is outside the vocabulary: ids are 0 to {vocab - 1}"
+            raise ServingError("invalid_request", param="prompt", detail=detail)
 
 
 def _wants_async(request: Request) -> bool:
@@ -76,27 +92,41 @@ def _accepted(state: ServerState, endpoint: Endpoint, job_id: str) -> JSONRespon
     return JSONResponse(body, status_code=202, headers=headers)
 
 
+def _ignored_header(parsed: Any) -> dict[str, str]:
+    """X-Servegate-Ignored-Fields: the fields `unknown_fields: ignore` dropped (never silently)."""
+    dropped = parsed.dropped_fields()
+    # Field names are client text: JSON-escaped to printable ASCII, so no name can break or inject a header.
+    shown = ", ".join(json.dumps(path)[1:-1] for path in dropped)
+    return {"X-Servegate-Ignored-Fields": shown[:1024]} if dropped else {}
+
+
 async def _generate(request: Request, endpoint: Endpoint) -> Response:
     state, parsed, tenant = await _parse(request, endpoint)
     assert isinstance(parsed, CompletionRequest | ChatCompletionRequest)
     chat = endpoint == "chat"
     request_id = state.new_request_id(_ID_PREFIX[endpoint])
-    generation = engine_request(state.served.postprocess.max_output_tokens, parsed, request_id, tenant)
-    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint)
+    generations = engine_requests(state.served, parsed, request_id, tenant)
+    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n)
+    ignored = _ignored_header(parsed)
     if _wants_async(request):
         if parsed.stream:
             raise ServingError(
                 "invalid_request", param="stream", detail="stream: true cannot be combined with Prefer: respond-async"
             )
         state.async_results.submit(
-            request_id, endpoint, tenant, lambda: complete(state, endpoint, chat, generation, builder)
+            request_id, endpoint, tenant, lambda: complete(state, endpoint, chat, generations, builder)
         )
-        return _accepted(state, endpoint, request_id)
+        accepted = _accepted(state, endpoint, request_id)
+        accepted.headers.update(ignored)
+        return accepted
     if parsed.stream:
         include_usage = parsed.stream_options is not None and parsed.stream_options.include_usage
-        return await stream_response(EngineRun(state, generation), builder, endpoint, chat, include_usage)
-    status, body, headers = await complete(state, endpoint, chat, generation, builder)
-    return JSONResponse(body, status_code=status, headers=headers)
+        runs = [EngineRun(state, generation) for generation in generations]
+        streamed = await stream_response(state, runs, builder, endpoint, chat, include_usage)
+        streamed.headers.update(ignored)
+        return streamed
+    status, body, headers = await complete(state, endpoint, chat, generations, builder)
+    return JSONResponse(body, status_code=status, headers={**headers, **ignored})
 
 
 @router.post("/v1/completions")

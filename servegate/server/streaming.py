@@ -1,6 +1,7 @@
 """Server-sent events in the OpenAI chunk format: `data: {chunk}` lines, ending in `data: [DONE]`.
 
-The response starts only once the first event is in, so a request refused before generating (overload,
+Each choice (prompt x n) is its own engine request; their chunks interleave, each naming its choice index.
+The response starts only once every choice's first event is in, so a request refused before generating (overload,
 input too long, queue deadline) still gets its proper HTTP status. An error after that arrives as one
 `data: {"error": ...}` event (OpenAI clients raise it), then `[DONE]`. The streamed text always adds up
 to the FinishEvent's text, so a stream and a non-streamed request with the same seed say the same thing.
@@ -8,6 +9,7 @@ to the FinishEvent's text, so a stream and a non-streamed request with the same 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,9 +19,10 @@ from starlette.responses import StreamingResponse
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
-from servegate.runtime.api import FinishEvent, TokenEvent
+from servegate.runtime.api import FinishEvent, TokenEvent, Usage
 from servegate.server.bodies import BodyBuilder, finish_reason
-from servegate.server.generation import EngineRun
+from servegate.server.generation import EngineRun, cache_state
+from servegate.server.state import ServerState
 
 log = logging.getLogger("servegate.server")
 
@@ -30,54 +33,109 @@ def sse(payload: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+Event = TokenEvent | FinishEvent | ServingError
+
+
+async def _pump(index: int, run: EngineRun, queue: asyncio.Queue[tuple[int, Event]]) -> None:
+    """Forward one choice's events after its first, tagged with its index, ending at its finish or error."""
+    try:
+        while True:
+            event = await run.next()
+            queue.put_nowait((index, event))
+            if isinstance(event, FinishEvent):
+                return
+    except ServingError as error:
+        queue.put_nowait((index, error))
+
+
+def _finish_chunk(
+    run: EngineRun, event: FinishEvent, streamed: str, builder: BodyBuilder, chat: bool, index: int
+) -> dict[str, Any]:
+    # The engine may hold back text that could start a stop string: send what is left.
+    rest = event.text[len(streamed) :] if event.text.startswith(streamed) else ""
+    if not event.text.startswith(streamed):
+        log.warning("request %s: streamed text and final text differ", run.request.id)
+    reason = finish_reason(event)
+    if chat:
+        return builder.chat_chunk(ChatDelta(content=rest or None), reason, index)
+    return builder.completion_chunk(rest, reason, index)
+
+
 async def _chunks(
-    run: EngineRun,
-    first: TokenEvent | FinishEvent,
+    runs: list[EngineRun],
+    firsts: list[TokenEvent | FinishEvent],
     builder: BodyBuilder,
     endpoint: str,
     chat: bool,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    streamed = ""
-    event: TokenEvent | FinishEvent = first
+    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    for index, first in enumerate(firsts):
+        queue.put_nowait((index, first))
+    pumps = [
+        asyncio.ensure_future(_pump(i, run, queue)) for i, run in enumerate(runs) if isinstance(firsts[i], TokenEvent)
+    ]
+    streamed = [""] * len(runs)
+    usages: list[Usage] = []
+    finished = 0
     try:
         if chat:
-            yield sse(builder.chat_chunk(ChatDelta(role="assistant", content="")))
-        while True:
+            for index in range(len(runs)):
+                yield sse(builder.chat_chunk(ChatDelta(role="assistant", content=""), index=index))
+        while finished < len(runs):
+            index, event = await queue.get()
+            if isinstance(event, ServingError):
+                yield sse(event.to_body())
+                break
             if isinstance(event, TokenEvent):
                 if event.text:
-                    streamed += event.text
-                    delta = ChatDelta(content=event.text)
-                    yield sse(builder.chat_chunk(delta) if chat else builder.completion_chunk(event.text))
-            else:
-                # The engine may hold back text that could start a stop string: send what is left.
-                rest = event.text[len(streamed) :] if event.text.startswith(streamed) else ""
-                if not event.text.startswith(streamed):
-                    log.warning("request %s: streamed text and final text differ", run.request.id)
-                reason = finish_reason(event)
-                chunk = builder.chat_chunk(ChatDelta(content=rest or None), reason) if chat else None
-                yield sse(chunk if chat else builder.completion_chunk(rest, reason))
-                if include_usage:
-                    yield sse(builder.usage_chunk(chat, event.usage))
-                run.record(endpoint, event)
-                break
-            event = await run.next()
-    except ServingError as error:
-        yield sse(error.to_body())
+                    streamed[index] += event.text
+                    chunk = builder.chat_chunk(ChatDelta(content=event.text), index=index) if chat else None
+                    yield sse(chunk if chat else builder.completion_chunk(event.text, index=index))
+                continue
+            yield sse(_finish_chunk(runs[index], event, streamed[index], builder, chat, index))
+            runs[index].record(endpoint, event)
+            usages.append(event.usage)
+            finished += 1
+        else:
+            if include_usage:
+                yield sse(builder.usage_chunk(chat, usages))
     finally:
-        await run.close()
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        for run in runs:
+            await run.close()
     yield sse("[DONE]")
 
 
-async def stream_response(
-    run: EngineRun, builder: BodyBuilder, endpoint: str, chat: bool, include_usage: bool
-) -> StreamingResponse:
-    """Wait for the first event (errors before it raise ServingError), then stream the rest as SSE."""
+async def _first_events(runs: list[EngineRun]) -> list[TokenEvent | FinishEvent]:
+    """Every choice's first event; the first refusal (by index) closes them all and is raised."""
+    tasks = [asyncio.ensure_future(run.next()) for run in runs]
     try:
-        first = await run.next()
-    except ServingError:
-        await run.close()
-        raise
-    headers = {"Cache-Control": "no-cache", "X-Request-Id": run.request.id, "X-Accel-Buffering": "no"}
-    body = _chunks(run, first, builder, endpoint, chat, include_usage)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
+    if errors or any(task.cancelled() for task in tasks):
+        for run in runs:
+            await run.close()
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+        raise asyncio.CancelledError
+    return [task.result() for task in tasks]
+
+
+async def stream_response(
+    state: ServerState, runs: list[EngineRun], builder: BodyBuilder, endpoint: str, chat: bool, include_usage: bool
+) -> StreamingResponse:
+    """Wait for every choice's first event (errors before them raise ServingError), then stream all as SSE."""
+    firsts = await _first_events(runs)
+    builder.cache = cache_state(state, [event.cached for event in firsts])
+    headers = {"Cache-Control": "no-cache", "X-Request-Id": builder.id, "X-Accel-Buffering": "no"}
+    if builder.cache is not None:
+        headers["X-Servegate-Cache"] = builder.cache
+    body = _chunks(runs, firsts, builder, endpoint, chat, include_usage)
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)

@@ -142,8 +142,11 @@ def test_our_errors_arrive_as_the_clients_own_exceptions(client: openai.OpenAI) 
         client.completions.create(model=MODEL, prompt="x" * (MAX_INPUT + 10), max_tokens=2)
     assert too_long.value.code == "input_too_long" and str(MAX_INPUT) in too_long.value.message
     with pytest.raises(openai.BadRequestError) as n_error:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=2)
-    assert n_error.value.param == "n" and "only n=1" in n_error.value.message
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=17)
+    assert n_error.value.param == "n" and "preprocess.max_choices_per_request" in n_error.value.message
+    with pytest.raises(openai.BadRequestError) as unsupported:
+        client.completions.create(model=MODEL, prompt="x", echo=True, logprobs=1, max_tokens=1)
+    assert unsupported.value.code == "unsupported_parameter" and unsupported.value.param == "echo"
 
 
 # --- every invalid request class -------------------------------------------------------------------------
@@ -214,7 +217,8 @@ INVALID: list[tuple[str, str, str, bytes | None, dict[str, str], int, str, str |
         "invalid_request",
         "max_tokens",
     ),
-    ("unknown field", "POST", "/v1/completions", _raw({**OK, "best_of": 3}), JSON, 400, "unknown_parameter", "best_of"),
+    ("unknown field", "POST", "/v1/completions", _raw({**OK, "colour": 3}), JSON, 400, "unknown_parameter", "colour"),
+    ("unsupported", "POST", "/v1/completions", _raw({**OK, "echo": True}), JSON, 400, "unsupported_parameter", "echo"),
     (
         "unknown nested field",
         "POST",
@@ -235,7 +239,7 @@ INVALID: list[tuple[str, str, str, bytes | None, dict[str, str], int, str, str |
         "invalid_request",
         "messages[0].role",
     ),
-    ("n > 1", "POST", "/v1/completions", _raw({**OK, "n": 4}), JSON, 400, "invalid_request", "n"),
+    ("n over the limit", "POST", "/v1/completions", _raw({**OK, "n": 17}), JSON, 400, "invalid_request", "n"),
     ("unknown model", "POST", "/v1/completions", _raw({**OK, "model": "gpt-x"}), JSON, 404, "not_found", "model"),
     (
         "input too long",

@@ -28,6 +28,11 @@ VALID = [
     ("completions", CMPL),
     ("completions", {**CMPL, "prompt": ["one prompt"], "max_tokens": 32, "temperature": 0, "seed": 7, "stop": "x"}),
     ("completions", {**CMPL, "prompt": [5, 6, 7], "top_p": 0.5, "top_k": 3, "stop": ["a", "b"], "n": 1}),
+    ("completions", {**CMPL, "prompt": ["one", "two", "three"], "n": 2}),
+    ("completions", {**CMPL, "prompt": [[1, 20, 22]]}),
+    ("completions", {**CMPL, "prompt": [[1, 20, 22], [5]], "echo": False, "best_of": 1, "logit_bias": {}}),
+    ("completions", {**CMPL, "prompt": [[1.0, 2.0]]}),
+    ("chat", {**CHAT, "n": 4, "presence_penalty": 0, "tools": [], "tool_choice": "none"}),
     ("completions", {**CMPL, "stream": True, "stream_options": {"include_usage": True}, "user": "u1"}),
     ("completions", {**CMPL, "prompt": "tabs\tand\nnewlines are fine"}),
     ("chat", CHAT),
@@ -53,7 +58,12 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
     ("completions", {**CMPL, "prompt": 5}, "invalid_request", "prompt", True),
     ("completions", {**CMPL, "prompt": ""}, "invalid_request", "prompt", True),
     ("completions", {**CMPL, "prompt": []}, "invalid_request", "prompt", True),
-    ("completions", {**CMPL, "prompt": ["a", "b"]}, "invalid_request", "prompt", False),
+    ("completions", {**CMPL, "prompt": ["a"] * 17}, "invalid_request", "prompt", True),
+    ("completions", {**CMPL, "prompt": [[1, 2], []]}, "invalid_request", "prompt[1]", True),
+    ("completions", {**CMPL, "prompt": [[1, -2]]}, "invalid_request", "prompt[0][1]", True),
+    ("completions", {**CMPL, "prompt": [1, "a"]}, "invalid_request", "prompt[0]", True),
+    ("completions", {**CMPL, "prompt": ["a", ""]}, "invalid_request", "prompt[1]", True),
+    ("completions", {**CMPL, "prompt": ["a"] * 9, "n": 2}, "invalid_request", "n", False),
     ("completions", {**CMPL, "prompt": [1, -2]}, "invalid_request", "prompt[1]", True),
     ("completions", {**CMPL, "prompt": "a\u0000b"}, "invalid_request", "prompt", True),
     ("completions", {**CMPL, "prompt": "bell\u0007"}, "invalid_request", "prompt", True),
@@ -78,9 +88,22 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
         "stream_options.x",
         True,
     ),
-    ("completions", {**CMPL, "n": 2}, "invalid_request", "n", True),
+    ("completions", {**CMPL, "n": 17}, "invalid_request", "n", True),
+    ("completions", {**CMPL, "echo": True}, "unsupported_parameter", "echo", True),
+    ("completions", {**CMPL, "best_of": 3}, "unsupported_parameter", "best_of", True),
+    ("completions", {**CMPL, "logit_bias": {"5": 10}}, "unsupported_parameter", "logit_bias", True),
+    ("completions", {**CMPL, "suffix": "end"}, "unsupported_parameter", "suffix", True),
+    ("completions", {**CMPL, "metadata": {"k": "v"}}, "unknown_parameter", "metadata", True),
+    (
+        "completions",
+        {**CMPL, "stream": True, "stream_options": {"continuous_usage_stats": True}},
+        "unknown_parameter",
+        "stream_options.continuous_usage_stats",
+        True,
+    ),
     ("completions", {**CMPL, "logprobs": 2}, "invalid_request", "logprobs", True),
-    ("completions", {**CMPL, "frequency_penalty": 0.5}, "unknown_parameter", "frequency_penalty", True),
+    ("completions", {**CMPL, "frequency_penalty": 0.5}, "unsupported_parameter", "frequency_penalty", True),
+    ("completions", {**CMPL, "colour": "blue"}, "unknown_parameter", "colour", True),
     ("completions", {**CMPL, "user": ""}, "invalid_request", "user", True),
     ("completions", {**CMPL, "model": "other"}, "not_found", "model", True),
     ("chat", {"model": "m"}, "invalid_request", "messages", True),
@@ -92,14 +115,14 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
     (
         "chat",
         {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-        "unknown_parameter",
-        "messages[0].content[0].image_url",
+        "invalid_request",
+        "messages[0].content[0].type",
         True,
     ),
     (
         "chat",
-        {**CHAT, "messages": [{"role": "user", "content": "x", "tool_calls": []}]},
-        "unknown_parameter",
+        {**CHAT, "messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "1"}]}]},
+        "unsupported_parameter",
         "messages[0].tool_calls",
         True,
     ),
@@ -140,8 +163,12 @@ def test_invalid_requests_name_code_and_param(
 def test_messages_say_what_to_change() -> None:
     with pytest.raises(ServingError, match=r"max_tokens: must be <= 32, this model's max_output_tokens \(got 33\)"):
         parse_request(SERVED, "completions", {**CMPL, "max_tokens": 33})
-    with pytest.raises(ServingError, match="only n=1 is supported"):
-        parse_request(SERVED, "completions", {**CMPL, "n": 3})
+    with pytest.raises(ServingError, match=r"n: at most 16 choices per request \(preprocess.max_choices_per_request\)"):
+        parse_request(SERVED, "completions", {**CMPL, "n": 17})
+    with pytest.raises(ServingError, match="echo: true returns the prompt and its log-probabilities"):
+        parse_request(SERVED, "completions", {**CMPL, "echo": True})
+    with pytest.raises(ServingError, match="preprocess.unknown_fields: ignore accepts and drops it"):
+        parse_request(SERVED, "completions", {**CMPL, "store": False})
     with pytest.raises(ServingError, match="'messages' is required"):
         parse_request(SERVED, "chat", {"model": "m"})
 
@@ -170,7 +197,7 @@ def test_decode_body_refuses_what_is_not_a_json_object_of_valid_text(
 
 def test_unknown_fields_can_be_ignored_by_policy() -> None:
     lenient = SERVED.with_changes(preprocess={"unknown_fields": "ignore"})
-    parse_request(lenient, "completions", {**CMPL, "frequency_penalty": 0.0})
+    parse_request(lenient, "completions", {**CMPL, "frequency_penalty": 0.0, "colour": "blue"})
     assert request_json_schema(lenient, "completions")["additionalProperties"] is True
     assert request_json_schema(SERVED, "completions")["additionalProperties"] is False
 
@@ -209,3 +236,69 @@ def test_schema_bakes_in_the_manifest_limits() -> None:
 @pytest.mark.parametrize("name", sorted(RESPONSE_MODELS))
 def test_response_schemas_are_valid_json_schema(name: str) -> None:
     jsonschema.Draft202012Validator.check_schema(response_json_schema(name))
+
+
+def test_every_prompt_form_parses_to_a_list_of_prompts() -> None:
+    forms = {
+        "text": ["text"],
+        ("text",): ["text"],
+        ("a", "b"): ["a", "b"],
+        (1, 2, 3): [[1, 2, 3]],
+        ((1, 2), (3,)): [[1, 2], [3]],
+    }
+    for sent, prompts in forms.items():
+        body = json_list(sent)
+        assert parse_request(SERVED, "completions", {**CMPL, "prompt": body}).prompts() == prompts  # type: ignore[union-attr]
+
+
+def json_list(value: Any) -> Any:
+    """Tuples (hashable dict keys above) as the JSON lists a client sends."""
+    return [json_list(v) for v in value] if isinstance(value, tuple) else value
+
+
+def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them() -> None:
+    lenient = SERVED.with_changes(preprocess={"unknown_fields": "ignore"})
+    body = {
+        **CHAT,
+        "messages": [{"role": "assistant", "content": "x", "refusal": None}, {"role": "user", "content": "y"}],
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "metadata": {"k": "v"},
+        "colour": "blue",
+    }
+    parsed = parse_request(lenient, "chat", body)
+    assert parsed.dropped_fields() == [
+        "metadata",
+        "colour",
+        "stream_options.continuous_usage_stats",
+        "messages[0].refusal",
+    ]
+    jsonschema.validate(body, request_json_schema(lenient, "chat"))
+    for unsupported in ({"logit_bias": {"3": 1}}, {"frequency_penalty": 1.0}, {"response_format": {"type": "json"}}):
+        with pytest.raises(ServingError) as caught:
+            parse_request(lenient, "chat", {**CHAT, **unsupported})
+        assert caught.value.code == "unsupported_parameter" and caught.value.param == next(iter(unsupported))
+    with pytest.raises(ServingError) as caught:
+        parse_request(lenient, "completions", {**CMPL, "echo": True, "logprobs": 1, "max_tokens": 1})
+    assert caught.value.code == "unsupported_parameter" and caught.value.param == "echo"
+
+
+def test_reject_refuses_nested_unknown_fields_with_their_path() -> None:
+    body = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "a", "cache": 1}]}]}
+    with pytest.raises(ServingError) as caught:
+        parse_request(SERVED, "chat", body)
+    assert (caught.value.code, caught.value.param) == ("unknown_parameter", "messages[0].content[0].cache")
+
+
+def test_choices_limit_follows_the_manifest() -> None:
+    single = SERVED.with_changes(preprocess={"max_choices_per_request": 1})
+    with pytest.raises(ServingError) as caught:
+        parse_request(single, "completions", {**CMPL, "prompt": ["a", "b"]})
+    assert caught.value.param == "prompt" and "got 2 prompts" in caught.value.message
+    with pytest.raises(ServingError) as caught:
+        parse_request(single, "chat", {**CHAT, "n": 2})
+    assert caught.value.param == "n"
+    schema = request_json_schema(single, "completions")
+    assert schema["properties"]["n"]["maximum"] == 1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**CMPL, "prompt": ["a", "b"]}, schema)

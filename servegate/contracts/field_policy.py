@@ -1,0 +1,150 @@
+"""Which request fields outside servegate's API are accepted, dropped or refused, at every depth of the body.
+
+Three lists decide, whatever the manifest's `preprocess.unknown_fields` says, before that policy applies:
+
+- UNSUPPORTED: fields of the OpenAI API or of vLLM whose value changes the answer and that servegate does not
+  implement (`echo: true` would return the prompt's log-probabilities, `logit_bias` would reweigh tokens).
+  Sent with their neutral value (`echo: false`, `logit_bias: {}`) they ask for nothing and pass; any other
+  value is refused with `unsupported_parameter` (400), under every policy: dropping one would return a
+  different answer than the one the client asked for, without a word.
+- HARMLESS: metadata and extensions that cannot change the text, its tokens or its log-probabilities
+  (`metadata`, `store`, `stream_options.continuous_usage_stats`, ...). `ignore` drops them; `reject` refuses
+  them as unknown, saying that `ignore` would accept them.
+- anything else is a field servegate has never heard of: `reject` answers `unknown_parameter` (400);
+  `ignore` drops it. Every dropped field is named in the `X-Servegate-Ignored-Fields` response header.
+
+Paths are written as in error messages, with list positions as `[]`: `messages[].refusal`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from servegate.contracts.errors import ServingError
+
+_ANY_ENDPOINT = ("completions", "chat")
+
+UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
+    # path: (endpoints, neutral values, what the field would do)
+    "echo": (("completions",), (False, None), "echo: true returns the prompt and its log-probabilities"),
+    "best_of": (("completions",), (None, 1), "best_of samples several completions and returns the likeliest"),
+    "suffix": (("completions",), (None, ""), "suffix asks for text inserted before a given ending"),
+    "logit_bias": (_ANY_ENDPOINT, (None, {}), "logit_bias reweighs tokens before sampling"),
+    "presence_penalty": (_ANY_ENDPOINT, (None, 0, 0.0), "presence_penalty penalises tokens already present"),
+    "frequency_penalty": (_ANY_ENDPOINT, (None, 0, 0.0), "frequency_penalty penalises repeated tokens"),
+    "repetition_penalty": (_ANY_ENDPOINT, (None, 1, 1.0), "repetition_penalty (vLLM) penalises repeated tokens"),
+    "min_p": (_ANY_ENDPOINT, (None, 0, 0.0), "min_p (vLLM) drops tokens below a probability floor"),
+    "min_tokens": (_ANY_ENDPOINT, (None, 0), "min_tokens (vLLM) forbids stopping early"),
+    "stop_token_ids": (_ANY_ENDPOINT, (None, []), "stop_token_ids (vLLM) stops on given token ids"),
+    "include_stop_str_in_output": (_ANY_ENDPOINT, (None, False), "include_stop_str_in_output keeps the stop string"),
+    "skip_special_tokens": (_ANY_ENDPOINT, (None, True), "skip_special_tokens: false shows special tokens in text"),
+    "prompt_logprobs": (_ANY_ENDPOINT, (None,), "prompt_logprobs (vLLM) returns the prompt's log-probabilities"),
+    "truncate_prompt_tokens": (_ANY_ENDPOINT, (None,), "truncate_prompt_tokens (vLLM) cuts the prompt"),
+    "return_tokens_as_token_ids": (_ANY_ENDPOINT, (None, False), "return_tokens_as_token_ids changes logprob tokens"),
+    "response_format": (_ANY_ENDPOINT, (None, {"type": "text"}), "response_format constrains the output"),
+    "structured_outputs": (_ANY_ENDPOINT, (None,), "structured_outputs (vLLM) constrains the output"),
+    "guided_json": (_ANY_ENDPOINT, (None,), "guided_json (vLLM) constrains the output"),
+    "guided_regex": (_ANY_ENDPOINT, (None,), "guided_regex (vLLM) constrains the output"),
+    "guided_choice": (_ANY_ENDPOINT, (None,), "guided_choice (vLLM) constrains the output"),
+    "guided_grammar": (_ANY_ENDPOINT, (None,), "guided_grammar (vLLM) constrains the output"),
+    "tools": (("chat",), (None, []), "tools lets the model call functions"),
+    "tool_choice": (("chat",), (None, "none"), "tool_choice makes the model call a function"),
+    "functions": (("chat",), (None, []), "functions lets the model call functions"),
+    "function_call": (("chat",), (None, "none"), "function_call makes the model call a function"),
+    "messages[].tool_calls": (("chat", "tokenize"), (None, []), "tool_calls in a message need tool support"),
+    "chat_template": (("chat", "tokenize"), (None,), "chat_template (vLLM) replaces the manifest's chat template"),
+    "chat_template_kwargs": (
+        ("chat", "tokenize"),
+        (None, {}),
+        "chat_template_kwargs (vLLM) changes the rendered prompt",
+    ),
+    "add_generation_prompt": (
+        ("chat", "tokenize"),
+        (None, True),
+        "add_generation_prompt: false changes the rendered prompt",
+    ),
+    "continue_final_message": (
+        ("chat", "tokenize"),
+        (None, False),
+        "continue_final_message changes the rendered prompt",
+    ),
+}
+"""Answer-changing fields servegate does not implement: refused (unsupported_parameter) unless neutral."""
+
+HARMLESS: dict[str, str] = {
+    "metadata": "OpenAI: key-value tags stored with the request",
+    "store": "OpenAI: whether the provider stores the completion",
+    "service_tier": "OpenAI: the provider's processing tier",
+    "prompt_cache_key": "OpenAI: a hint for the provider's prompt cache",
+    "safety_identifier": "OpenAI: an end-user id for abuse detection",
+    "parallel_tool_calls": "OpenAI: tool-call parallelism (no tools are served)",
+    "request_id": "vLLM: the caller's own request id",
+    "priority": "vLLM: scheduling priority (order only, not the answer)",
+    "stream_options.continuous_usage_stats": "vLLM: usage in every chunk (guidellm sends it; the last chunk has it)",
+    "stream_options.include_obfuscation": "OpenAI: random padding of stream chunks",
+    "messages[].refusal": "OpenAI: a refusal text echoed back in an assistant message",
+    "messages[].annotations": "OpenAI: citations echoed back in an assistant message",
+}
+"""Fields known to change nothing in the answer: dropped under `ignore`."""
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def pattern_of(path: str) -> str:
+    """A field path with list positions generalised: messages[2].refusal -> messages[].refusal."""
+    return _INDEX.sub("[]", path)
+
+
+def extra_fields(model: BaseModel, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every field outside the API, at every depth of a validated request."""
+    for name, value in (model.model_extra or {}).items():
+        yield (f"{path}.{name}" if path else name), value
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        where = f"{path}.{name}" if path else name
+        if isinstance(value, BaseModel):
+            yield from extra_fields(value, where)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from extra_fields(item, f"{where}[{i}]")
+
+
+def judge_extras(extras: list[tuple[str, Any]], endpoint: str, policy: str, allowed: set[str]) -> list[str]:
+    """Refuse what must be refused (ServingError); return the paths dropped under the policy, in order.
+
+    `allowed`: top-level names the manifest's input_schema declares (kept, and validated by that schema).
+    """
+    dropped: list[str] = []
+    for path, value in extras:
+        if path in allowed:
+            continue
+        pattern = pattern_of(path)
+        spec = UNSUPPORTED.get(pattern)
+        if spec is not None and endpoint in spec[0]:
+            if any(value == neutral and type(value) is type(neutral) for neutral in spec[1]):
+                continue
+            detail = f"{spec[2]}, which servegate does not implement; leave '{path}' out"
+            raise ServingError("unsupported_parameter", param=path, detail=detail)
+        if policy == "reject":
+            hint = (
+                " (known to be harmless: preprocess.unknown_fields: ignore accepts and drops it)"
+                if (pattern in HARMLESS)
+                else ""
+            )
+            raise ServingError("unknown_parameter", param=path, hint=hint)
+        dropped.append(path)
+    return dropped
+
+
+def neutral_schema(endpoint: str) -> dict[str, dict[str, Any]]:
+    """JSON Schema of the top-level UNSUPPORTED fields of an endpoint: only their neutral values."""
+    return {
+        path: {"enum": list(spec[1]), "description": f"Not implemented: {spec[2]}; only the neutral value passes."}
+        for path, spec in UNSUPPORTED.items()
+        if endpoint in spec[0] and "." not in path and "[" not in path
+    }

@@ -1,0 +1,183 @@
+"""The request models of the OpenAI-compatible API: completions, chat completions and embeddings.
+
+Every model keeps fields outside the API aside (`extra="allow"`, at every depth) so that
+`servegate.contracts.field_policy` judges them all by one rule; `servegate.contracts.requests` parses.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from servegate.contracts.request_fields import NonEmptyText, Prompt, PromptField, StopField, Text, whole_numbers
+
+Endpoint = Literal["completions", "chat", "embeddings"]
+"""The three request kinds: /v1/completions, /v1/chat/completions, /v1/embeddings."""
+
+_KEEP_EXTRAS = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
+
+
+class StreamOptions(BaseModel):
+    """Options of a streamed response."""
+
+    model_config = _KEEP_EXTRAS
+
+    include_usage: bool = False
+    """Send a last chunk with the request's usage (and no choices) before [DONE]."""
+
+
+class _ApiRequest(BaseModel):
+    """Fields shared by every endpoint. Fields outside the API are kept aside and judged by the field policy."""
+
+    model_config = _KEEP_EXTRAS
+
+    model: str = Field(min_length=1, max_length=256)
+    """The served model's name (GET /v1/models lists it)."""
+    user: str | None = Field(default=None, min_length=1, max_length=256)
+    """End-user id; the tenant when preprocess.tenant_from is `user`. Never logged."""
+    _dropped: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_as_published(cls, data: Any) -> Any:
+        return whole_numbers(data)
+
+    def dropped_fields(self) -> list[str]:
+        """Paths of the fields the manifest's `unknown_fields: ignore` dropped (named in a response header)."""
+        return list(self._dropped)
+
+
+class _GenerationRequest(_ApiRequest):
+    """Sampling fields shared by completions and chat completions."""
+
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    """Sampling temperature; 0 is greedy (deterministic, whatever the seed)."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: keep the smallest token set whose probability reaches top_p."""
+    top_k: int = Field(default=0, ge=0, le=100_000)
+    """Keep only the k most likely tokens (0: no limit)."""
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    """Same seed, same request: same output. Without one, sampling draws afresh for every request (as OpenAI
+    and vLLM do), unless the manifest declares `preprocess.unseeded_sampling: deterministic`, which seeds it
+    with runtime.seed. Choice i of n gets seed + i."""
+    stop: StopField | None = None
+    """Up to 4 stop strings; generation ends before the first one and it is not returned."""
+    stream: bool = False
+    """Send the output as server-sent events, ending in `data: [DONE]`."""
+    stream_options: StreamOptions | None = None
+    """Options of the stream (only with stream: true)."""
+    n: int = Field(default=1, ge=1, le=128)
+    """Choices per prompt, each its own engine request (prompts x n at most the manifest's
+    preprocess.max_choices_per_request)."""
+    ignore_eos: bool = False
+    """Keep generating past the end-of-sequence token up to max_tokens (as vLLM; for exact-length benchmarks)."""
+
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, value: StreamOptions | None, info: Any) -> StreamOptions | None:
+        if value is not None and not info.data.get("stream", False):
+            raise ValueError("stream_options is only allowed when stream is true")
+        return value
+
+    def wants_logprobs(self) -> bool:
+        """Whether the client asked for log-probabilities (each endpoint spells it its own way)."""
+        return False
+
+    def prompt_count(self) -> int:
+        """How many prompts the request holds (chat: one conversation)."""
+        return 1
+
+
+class CompletionRequest(_GenerationRequest):
+    """POST /v1/completions."""
+
+    prompt: PromptField
+    """The prompt: a string, a list of strings, a list of token ids, or a list of token-id lists. Several
+    prompts are answered as several choices, prompt i's j-th choice at index i * n + j."""
+    max_tokens: int = Field(default=16, ge=1)
+    """Most tokens to generate (at most the manifest's postprocess.max_output_tokens)."""
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    """Return the log-probability of each chosen token and this many top alternatives."""
+
+    def wants_logprobs(self) -> bool:
+        """Whether the client asked for log-probabilities."""
+        return self.logprobs is not None
+
+    def prompts(self) -> list[Prompt]:
+        """The prompts, in the order their choices are answered."""
+        return list(self.prompt)
+
+    def prompt_count(self) -> int:
+        """How many prompts the request holds."""
+        return len(self.prompt)
+
+
+class TextPart(BaseModel):
+    """One text part of a message's content."""
+
+    model_config = _KEEP_EXTRAS
+
+    type: Literal["text"]
+    """Only text parts are supported."""
+    text: Text
+    """The text."""
+
+
+class ChatMessage(BaseModel):
+    """One chat message."""
+
+    model_config = _KEEP_EXTRAS
+
+    role: Literal["system", "developer", "user", "assistant"]
+    """Who wrote the message."""
+    content: Text | list[TextPart]
+    """The message text, or a list of text parts."""
+    name: str | None = Field(default=None, max_length=64)
+    """Optional name of the author."""
+
+    def text(self) -> str:
+        """The content as one string."""
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=1024)
+    """The conversation so far, rendered with the manifest's chat template."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Most tokens to generate (default and maximum: the manifest's postprocess.max_output_tokens)."""
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    """Newer name of max_tokens; give one of the two."""
+    logprobs: bool = False
+    """Return the log-probability of each chosen token."""
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    """Also return this many top alternatives per token (needs logprobs: true)."""
+
+    def wants_logprobs(self) -> bool:
+        """Whether the client asked for log-probabilities."""
+        return self.logprobs
+
+
+class EmbeddingRequest(_ApiRequest):
+    """POST /v1/embeddings."""
+
+    input: NonEmptyText | Annotated[list[NonEmptyText], Field(min_length=1, max_length=2048)]
+    """One text or a list of texts to embed."""
+    encoding_format: Literal["float", "base64"] = "float"
+    """`float`: lists of numbers; `base64`: little-endian float32 bytes, base64-encoded."""
+    dimensions: int | None = Field(default=None, ge=1)
+    """Not supported: the model's own dimension is always returned."""
+
+    def texts(self) -> list[str]:
+        """The inputs as a list."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+REQUEST_MODELS: dict[str, type[_ApiRequest]] = {
+    "completions": CompletionRequest,
+    "chat": ChatCompletionRequest,
+    "embeddings": EmbeddingRequest,
+}
+ApiRequest = CompletionRequest | ChatCompletionRequest | EmbeddingRequest

@@ -1,0 +1,102 @@
+"""POST /tokenize, POST /detokenize and GET /tokenizer_info as vLLM serves them (servegate.contracts.tokenizer_api).
+
+They answer from the engine's own tokenizer and chat template, so the ids are the ones a completion request
+would run on. An engine without a local tokenizer (backend: endpoint) answers 404 on all three.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.field_policy import extra_fields, judge_extras
+from servegate.contracts.requests import decode_body, validation_error
+from servegate.contracts.tokenizer_api import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeChatRequest,
+    TokenizePromptRequest,
+    TokenizeResponse,
+    tokenizer_info,
+)
+from servegate.server.state import ServerState
+
+router = APIRouter()
+
+
+def _preprocessor(request: Request) -> tuple[ServerState, Any]:
+    state: ServerState = request.app.state.serving
+    state.refuse_unless_ready()
+    preprocessor = getattr(state.engine, "preprocessor", None)
+    if getattr(preprocessor, "tokenizer", None) is None:
+        detail = f"no route {request.url.path}: this deployment's engine has no local tokenizer; ask the backend's own"
+        raise ServingError("not_found", detail=detail)
+    return state, preprocessor
+
+
+def _parse(state: ServerState, model_cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    try:
+        parsed = model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, data) from None
+    judge_extras(list(extra_fields(parsed)), "tokenize", state.served.preprocess.unknown_fields, set())
+    model = getattr(parsed, "model", None)
+    if model is not None and model != state.served.name:
+        detail = f"model '{model}' is not served here; available: {state.served.name}"
+        raise ServingError("not_found", param="model", detail=detail)
+    return parsed
+
+
+def _check_ids(ids: list[int], vocab_size: int) -> None:
+    for i, token in enumerate(ids):
+        if token >= vocab_size:
+            raise ServingError(
+                "invalid_request", param=f"tokens[{i}]", detail=f"tokens[{i}]: ids are 0 to {vocab_size - 1}"
+            )
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> Response:
+    """Token ids of a prompt, or of chat messages rendered with the manifest's chat template (as vLLM)."""
+    state, preprocessor = _preprocessor(request)
+    data = decode_body(await request.body())
+    tokenizer = preprocessor.tokenizer
+    if "messages" in data:
+        chat: TokenizeChatRequest = _parse(state, TokenizeChatRequest, data)
+        messages = [{"role": m.role, "content": m.text()} for m in chat.messages]
+        text, special, strs = preprocessor.render_chat(messages), chat.add_special_tokens, chat.return_token_strs
+    else:
+        plain: TokenizePromptRequest = _parse(state, TokenizePromptRequest, data)
+        text, special, strs = plain.prompt, plain.add_special_tokens, plain.return_token_strs
+    ids = [int(t) for t in tokenizer(text, add_special_tokens=special)["input_ids"]]
+    body = TokenizeResponse(
+        count=len(ids),
+        max_model_len=state.served.runtime.max_model_len,
+        tokens=ids,
+        token_strs=[tokenizer.decode([t]) for t in ids] if strs else None,
+    )
+    return JSONResponse(body.model_dump(mode="json"))
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request) -> Response:
+    """The text of token ids (as vLLM)."""
+    state, preprocessor = _preprocessor(request)
+    parsed: DetokenizeRequest = _parse(state, DetokenizeRequest, decode_body(await request.body()))
+    _check_ids(parsed.tokens, len(preprocessor.tokenizer))
+    return JSONResponse(DetokenizeResponse(prompt=preprocessor.tokenizer.decode(parsed.tokens)).model_dump())
+
+
+@router.get("/tokenizer_info")
+async def get_tokenizer_info(request: Request) -> Response:
+    """The tokenizer's configuration: special tokens, chat template, lengths (as vLLM)."""
+    state, preprocessor = _preprocessor(request)
+    template = None
+    if state.served.preprocess.chat_template != "none":
+        template = preprocessor.template_source or getattr(preprocessor.tokenizer, "chat_template", None)
+    info = tokenizer_info(preprocessor.tokenizer, state.served.runtime.max_model_len, template)
+    return JSONResponse(info)

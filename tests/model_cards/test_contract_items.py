@@ -1,0 +1,31 @@
+"""The note's contract items state what the API does for clients: cache marks, choices, sampling without a seed."""
+
+from __future__ import annotations
+
+from servegate.contracts.manifest import ServedModel
+from servegate.model_cards.items_contract import input_contract, output_contract
+
+SERVED = ServedModel.model_validate(
+    {
+        "name": "m",
+        "weights": {"source": "zoo:tiny-primary"},
+        "preprocess": {"max_choices_per_request": 4},
+        "postprocess": {"response_cache": {"enabled": True}},
+    }
+)
+
+
+def test_the_output_contract_says_how_a_cache_hit_is_marked() -> None:
+    cache = output_contract(SERVED)["response_cache"]
+    assert "X-Servegate-Cache" in cache["marked"] and "response_cache" in cache["marked"]
+    schema = output_contract(SERVED)["response_schemas"]["completions"]
+    assert "response_cache" in schema["properties"]
+    assert output_contract(SERVED.with_changes(postprocess={}))["response_cache"] is None
+
+
+def test_the_input_contract_states_choices_sampling_and_unsupported_fields() -> None:
+    item = input_contract(SERVED)
+    assert item["limits"]["max_choices_per_request"] == 4
+    assert item["unseeded_sampling"] == "fresh"
+    assert "unsupported_parameter" in {row["code"] for row in item["errors"]}
+    assert "preprocess.unseeded_sampling" in item["request_schemas"]["completions"]["properties"]["seed"]["description"]
