@@ -143,11 +143,7 @@ def _rows(source: str, split: str, limit: int | None, stamp: int) -> tuple[dict[
 
 
 def load_suite_data(served: ServedModel, suite: Suite) -> SuiteData:
-    """Load a declared suite's items (its `limit` applied) and hash them."""
-    if suite.lm_eval is not None:
-        from servegate.gates.lm_eval_suites import load_lm_eval_data
-
-        return load_lm_eval_data(served, suite)
+    """Load a declared JSONL suite's items (its `limit` applied) and hash them (lm-eval suites: lm_eval_suites)."""
 
     source = _suite_source(served, suite)
     try:
@@ -262,11 +258,7 @@ def burst(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: floa
 def run_items(
     engine: Engine, data: SuiteData, items: Sequence[SuiteItem] | None = None, progress: Progress | None = None
 ) -> list[ItemOutput]:
-    """Generate greedy outputs for (some of) a suite's items (an lm-eval suite: run its task on the engine)."""
-    if data.suite.lm_eval is not None:
-        from servegate.gates.lm_eval_suites import run_lm_eval_items
-
-        return run_lm_eval_items(engine, data, items, progress)
+    """Generate greedy outputs for (some of) a JSONL suite's items (lm-eval suites: lm_eval_suites)."""
     chosen = list(data.items if items is None else items)
     results = generate(engine, requests_for(data, chosen), progress)
     return [ItemOutput.from_result(item.id, result) for item, result in zip(chosen, results, strict=True)]

@@ -19,10 +19,24 @@ from typing import Any
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import LM_EVAL_INSTALL, LmEvalTask, Suite, lm_eval_installed
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.evaluation import ItemOutput, Progress, SuiteData, SuiteItem
+from servegate.gates.evaluation import ItemOutput, Progress, SuiteData, SuiteItem, load_suite_data, run_items
 from servegate.runtime.api import Engine, FinishEvent, PromptLogprobs
 
 log = logging.getLogger("servegate.gates")
+
+
+def load_any_suite(served: ServedModel, suite: Suite) -> SuiteData:
+    """A declared suite's items: an lm-eval task's documents, or a JSONL suite's rows."""
+    return load_lm_eval_data(served, suite) if suite.lm_eval is not None else load_suite_data(served, suite)
+
+
+def run_any_items(
+    engine: Engine, data: SuiteData, items: Sequence[SuiteItem] | None = None, progress: Progress | None = None
+) -> list[ItemOutput]:
+    """Outputs of (some of) a suite's items: its lm-eval task run on the engine, or greedy generations."""
+    if data.suite.lm_eval is not None:
+        return run_lm_eval_items(engine, data, items, progress)
+    return run_items(engine, data, items, progress)
 
 
 def _require_lm_eval(suite: Suite) -> None:

@@ -392,6 +392,9 @@ class EndpointEngine:
         self.start_sync()
         return score_on_remote(self, requests, feed_window(self.served))
 
+    error_from_status = staticmethod(_error_from_status)
+    """A remote's non-200 answer as a catalogued error (endpoint_scoring reads answers too)."""
+
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Embeddings from the endpoint's /embeddings."""
         body: dict[str, Any] = {"model": self.model, "input": list(texts)}

@@ -95,9 +95,7 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
         remaining = max(0.0, admitted.deadline - time.monotonic())
         resp = await asyncio.wait_for(client.post(engine.base_url + "/completions", json=body), timeout=remaining)
         if resp.status_code != 200:
-            from servegate.runtime.endpoint import _error_from_status
-
-            error = _error_from_status(resp.status_code, resp.text)
+            error = engine.error_from_status(resp.status_code, resp.text)
             if error.code in ("invalid_request", "unsupported_parameter", "unknown_parameter"):
                 error = cannot_score(engine.base_url, error.message)
             return ErrorEvent(request.id, error)
