@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import lm_eval.models  # noqa: F401  (lm-eval fills its registry lazily only while it is empty: fill it first)
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 

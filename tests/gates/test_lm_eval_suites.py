@@ -16,10 +16,10 @@ apiVersion: servegate/v1
 kind: ServedModel
 name: lm-eval-base
 weights: {source: zoo:tiny-primary}
-preprocess: {chat_template: none, max_input_tokens: 64, truncation: left}
+preprocess: {chat_template: none, max_input_tokens: 96, truncation: left}
 runtime: {max_model_len: 128, kv_cache: {block_size: 16, memory_budget: 1MiB}}
 batching: {mode: continuous, max_batch_size: 8}
-postprocess: {max_output_tokens: 32}
+postprocess: {max_output_tokens: 32, logprobs: true}
 quality:
   suites:
     - {name: arith-lm, lm_eval: {task: zoo_arith, limit: LIMIT, include_path: zoo}, public: true}
