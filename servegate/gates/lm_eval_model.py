@@ -64,6 +64,9 @@ class ServegateLM(LM):
         self.progress = progress
         self.results: dict[tuple[str, int], list[tuple[int, Any]]] = {}
         """(task, doc id) -> (request index, what the engine returned) for every request of that doc."""
+        self._by_request: dict[tuple[str, str], Any] = {}
+        """(task, repr of the request's arguments) -> what the engine returned (how a logged sample finds it:
+        lm-eval renumbers the instances' doc ids when it runs chosen documents)."""
 
     def close(self) -> None:
         """Shut down the engine when this model built it."""
@@ -90,6 +93,12 @@ class ServegateLM(LM):
 
     def _record(self, instance: Any, result: Any) -> None:
         self.results.setdefault(request_key(instance), []).append((int(instance.idx), result))
+        self._by_request[(str(instance.task_name), repr(tuple(instance.args)))] = result
+
+    def results_for(self, task: str, arguments: Sequence[Any]) -> list[tuple[int, Any]]:
+        """(index, what the engine returned) for each request of a logged sample, found by its arguments."""
+        found = ((i, self._by_request.get((task, repr(tuple(args))))) for i, args in enumerate(arguments))
+        return [(i, result) for i, result in found if result is not None]
 
     def _pair_ids(self, context: str, continuation: str) -> tuple[list[int], int]:
         """Token ids of context + continuation (BOS as the tokenizer adds it) and how many are the continuation."""

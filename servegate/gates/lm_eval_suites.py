@@ -158,7 +158,8 @@ def run_lm_eval(
         task_manager=task_manager(include, spec.task),
         num_fewshot=spec.num_fewshot,
         limit=data.suite.item_limit if whole else None,
-        samples=None if whole else {spec.task: [int(i.id) for i in chosen]},
+        # sorted: lm-eval runs the chosen documents in dataset order but labels them in the order given
+        samples=None if whole else {spec.task: sorted({int(i.id) for i in chosen})},
         log_samples=True,
         bootstrap_iters=0,
         random_seed=served.runtime.seed,
@@ -170,7 +171,8 @@ def run_lm_eval(
         raise ServegateError(f"lm-eval returned no results for task {spec.task}")
     samples = {int(s["doc_id"]): s for s in results["samples"].get(spec.task, [])}
     outputs = [
-        _output(item, samples.get(int(item.id)), lm.results.get((spec.task, int(item.id)), [])) for item in chosen
+        _output(item, sample, lm.results_for(spec.task, sample.get("arguments", [])) if sample else [])
+        for item, sample in ((item, samples.get(int(item.id))) for item in chosen)
     ]
     return outputs, dict(results["results"].get(spec.task, {}))
 

@@ -142,3 +142,18 @@ def test_lm_eval_finds_the_servegate_model_by_name(manifests: dict[str, Path]) -
     finally:
         lm.close()
     assert len(results["samples"]["zoo_arith_choice"]) == 8 and len(lm.results) == 8
+
+
+def test_chosen_items_in_any_order_get_their_own_outputs(base_runs: Any) -> None:
+    """What the truncation gate does: re-run some items, in its own order; each keeps its own answer."""
+    from servegate.gates.lm_eval_suites import run_lm_eval
+
+    served, ctx, runs = base_runs
+    for data in ctx.suites():
+        chosen = [data.items[i] for i in (7, 2, 5, 0)]
+        outputs, _ = run_lm_eval(ctx.engines.get(served), data, chosen)
+        full = runs[data.name].outputs
+        assert [o.id for o in outputs] == ["7", "2", "5", "0"]
+        assert [(o.text, o.token_ids, o.scores) for o in outputs] == [
+            (full[i].text, full[i].token_ids, full[i].scores) for i in (7, 2, 5, 0)
+        ]
