@@ -48,8 +48,12 @@ class ServegateLM(LM):
         manifest: str | None = None,
         chunk: int = 64,
         progress: Callable[[int], None] | None = None,
+        **lm_eval_options: Any,
     ) -> None:
-        """`engine`: a built servegate engine; else `manifest` is loaded and its engine built (and owned)."""
+        """`engine`: a built servegate engine; else `manifest` is loaded and its engine built (and owned).
+
+        lm-eval's own options (batch_size, device, ...) are ignored: the manifest's batching and device apply.
+        """
         super().__init__()
         self._owned = engine is None
         if engine is None:

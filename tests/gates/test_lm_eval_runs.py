@@ -129,7 +129,7 @@ def test_lm_eval_finds_the_servegate_model_by_name(manifests: dict[str, Path]) -
     from servegate.zoo.lm_eval_tasks import task_dir
 
     assert get_model("servegate") is ServegateLM
-    lm = ServegateLM.create_from_arg_obj({"manifest": str(manifests["base"])})
+    lm = ServegateLM.create_from_arg_obj({"manifest": str(manifests["base"])}, {"batch_size": 4, "device": "cpu"})
     try:
         results = simple_evaluate(
             model=lm,
