@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def task_dir(root: Path | None = None) -> Path:
     try:
         staging.rename(out)
     except OSError:  # another process wrote the same folder first: theirs is identical
-        pass
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
