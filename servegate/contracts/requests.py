@@ -309,6 +309,8 @@ def request_json_schema(served: ServedModel, endpoint: Endpoint) -> dict[str, An
             message["tool_calls"] = {"enum": [None, []], "description": "Not implemented: tools."}
     else:
         props["dimensions"] = {"type": "null", "description": props["dimensions"].get("description", "")}
+    if served.preprocess.tenant_from == "user":  # the server refuses a request that names no tenant
+        schema["required"] = [*schema.get("required", []), "user"]
     extra = served.preprocess.input_schema
     for name in (extra or {}).get("properties", {}):
         props.setdefault(name, {})

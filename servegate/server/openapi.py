@@ -72,17 +72,21 @@ def _errors(schemas: _Schemas, statuses: dict[int, str]) -> dict[str, Any]:
 
 def _api_errors(served: ServedModel) -> dict[int, str]:
     overload = served.failure_policy.overload_status
-    return {
+    statuses = {
         400: "invalid_request, unknown_parameter, unsupported_parameter or input_too_long",
         404: "not_found: the model is not served here",
         413: "payload_too_large",
         415: "unsupported_media: the body is not application/json",
-        overload: "overloaded (Retry-After)" if overload == 429 else "overloaded or model_unavailable (Retry-After)",
+        429: "overloaded (Retry-After)",
         500: "internal (an incident id, never request text)",
         502: "invalid_output: the output breaks the declared output schema",
-        503: "model_unavailable: loading, failed warm-up or draining (Retry-After)",
+        503: "model_unavailable: loading, failed warm-up or draining (Retry-After)"
+        + ("; overloaded (Retry-After)" if overload == 503 else ""),
         504: "deadline_exceeded",
     }
+    if overload != 429:
+        del statuses[429]  # overload is answered 503 here
+    return statuses
 
 
 def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation: dict[str, Any]) -> None:
@@ -113,8 +117,9 @@ def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation:
 
 
 def _tenant(served: ServedModel, required: bool) -> list[dict[str, Any]]:
-    """The X-Tenant header parameter when the manifest takes tenants from it."""
-    if served.preprocess.tenant_from == "none":
+    """X-Tenant: required on the API when tenants come from it; optional on polling whenever tenants exist."""
+    source = served.preprocess.tenant_from
+    if source == "none" or (required and source != "header"):
         return []
     tenant = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[ -~]+$"}
     needed = required and served.preprocess.tenant_from == "header"

@@ -94,3 +94,14 @@ def test_the_app_serves_the_document_and_allow_on_405() -> None:
         assert wrong.json()["error"]["code"] == "invalid_request"
         models = client.post("/v1/models")
         assert models.status_code == 405 and models.headers["allow"] == "GET"
+
+
+def test_the_document_follows_the_manifest() -> None:
+    served = SERVED.with_changes(preprocess={"tenant_from": "user"}, failure_policy={"overload_status": 503})
+    operation = _document(served)["paths"]["/v1/completions"]["post"]
+    assert "429" not in operation["responses"] and "overloaded" in operation["responses"]["503"]["description"]
+    assert "user" in operation["requestBody"]["content"]["application/json"]["schema"]["required"]
+    assert [p["name"] for p in operation["parameters"]] == ["Prefer"]
+    embed = SERVED.with_changes(preprocess={"task": "embed"})
+    assert set(_document(embed)["paths"]) >= {"/v1/embeddings"}
+    assert "/v1/completions" not in _document(embed)["paths"]
