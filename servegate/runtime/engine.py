@@ -30,7 +30,8 @@ from servegate.runtime.api import (
 )
 from servegate.runtime.engine_setup import EngineParts, build_parts
 from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
-from servegate.runtime.loop_jobs import LoopJobs, result_of
+from servegate.runtime.loop_jobs import LoopJobs
+from servegate.runtime.prompt_scoring import score_on_engine
 from servegate.runtime.request_state import RequestState, new_request_state
 from servegate.runtime.scheduling import SchedulerOutput
 from servegate.runtime.step_trace import open_step_trace
@@ -193,12 +194,7 @@ class ReferenceEngine:
 
     def score(self, requests: Seq[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities of each request (one prefill, nothing sampled), run between steps."""
-        from servegate.runtime.prompt_scoring import score_requests
-
-        self.start_sync()
-        if self._thread is None:  # no loop (task: embed): score_requests answers that there is no model
-            return score_requests(self.served, self.parts, requests)
-        return list(result_of(*self._jobs.put(lambda: score_requests(self.served, self.parts, requests))))
+        return score_on_engine(self, self._jobs, requests)
 
     async def embed(self, texts: Seq[str], tenant: str | None = None) -> list[list[float]]:
         """Embedding vectors (task: embed only)."""

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
+from servegate.runtime.loop_jobs import LoopJobs, result_of
 
 
 def token_logprobs(
@@ -24,6 +23,8 @@ def token_logprobs(
 ) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
     """log p of each token given the ones before it, whether it was the argmax there, and the top_k tokens
     at each position (first position: None, True, {})."""
+    import torch  # imported here: the engine module imports this one, and the CLI must start fast
+
     device = next(model.parameters()).device
     ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)
     with torch.inference_mode():
@@ -35,6 +36,14 @@ def token_logprobs(
     values, top_ids = logp.topk(max(1, top_k), dim=-1)
     top = [dict(zip(i, v, strict=True)) for i, v in zip(top_ids.tolist(), values.tolist(), strict=True)]
     return [None, *chosen.tolist()], [True, *greedy.tolist()], [{}, *top]
+
+
+def score_on_engine(engine: Any, jobs: LoopJobs, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+    """The reference engine's `score`: queued on its loop thread (`jobs`), or here when it runs no loop (embed)."""
+    engine.start_sync()
+    if engine._thread is None:  # task: embed; score_requests answers that there is no causal model
+        return score_requests(engine.served, engine.parts, requests)
+    return list(result_of(*jobs.put(lambda: score_requests(engine.served, engine.parts, requests))))
 
 
 def score_requests(served: ServedModel, parts: Any, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
