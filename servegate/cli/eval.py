@@ -62,6 +62,10 @@ def evaluate(
                         f"[{interval.low:.4f}, {interval.high:.4f}]", str(errors),
                     )  # fmt: skip
                 payload["suites"][data.name] = {"items": len(run.outputs), "errors": errors, "metrics": metrics}
+                if data.suite.lm_eval is not None:  # lm-eval's own figure, comparable with numbers published elsewhere
+                    from servegate.gates.lm_eval_suites import lm_eval_aggregate
+
+                    payload["suites"][data.name]["lm_eval_aggregate"] = lm_eval_aggregate(served, data, run.scores)
     finally:
         pool.close()
     console.print(table)

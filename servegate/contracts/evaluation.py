@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib.util
+import sys
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -11,6 +13,38 @@ from servegate.contracts.units import ByteSize
 
 # --- quality ---------------------------------------------------------------------------------------
 
+LM_EVAL_INSTALL = "pip install 'servegate[lm-eval]'"
+"""The command that installs the optional lm-evaluation-harness extra (a tested lm-eval version)."""
+
+_JSONL_ONLY = ("dataset", "split", "prompt_field", "reference_field", "max_tokens")
+"""Suite fields that describe servegate's own JSONL suites; an lm-eval task's YAML says these itself."""
+
+
+def lm_eval_installed() -> bool:
+    """Whether lm-evaluation-harness can be imported (without importing it: that takes seconds)."""
+    if "lm_eval" in sys.modules:
+        return sys.modules["lm_eval"] is not None
+    try:
+        return importlib.util.find_spec("lm_eval") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class LmEvalTask(Section):
+    """An lm-evaluation-harness task run as a suite: lm-eval builds the prompts and scores each sample."""
+
+    task: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    """lm-eval task name (`gsm8k`, `mmlu_abstract_algebra`, or one defined by a YAML under include_path)."""
+    num_fewshot: int | None = Field(default=None, ge=0, le=64)
+    """Few-shot examples put before each prompt (`null`: the task's own default)."""
+    limit: int | None = Field(default=None, ge=1)
+    """Evaluate only the first N documents of the task (`null`: all)."""
+    include_path: str | None = Field(default=None, min_length=1)
+    """Folder of task YAMLs lm-eval reads besides its own (relative to the manifest), or `zoo` for the
+    tasks servegate ships over the zoo's suites (zoo_arith, zoo_arith_choice)."""
+    fewshot_seed: int = Field(default=1234, ge=0)
+    """Seed lm-eval draws few-shot examples with (the same on both sides of a comparison)."""
+
 
 class Suite(Section):
     """An evaluation suite: items with a prompt and a reference, scored by one or more metrics."""
@@ -18,7 +52,11 @@ class Suite(Section):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     """Name used in reports."""
     dataset: str = Field(min_length=1)
-    """`zoo:NAME` (a suite shipped with servegate), a local JSONL/CSV/parquet file, or `hf:ORG/NAME`."""
+    """`zoo:NAME` (a suite shipped with servegate), a local JSONL/CSV/parquet file, or `hf:ORG/NAME`; for an
+    lm-eval suite leave it out (it reads `lm-eval:TASK`)."""
+    lm_eval: LmEvalTask | None = None
+    """Run an lm-evaluation-harness task instead of a JSONL suite (needs `pip install 'servegate[lm-eval]'`);
+    `metrics` then names the task's metrics to gate on (left out: all the task reports per sample)."""
     split: str = "test"
     """Split to evaluate (zoo suites have `test` and `calibration`)."""
     metrics: list[str] = Field(default_factory=lambda: ["exact_match"], min_length=1)
@@ -33,6 +71,43 @@ class Suite(Section):
     """Column holding the prompt."""
     reference_field: str = "reference"
     """Column holding the expected output."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lm_eval_or_dataset(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("lm_eval") is None:
+            if isinstance(data, dict) and "dataset" not in data:
+                raise ValueError("a suite needs `dataset` (a JSONL suite) or `lm_eval` (an lm-eval task)")
+            return data
+        task = data["lm_eval"]
+        # a dumped suite (isolated(), the cache) carries the defaults and the derived dataset: those are fine
+        defaults = {f: cls.model_fields[f].get_default(call_default_factory=True) for f in _JSONL_ONLY}
+        defaults["dataset"] = _lm_eval_dataset(task)
+        given = [f for f in _JSONL_ONLY if f in data and data[f] != defaults[f]]
+        if given:
+            raise ValueError(
+                f"an lm_eval suite takes prompts, targets and generation lengths from its task: remove "
+                f"{', '.join(given)} (or drop lm_eval to run a JSONL suite)"
+            )
+        limit = task.get("limit") if isinstance(task, dict) else getattr(task, "limit", None)
+        if data.get("limit") is not None and limit is not None:
+            raise ValueError("give the limit once: either limit or lm_eval.limit")
+        if not lm_eval_installed():
+            raise ValueError(
+                f"suite {data.get('name')!r} is an lm-eval task, and lm-eval is not installed: run {LM_EVAL_INSTALL}"
+            )
+        return {**data, "dataset": _lm_eval_dataset(task)}
+
+    @property
+    def item_limit(self) -> int | None:
+        """Items evaluated: `limit`, or `lm_eval.limit` for an lm-eval suite."""
+        return self.lm_eval.limit if self.lm_eval is not None and self.lm_eval.limit is not None else self.limit
+
+
+def _lm_eval_dataset(task: Any) -> str:
+    """What `dataset` reads for an lm-eval suite: `lm-eval:TASK`."""
+    name = task.get("task") if isinstance(task, dict) else getattr(task, "task", None)
+    return f"lm-eval:{name}"
 
 
 class Quality(Section):

@@ -3,8 +3,8 @@
 Three lists decide, whatever the manifest's `preprocess.unknown_fields` says, before that policy applies:
 
 - UNSUPPORTED: fields of the OpenAI API or of vLLM whose value changes the answer and that servegate does not
-  implement (`echo: true` would return the prompt's log-probabilities, `logit_bias` would reweigh tokens).
-  Sent with their neutral value (`echo: false`, `logit_bias: {}`) they ask for nothing and pass; any other
+  implement (`best_of` would sample several completions, `logit_bias` would reweigh tokens).
+  Sent with their neutral value (`best_of: 1`, `logit_bias: {}`) they ask for nothing and pass; any other
   value is refused with `unsupported_parameter` (400), under every policy: dropping one would return a
   different answer than the one the client asked for, without a word.
 - HARMLESS: metadata and extensions that cannot change the text, its tokens or its log-probabilities
@@ -30,7 +30,6 @@ _ANY_ENDPOINT = ("completions", "chat")
 
 UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
     # path: (endpoints, neutral values, what the field would do)
-    "echo": (("completions",), (False, None), "echo: true returns the prompt and its log-probabilities"),
     "best_of": (("completions",), (None, 1), "best_of samples several completions and returns the likeliest"),
     "suffix": (("completions",), (None, ""), "suffix asks for text inserted before a given ending"),
     "logit_bias": (_ANY_ENDPOINT, (None, {}), "logit_bias reweighs tokens before sampling"),

@@ -95,10 +95,14 @@ class CompletionRequest(_GenerationRequest):
     prompt: PromptField
     """The prompt: a string, a list of strings, a list of token ids, or a list of token-id lists. Several
     prompts are answered as several choices, prompt i's j-th choice at index i * n + j."""
-    max_tokens: int = Field(default=16, ge=1)
-    """Most tokens to generate (at most the manifest's postprocess.max_output_tokens)."""
+    max_tokens: int = Field(default=16, ge=0)
+    """Most tokens to generate (at most the manifest's postprocess.max_output_tokens); 0 only with `echo: true`
+    (the prompt scored, nothing generated)."""
     logprobs: int | None = Field(default=None, ge=0, le=5)
     """Return the log-probability of each chosen token and this many top alternatives."""
+    echo: bool | None = False
+    """Answer the prompt before the completion, and with `logprobs` the log-probability of every prompt token
+    (the first: null), as the legacy OpenAI API and vLLM do; lm-eval's log-likelihood tasks send it."""
 
     def wants_logprobs(self) -> bool:
         """Whether the client asked for log-probabilities."""

@@ -174,6 +174,10 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
         raise ServingError(
             "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"
         )
+    if isinstance(request, CompletionRequest) and request.max_tokens == 0 and not request.echo:
+        raise ServingError(
+            "invalid_request", param="max_tokens", detail="max_tokens: 0 generates nothing: it needs echo: true"
+        )
     if isinstance(request, ChatCompletionRequest) and request.top_logprobs and not request.logprobs:
         raise ServingError("invalid_request", param="top_logprobs", detail="top_logprobs: needs logprobs: true")
     if isinstance(request, ChatCompletionRequest) and None not in (request.max_tokens, request.max_completion_tokens):
@@ -267,6 +271,13 @@ def _cross_field_rules(endpoint: Endpoint) -> list[dict[str, Any]]:
             "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
         }
     ]
+    if endpoint == "completions":
+        rules.append(  # max_tokens: 0 needs echo: true
+            {
+                "if": {"required": ["max_tokens"], "properties": {"max_tokens": {"const": 0}}},
+                "then": {"required": ["echo"], "properties": {"echo": {"const": True}}},
+            }
+        )
     if endpoint == "chat":
         rules.append(  # top_logprobs > 0 needs logprobs: true
             {

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, load_suite_data, run_items, score_run
+from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
+from servegate.gates.lm_eval_suites import load_any_suite, run_any_items
 from servegate.gates.output_cache import OutputCache, cache_key
 from servegate.gates.result import GateResult, Verdict
 from servegate.runtime.api import Engine
@@ -138,7 +139,7 @@ class GateContext:
     engines: EnginePool = field(default_factory=EnginePool)
     cache: OutputCache = field(default_factory=OutputCache)
     progress: ProgressHook = field(default_factory=ProgressHook)
-    suite_loader: Callable[[ServedModel, Any], SuiteData] = load_suite_data
+    suite_loader: Callable[[ServedModel, Any], SuiteData] = load_any_suite
     remote: Any = None
     """The candidate's remote as it identified itself (RemoteIdentity), for an endpoint candidate."""
     prepared: dict[str, Any] = field(default_factory=dict)
@@ -221,7 +222,7 @@ class GateContext:
         from_cache = outputs is not None
         if outputs is None:
             self.progress.start(f"{data.name}: {role} ({served.name})", len(chosen))
-            outputs = run_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
+            outputs = run_any_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
             check_available(served, data.name, outputs)
             if cacheable:
                 self.cache.store(ckey, data, outputs)

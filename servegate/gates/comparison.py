@@ -110,5 +110,12 @@ def compare_on_suites(ctx: GateContext, baseline: ServedModel, candidate: Served
             "baseline_from_cache": base.from_cache,
             "candidate_errors": sum(o.error is not None for o in cand.outputs),
         }
+        if data.suite.lm_eval is not None:  # lm-eval's own aggregate, comparable with numbers published elsewhere
+            from servegate.gates.lm_eval_suites import lm_eval_aggregate
+
+            out.suites[data.name]["lm_eval_aggregate"] = {
+                "baseline": lm_eval_aggregate(ctx.candidate, data, base.scores),
+                "candidate": lm_eval_aggregate(ctx.candidate, data, cand.scores),
+            }
         compare_runs(ctx.candidate, data, base, cand, out)
     return out

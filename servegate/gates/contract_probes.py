@@ -93,11 +93,11 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
         ),
         Probe(
             "unsupported_parameter",
-            "echo: true (answer-changing, not implemented: refused under every unknown_fields policy)",
+            "best_of: 3 (answer-changing, not implemented: refused under every unknown_fields policy)",
             400,
             "unsupported_parameter",
-            _json({**ok, "echo": True}),
-            expect_param="echo",
+            _json({**ok, "best_of": 3}),
+            expect_param="best_of",
         ),
         Probe(
             "input_too_long",

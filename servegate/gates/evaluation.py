@@ -59,6 +59,8 @@ class ItemOutput:
     fallback_used: bool = False
     cached: bool = False
     output_valid: bool | None = None
+    scores: dict[str, float] | None = None
+    """Per-sample metric values lm-eval logged for this item (lm-eval suites only; others are scored here)."""
 
     @classmethod
     def from_result(cls, item_id: str, result: FinishEvent | ErrorEvent) -> ItemOutput:
@@ -141,7 +143,7 @@ def _rows(source: str, split: str, limit: int | None, stamp: int) -> tuple[dict[
 
 
 def load_suite_data(served: ServedModel, suite: Suite) -> SuiteData:
-    """Load a declared suite's items (its `limit` applied) and hash them."""
+    """Load a declared JSONL suite's items (its `limit` applied) and hash them (lm-eval suites: lm_eval_suites)."""
 
     source = _suite_source(served, suite)
     try:
@@ -256,7 +258,7 @@ def burst(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: floa
 def run_items(
     engine: Engine, data: SuiteData, items: Sequence[SuiteItem] | None = None, progress: Progress | None = None
 ) -> list[ItemOutput]:
-    """Generate greedy outputs for (some of) a suite's items."""
+    """Generate greedy outputs for (some of) a JSONL suite's items (lm-eval suites: lm_eval_suites)."""
     chosen = list(data.items if items is None else items)
     results = generate(engine, requests_for(data, chosen), progress)
     return [ItemOutput.from_result(item.id, result) for item, result in zip(chosen, results, strict=True)]
@@ -303,6 +305,8 @@ def score_items(metric: str, data: SuiteData, items: Sequence[SuiteItem], output
 def score_run(
     data: SuiteData, outputs: Sequence[ItemOutput], items: Sequence[SuiteItem] | None = None
 ) -> dict[str, list[float]]:
-    """Per-item scores of every metric the suite declares."""
+    """Per-item scores of every metric the suite declares (an lm-eval suite: the values lm-eval logged)."""
+    if data.suite.lm_eval is not None:
+        return {m: [(o.scores or {}).get(m, 0.0) for o in outputs] for m in data.suite.metrics}
     chosen = data.items if items is None else items
     return {metric: score_items(metric, data, chosen, outputs) for metric in data.suite.metrics}

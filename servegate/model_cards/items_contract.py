@@ -19,7 +19,7 @@ _TRUNCATION = {
 _WHEN = {
     "invalid_request": "a field has the wrong type or range, breaks a manifest limit or the extra input schema",
     "unknown_parameter": "the body has a field the API does not know (preprocess.unknown_fields: reject)",
-    "unsupported_parameter": "the body asks for an answer-changing feature servegate does not implement (echo, ...)",
+    "unsupported_parameter": "the body asks for an answer-changing feature servegate does not implement (best_of, ...)",
     "input_too_long": "the prompt is longer than preprocess.max_input_tokens (truncation: reject)",
     "payload_too_large": "the body is larger than preprocess.max_payload_bytes",
     "unsupported_media": "the Content-Type is not application/json",

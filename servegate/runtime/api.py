@@ -121,6 +121,27 @@ Result = FinishEvent | ErrorEvent
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """The log-probability of every prompt token given the tokens before it (one prefill, nothing sampled)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    """The prompt as the model saw it: after the chat template and the truncation policy."""
+    logprobs: tuple[float | None, ...]
+    """log p(token_i | tokens_<i) per token; None for the first token (nothing precedes it)."""
+    greedy: tuple[bool, ...]
+    """Whether each token was the most likely one at its position (the first token: True)."""
+    truncated_tokens: int = 0
+    """Prompt tokens dropped by the truncation policy (the kept ones are scored)."""
+    top: tuple[dict[int, float], ...] = ()
+    """Per position, the most likely tokens {token id: log-probability}, as many as the request's
+    params.top_logprobs (at least 1); empty for the first position, and where a remote did not say."""
+
+
+ScoreResult = PromptLogprobs | ErrorEvent
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """Live counters, exported as metrics by the server."""
 
@@ -158,6 +179,14 @@ class Engine(Protocol):
 
     def stats(self) -> EngineStats:
         """Current counters."""
+
+
+@runtime_checkable
+class PromptScorer(Protocol):
+    """An engine that also scores prompts (log-likelihood evaluation: lm-eval's multiple-choice tasks)."""
+
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities of each request's prompt (sampling parameters are ignored), in order."""
 
 
 # --- the model runner: what the engine's scheduler hands the model each step ------------------------

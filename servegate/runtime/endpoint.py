@@ -33,6 +33,7 @@ from servegate.runtime.api import (
     FinishEvent,
     GenerationRequest,
     Result,
+    ScoreResult,
     TokenEvent,
     Usage,
 )
@@ -387,6 +388,17 @@ class EndpointEngine:
         thread.start()
         thread.join()
         return out[0]
+
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
+        from servegate.runtime.endpoint_scoring import score_on_remote
+        from servegate.runtime.engine import feed_window
+
+        self.start_sync()
+        return score_on_remote(self, requests, feed_window(self.served))
+
+    error_from_status = staticmethod(_error_from_status)
+    """A remote's non-200 answer as a catalogued error (endpoint_scoring reads answers too)."""
 
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Embeddings from the endpoint's /embeddings."""

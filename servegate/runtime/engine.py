@@ -25,10 +25,13 @@ from servegate.runtime.api import (
     FinishEvent,
     GenerationRequest,
     Result,
+    ScoreResult,
     TokenEvent,
 )
 from servegate.runtime.engine_setup import EngineParts, build_parts
 from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
+from servegate.runtime.loop_jobs import LoopJobs
+from servegate.runtime.prompt_scoring import score_on_engine
 from servegate.runtime.request_state import RequestState, new_request_state
 from servegate.runtime.scheduling import SchedulerOutput
 from servegate.runtime.step_trace import open_step_trace
@@ -66,6 +69,7 @@ class ReferenceEngine:
         self._completed = 0
         """Requests answered so far (a step trace records how many each step finished)."""
         self._trace = open_step_trace()
+        self._jobs = LoopJobs(self._cv)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -76,11 +80,9 @@ class ReferenceEngine:
     def start_sync(self) -> None:
         """start() for synchronous callers (generate, `gate run`); a second call does nothing.
 
-        A generation engine loads its model on its own loop thread, which then runs every step: torch's
-        OpenMP keeps a pool of workers per thread that ever ran a parallel op, and once the pools hold more
-        threads than there are cores their workers stop spinning between ops and must be woken for each
-        one (a compiled 134M-parameter decode step took 34-46 ms on a second thread against 27-36 ms on the
-        thread that had loaded it; benchmarks/README.md).
+        A generation engine loads its model on its own loop thread, which then runs every step: torch's OpenMP
+        pools per thread, once they outnumber the cores, stop spinning and must be woken for each op (a compiled
+        134M decode step: 34-46 ms on a second thread, 27-36 ms on the loading one; benchmarks/README.md).
         """
         with self._start_lock:
             if self.parts is not None:
@@ -133,6 +135,7 @@ class ReferenceEngine:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._jobs.cancel(ServingError("model_unavailable", detail="the engine shut down"))
         if self._trace is not None:
             self._trace.close()
         if self._fallback is not None:
@@ -188,6 +191,10 @@ class ReferenceEngine:
         for _ in requests:
             finished.acquire()
         return [r for r in results if r is not None]
+
+    def score(self, requests: Seq[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities of each request (one prefill, nothing sampled), run between steps."""
+        return score_on_engine(self, self._jobs, requests)
 
     async def embed(self, texts: Seq[str], tenant: str | None = None) -> list[list[float]]:
         """Embedding vectors (task: embed only)."""
@@ -280,6 +287,8 @@ class ReferenceEngine:
     def _loop(self) -> None:
         while not self._closed:
             try:
+                if self._jobs.run():
+                    continue
                 if not self.step():
                     self._wait_for_work()
             except Exception as exc:  # a broken step must not stop the loop: its requests get the error
@@ -413,7 +422,7 @@ class ReferenceEngine:
 
     def _wait_for_work(self) -> None:
         with self._cv:
-            if self._closed or self._news != self._news_seen:
+            if self._closed or self._news != self._news_seen or self._jobs.pending:
                 return
             now = time.monotonic()
             wake = [s.deadline for s in self._requests.values()]

@@ -22,6 +22,7 @@ from servegate.contracts.requests import (
 )
 from servegate.contracts.responses import AsyncStatus, ModelCard, ModelList
 from servegate.server.bodies import BodyBuilder, embeddings_body
+from servegate.server.echo import check_echo, echo_completion
 from servegate.server.generation import EngineRun, complete, engine_requests
 from servegate.server.state import ServerState, error_response, internal_error, normalize
 from servegate.server.streaming import stream_response
@@ -108,6 +109,10 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     generations = engine_requests(state.served, parsed, request_id, tenant)
     builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n)
     ignored = _ignored_header(parsed)
+    if isinstance(parsed, CompletionRequest) and parsed.echo:  # the prompt scored (lm-eval's log-likelihoods)
+        check_echo(state, parsed, parsed.stream, _wants_async(request))
+        status, body, headers = await echo_completion(state, parsed, generations, builder)
+        return JSONResponse(body, status_code=status, headers={**headers, **ignored})
     if _wants_async(request):
         if parsed.stream:
             raise ServingError(

@@ -146,8 +146,8 @@ def test_our_errors_arrive_as_the_clients_own_exceptions(client: openai.OpenAI) 
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=17)
     assert n_error.value.param == "n" and "preprocess.max_choices_per_request" in n_error.value.message
     with pytest.raises(openai.BadRequestError) as unsupported:
-        client.completions.create(model=MODEL, prompt="x", echo=True, logprobs=1, max_tokens=1)
-    assert unsupported.value.code == "unsupported_parameter" and unsupported.value.param == "echo"
+        client.completions.create(model=MODEL, prompt="x", best_of=3, max_tokens=1)
+    assert unsupported.value.code == "unsupported_parameter" and unsupported.value.param == "best_of"
 
 
 # --- every invalid request class -------------------------------------------------------------------------
@@ -219,7 +219,7 @@ INVALID: list[tuple[str, str, str, bytes | None, dict[str, str], int, str, str |
         "max_tokens",
     ),
     ("unknown field", "POST", "/v1/completions", _raw({**OK, "colour": 3}), JSON, 400, "unknown_parameter", "colour"),
-    ("unsupported", "POST", "/v1/completions", _raw({**OK, "echo": True}), JSON, 400, "unsupported_parameter", "echo"),
+    ("unsupported", "POST", "/v1/completions", _raw({**OK, "best_of": 3}), JSON, 400, "unsupported_parameter", "best_of"),  # noqa: E501
     (
         "unknown nested field",
         "POST",

@@ -89,7 +89,6 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
         True,
     ),
     ("completions", {**CMPL, "n": 17}, "invalid_request", "n", True),
-    ("completions", {**CMPL, "echo": True}, "unsupported_parameter", "echo", True),
     ("completions", {**CMPL, "best_of": 3}, "unsupported_parameter", "best_of", True),
     ("completions", {**CMPL, "logit_bias": {"5": 10}}, "unsupported_parameter", "logit_bias", True),
     ("completions", {**CMPL, "suffix": "end"}, "unsupported_parameter", "suffix", True),
@@ -165,8 +164,8 @@ def test_messages_say_what_to_change() -> None:
         parse_request(SERVED, "completions", {**CMPL, "max_tokens": 33})
     with pytest.raises(ServingError, match=r"n: at most 16 choices per request \(preprocess.max_choices_per_request\)"):
         parse_request(SERVED, "completions", {**CMPL, "n": 17})
-    with pytest.raises(ServingError, match="echo: true returns the prompt and its log-probabilities"):
-        parse_request(SERVED, "completions", {**CMPL, "echo": True})
+    with pytest.raises(ServingError, match="best_of samples several completions and returns the likeliest"):
+        parse_request(SERVED, "completions", {**CMPL, "best_of": 3})
     with pytest.raises(ServingError, match="preprocess.unknown_fields: ignore accepts and drops it"):
         parse_request(SERVED, "completions", {**CMPL, "store": False})
     with pytest.raises(ServingError, match="'messages' is required"):
@@ -279,8 +278,8 @@ def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them(
             parse_request(lenient, "chat", {**CHAT, **unsupported})
         assert caught.value.code == "unsupported_parameter" and caught.value.param == next(iter(unsupported))
     with pytest.raises(ServingError) as caught:
-        parse_request(lenient, "completions", {**CMPL, "echo": True, "logprobs": 1, "max_tokens": 1})
-    assert caught.value.code == "unsupported_parameter" and caught.value.param == "echo"
+        parse_request(lenient, "completions", {**CMPL, "best_of": 3, "logprobs": 1, "max_tokens": 1})
+    assert caught.value.code == "unsupported_parameter" and caught.value.param == "best_of"
 
 
 def test_reject_refuses_nested_unknown_fields_with_their_path() -> None:
