@@ -10,8 +10,9 @@ Three lists decide, whatever the manifest's `preprocess.unknown_fields` says, be
 - HARMLESS: metadata and extensions that cannot change the text, its tokens or its log-probabilities
   (`metadata`, `store`, `stream_options.continuous_usage_stats`, ...). `ignore` drops them; `reject` refuses
   them as unknown, saying that `ignore` would accept them.
-- anything else is a field servegate has never heard of: `reject` answers `unknown_parameter` (400);
-  `ignore` drops it. Every dropped field is named in the `X-Servegate-Ignored-Fields` response header.
+- anything else is a field servegate has never heard of: `unknown_parameter` (400) under either policy, since
+  servegate cannot tell whether dropping it would change the answer. Every field `ignore` drops is named in
+  the `X-Servegate-Ignored-Fields` response header.
 
 Paths are written as in error messages, with list positions as `[]`: `messages[].refusal`.
 """
@@ -129,12 +130,11 @@ def judge_extras(extras: list[tuple[str, Any]], endpoint: str, policy: str, allo
                 continue
             detail = f"{spec[2]}, which servegate does not implement; leave '{path}' out"
             raise ServingError("unsupported_parameter", param=path, detail=detail)
+        if pattern not in HARMLESS:  # what it would do is unknown, so dropping it is not known to be safe
+            hint = "" if policy == "reject" else " (not known to be harmless, so not dropped: leave it out)"
+            raise ServingError("unknown_parameter", param=path, hint=hint)
         if policy == "reject":
-            hint = (
-                " (known to be harmless: preprocess.unknown_fields: ignore accepts and drops it)"
-                if (pattern in HARMLESS)
-                else ""
-            )
+            hint = " (known to be harmless: preprocess.unknown_fields: ignore accepts and drops it)"
             raise ServingError("unknown_parameter", param=path, hint=hint)
         dropped.append(path)
     return dropped

@@ -16,6 +16,8 @@ from servegate.contracts.manifest import ServedModel
 Variant = Literal["main", "overload", "deadline", "unready"]
 COMPLETIONS = "/v1/completions"
 UNKNOWN_FIELD = "servegate_probe_unknown_field"
+HARMLESS_FIELD = "metadata"
+"""A field on the harmless list (contracts/field_policy.py): dropped under `ignore`, refused under `reject`."""
 PROBE_TENANT = "servegate-contract-probe"
 
 NOT_PROVOKABLE: dict[str, str] = {
@@ -85,11 +87,19 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
         Probe("invalid_request", "prompt missing", 400, "invalid_request", _json({"model": model, "max_tokens": 4})),
         Probe(
             "unknown_parameter",
-            f"unknown field ({pre.unknown_fields})",
+            "unknown field (refused under every unknown_fields policy: dropping it is not known to be safe)",
+            400,
+            "unknown_parameter",
+            _json({**ok, UNKNOWN_FIELD: 1}),
+            expect_param=UNKNOWN_FIELD,
+        ),
+        Probe(
+            "unknown_parameter",
+            f"a field known to be harmless, metadata ({pre.unknown_fields})",
             400 if pre.unknown_fields == "reject" else 200,
             "unknown_parameter" if pre.unknown_fields == "reject" else None,
-            _json({**ok, UNKNOWN_FIELD: 1}),
-            expect_param=UNKNOWN_FIELD if pre.unknown_fields == "reject" else None,
+            _json({**ok, HARMLESS_FIELD: {"k": "v"}}),
+            expect_param=HARMLESS_FIELD if pre.unknown_fields == "reject" else None,
         ),
         Probe(
             "unsupported_parameter",

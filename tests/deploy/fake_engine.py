@@ -33,6 +33,8 @@ class EngineState:
     completions: dict[str, str] = field(default_factory=lambda: {"12+34=": "46"})
     long_prompt_status: int = 400
     unknown_field_status: int = 400
+    harmless_field_status: int = 400
+    """The answer to a field on servegate's harmless list (`metadata`): 400 under reject, 200 under ignore."""
     long_prompt_chars: int = 128
     ready_fingerprint: str | None = None
     """Answer /ready with this fingerprint, as servegate's gateway does (None: no /ready, as vLLM)."""
@@ -81,6 +83,8 @@ def _handler(state: EngineState) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": "not found"}})
             elif "servegate_probe_unknown_field" in body and state.unknown_field_status != 200:
                 self._send(state.unknown_field_status, {"error": {"message": "unknown field"}})
+            elif "metadata" in body and state.harmless_field_status != 200:
+                self._send(state.harmless_field_status, {"error": {"message": "unknown field"}})
             elif len(str(body.get("prompt", ""))) > state.long_prompt_chars and state.long_prompt_status != 200:
                 self._send(state.long_prompt_status, {"error": {"message": "prompt too long"}})
             else:
