@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
 
 from servegate.capacity.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache
-from tests.runtime.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
 
 SUITES = [
     {"name": "arith", "dataset": "zoo:arith", "limit": 80, "public": True},
