@@ -88,6 +88,12 @@ def test_limits_truncation_logprobs_and_the_queue_bound_hold_in_front_of_vllm(
     codes = [r.error.code if isinstance(r, ErrorEvent) else "ok" for r in asyncio.run(burst())]
     assert codes.count("ok") == 2 and codes.count("overloaded") == 4, codes  # one at vLLM, one waiting
 
+    hasty = build(endpoint(tmp_path, vllm_server, "preprocess: {max_input_tokens: 128}\n"
+                           "failure_policy: {request_timeout_s: 0.05}", name="hasty"))  # fmt: skip
+    request = GenerationRequest("late", prompt="12+34=", params=SamplingParams(max_tokens=32, ignore_eos=True))
+    [late] = hasty.generate([request])
+    assert isinstance(late, ErrorEvent) and late.error.code == "deadline_exceeded", late
+
 
 def test_gates_on_a_vllm_endpoint_measure_vllm(vllm_server: VllmServer, tmp_path: Path) -> None:
     base = reference_with_suites(tmp_path)
