@@ -89,7 +89,7 @@ def test_limits_truncation_logprobs_and_the_queue_bound_hold_in_front_of_vllm(
     assert codes.count("ok") == 2 and codes.count("overloaded") == 4, codes  # one at vLLM, one waiting
 
     hasty = build(endpoint(tmp_path, vllm_server, "preprocess: {max_input_tokens: 128}\n"
-                           "failure_policy: {request_timeout_s: 0.05}", name="hasty"))  # fmt: skip
+                           "failure_policy: {request_timeout_s: 0.01}", name="hasty"))  # fmt: skip
     request = GenerationRequest("late", prompt="12+34=", params=SamplingParams(max_tokens=32, ignore_eos=True))
     [late] = hasty.generate([request])
     assert isinstance(late, ErrorEvent) and late.error.code == "deadline_exceeded", late
