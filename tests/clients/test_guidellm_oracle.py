@@ -4,8 +4,8 @@ Both tools read one JSONL file (`prompt`, `output_tokens_count` per line: guidel
 `gate bench --prompts`), send it at 5 requests/s evenly spaced against one `gate serve`, interleaved
 (gate bench, guidellm, gate bench, ...) so a drift of the shared machine moves both. Their medians must agree:
 
-- TTFT: both from the send to the first streamed token (servegate counts from the scheduled send, guidellm
-  from its actual send; at this load they differ by the dispatch delay, ~0.1 ms).
+- TTFT: both to the first streamed token; servegate counts from the scheduled send (its dispatch delay is
+  ~0.1 ms), guidellm from its actual send (its ~5 ms dispatch delay is left out).
 - ITL: guidellm's `inter_token_latency_ms` is per request (last token - first token) / (output tokens - 1),
   which is servegate's TPOT; servegate's ITL (every gap between streamed chunks, pooled) is compared too.
 
@@ -36,15 +36,17 @@ REQUESTS, RATE, PROMPT_CHARS, OUTPUT_TOKENS = 40, 5.0, 40, 16
 RUNS = int(os.environ.get("SERVEGATE_ORACLE_RUNS", "3"))
 """Runs of each tool (more to measure the tolerances: SERVEGATE_ORACLE_RUNS=6)."""
 
-TTFT_TOLERANCE = 0.6
-"""|guidellm / gate bench - 1| of the TTFT medians. Measured 2026-12-01 on the shared 2-core VM (load average 5.5-10.5),
-interleaved runs of 40 requests at 5/s: 1.35 (21:55-22:00 UTC, 5 runs each) and 1.30 (22:05-22:11 UTC, 6 runs each).
-guidellm is 2.3-2.8 ms over at a TTFT of ~7.5 ms, and the server's own TTFT (/metrics) was the same during both
-tools' runs (5.6 and 5.7 ms): the gap is guidellm's client (httpx, its worker processes), additive, so it weighs 30%
-here and grows with the machine's load; 0.6 leaves room for that, and the bracket below is the sharper check."""
+TTFT_TOLERANCE = 0.8
+"""|guidellm / gate bench - 1| of the TTFT medians. Measured 2026-12-01 on the shared 2-core VM (load average 4.5-10.5),
+interleaved runs of 40 requests at 5/s: 1.35 (21:59-22:04 UTC, 5 runs each), 1.30 (22:05-22:11 UTC, 6 runs each),
+1.50 (22:13-22:15 UTC, 3 runs each). guidellm is 2.3-4.6 ms over at a TTFT of ~7.5 ms. In the second measurement the
+server's own TTFT (/metrics) was the same during both tools' runs (5.7 ms): the gap is guidellm's client (httpx, its
+worker processes); in the third it was 7.9-8.5 ms during guidellm's runs against 5.6-5.7 during gate bench's: on 2
+cores guidellm's own processes also slow the server. Both costs are additive and grow with the machine's load; 0.8
+leaves room for them, and the bracket in the test is the sharper check."""
 ITL_TOLERANCE = 0.2
 """|guidellm / gate bench - 1| of the ITL medians (guidellm's per-request ITL against servegate's TPOT, and against
-its pooled chunk gaps). Measured in the same runs: 1.07 and 1.015 (TPOT), 1.10 and 1.016 (pooled), at ~1.7 ms a
+its pooled chunk gaps). Measured in the same runs: 1.07, 1.015, 1.07 (TPOT), 1.10, 1.016, 1.09 (pooled), at ~1.7 ms a
 token; a client's overhead cancels between two tokens of one stream, hence the closer agreement."""
 
 
