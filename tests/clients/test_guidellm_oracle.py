@@ -40,7 +40,7 @@ TTFT_TOLERANCE = 0.8
 """|guidellm / gate bench - 1| of the TTFT medians. Measured 2026-12-01 on the shared 2-core VM (load average
 4.3-10.5), interleaved runs of 40 requests at 5/s: 1.35 (21:59-22:04 UTC, 5 runs each), 1.30 (22:05-22:11 UTC,
 6 runs each), 1.50 (22:13-22:15 UTC, 3 runs each), 1.28 (22:16-22:18 UTC) and 1.22 (22:19-22:21 UTC, 3 each).
-guidellm is 0.8-4.6 ms over at a TTFT of 7.5-9.7 ms. In the second measurement the server's own TTFT (/metrics)
+guidellm is 2.0-3.8 ms over at a TTFT of 7.5-9.0 ms. In the second measurement the server's own TTFT (/metrics)
 was the same during both tools' runs (5.7 ms): the gap is guidellm's client (httpx, its worker processes); in
 the third it was 7.9-8.5 ms during guidellm's runs against 5.6-5.7 during gate bench's: on 2 cores guidellm's
 own processes also slow the server. Both costs are additive and grow with the machine's load; 0.8 leaves room
