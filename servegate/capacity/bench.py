@@ -28,6 +28,7 @@ from servegate.capacity.bench_checks import (
 from servegate.capacity.bench_targets import BenchTarget, PromptFactory
 from servegate.capacity.machine_speed import MachineSpeed, MachineSpeedMonitor
 from servegate.capacity.metrics import DEFINITIONS, SLO, RequestRecord, summarize
+from servegate.capacity.prompt_file import FilePrompt, with_prompts
 from servegate.capacity.workload import RequestSpec, make_requests, with_rate
 from servegate.contracts.evaluation import Workload
 
@@ -196,6 +197,11 @@ async def _sleep_until(deadline: float, spin_s: float) -> None:
         await asyncio.sleep(0)
 
 
+def _text(spec: RequestSpec, prompts: PromptFactory) -> str:
+    """The spec's own prompt (from a prompt file), else a fresh one of its length."""
+    return spec.text if spec.text is not None else prompts.text(spec.prompt_tokens)
+
+
 async def run_open_loop(
     target: BenchTarget, specs: Sequence[RequestSpec], prompts: PromptFactory, progress: Progress | None = None
 ) -> list[RequestRecord]:
@@ -208,7 +214,7 @@ async def run_open_loop(
         if progress:
             progress(1)
 
-    texts = [prompts.text(spec.prompt_tokens) for spec in specs]  # built before the clock starts
+    texts = [_text(spec, prompts) for spec in specs]  # built before the clock starts
     spin = 0.0 if getattr(target, "in_process", False) else _SPIN_S
     start = time.perf_counter() + 0.005
     for spec, prompt in zip(specs, texts, strict=True):
@@ -229,7 +235,7 @@ async def run_closed_loop(
     progress: Progress | None = None,
 ) -> list[RequestRecord]:
     """`concurrency` workers, each sending its next request as soon as the previous one finished."""
-    queue = [(spec, prompts.text(spec.prompt_tokens)) for spec in reversed(specs)]
+    queue = [(spec, _text(spec, prompts)) for spec in reversed(specs)]
     records: list[RequestRecord] = []
 
     async def worker() -> None:
@@ -253,9 +259,12 @@ async def run_once(
     slo: SLO | None = None,
     prompt_lengths: Sequence[int] | None = None,
     progress: Progress | None = None,
+    prompt_file: Sequence[FilePrompt] | None = None,
 ) -> BenchRun:
-    """One run of `workload.num_requests` requests."""
+    """One run of `workload.num_requests` requests (sending `prompt_file`'s prompts in order, when given)."""
     specs = make_requests(workload, seed, prompt_lengths=prompt_lengths)
+    if prompt_file is not None:
+        specs = with_prompts(specs, prompt_file)
     began = time.time()
     if workload.arrival == "closed":
         assert workload.concurrency is not None
@@ -279,6 +288,7 @@ async def run_bench(
     progress: Progress | None = None,
     target_name: str = "",
     monitor_machine: bool = True,
+    prompt_file: Sequence[FilePrompt] | None = None,
 ) -> BenchResult:
     """Repeated runs at the workload's load, or one run per rate of a sweep (then repeats per rate).
 
@@ -294,7 +304,8 @@ async def run_bench(
     with monitor or nullcontext():
         for load in loads:
             for i in range(repeats):
-                result.runs.append(await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress))
+                one = await run_once(target, load, prompts, seed + i, slo, prompt_lengths, progress, prompt_file)
+                result.runs.append(one)
     if before is not None:
         result.load_average = (before, os.getloadavg()[0])
     if monitor is not None:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from servegate.capacity.bench import BenchResult, run_bench
 from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.metrics import SLO
+from servegate.capacity.prompt_file import FilePrompt
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
@@ -119,11 +120,12 @@ def against_server(
     served: ServedModel | None,
     action: Callable[[Any], Awaitable[Any]],
     headers: dict[str, str] | None = None,
+    model: str | None = None,
 ) -> Any:
     """What `action` returns when run on a client of the server at `url` (probed first, closed after).
 
     With `served`, requests carry what its server expects (its model name; a tenant when it reads one);
-    `headers` are sent with every request.
+    `headers` are sent with every request; `model` (when given) is the model name, from the probe on.
     """
 
     async def go() -> Any:
@@ -131,6 +133,7 @@ def against_server(
             target = HttpTarget.for_manifest(url, served, headers=headers)
         else:
             target = HttpTarget(url, headers=headers)
+        target.model = model or target.model  # the probe too: a server that requires `model` refuses it without
         try:
             await target.probe()
             return await action(target)
@@ -155,8 +158,10 @@ def bench_url(
     progress: BenchProgress | None = None,
     label: str = "bench",
     headers: dict[str, str] | None = None,
+    prompt_file: Sequence[FilePrompt] | None = None,
 ) -> BenchResult:
-    """Probe the server at `url`, then run the bench (`repeats` runs, or one per rate of `rates`)."""
+    """Probe the server at `url`, then run the bench (`repeats` runs, or one per rate of `rates`); with
+    `prompt_file`, every run sends its prompts in order."""
     total = workload.num_requests * repeats * (len(rates) if rates else 1)
 
     async def run(target: Any) -> BenchResult:
@@ -174,10 +179,11 @@ def bench_url(
             prompt_lengths=prompt_lengths,
             progress=progress.advance if progress is not None else None,
             target_name=url,
+            prompt_file=prompt_file,
         )
 
     try:
-        return against_server(url, served, run, headers)  # type: ignore[no-any-return]
+        return against_server(url, served, run, headers, model_name)  # type: ignore[no-any-return]
     except ConnectionError as exc:
         raise ServegateError(str(exc)) from None
 

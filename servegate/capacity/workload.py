@@ -3,6 +3,7 @@
 Arrival processes (open loop, `rate_rps` requests/s on average):
     poisson  exponential gaps
     gamma    gamma gaps with shape = burstiness (1 is Poisson, < 1 burstier, > 1 smoother), same mean rate
+    constant evenly spaced, one every 1 / rate_rps seconds (what guidellm's `constant` profile sends)
     closed   no schedule: `concurrency` requests in flight, each sent when one finishes
 
 Lengths come from the workload's distributions or from an eval suite's prompts.
@@ -36,6 +37,8 @@ class RequestSpec:
     """Output tokens to generate."""
     arrival_s: float | None
     """Seconds after the start of the run when it is scheduled (None: closed loop, sent when a slot frees)."""
+    text: str | None = None
+    """The exact prompt to send (from a prompt file); None: a fresh prompt of prompt_tokens is made."""
 
 
 def sample_lengths(dist: LengthDistribution, n: int, rng: np.random.Generator) -> list[int]:
@@ -54,6 +57,8 @@ def arrival_offsets(workload: Workload, n: int, rng: np.random.Generator) -> lis
     if workload.arrival == "closed":
         return None
     assert workload.rate_rps is not None
+    if workload.arrival == "constant":
+        return [i / workload.rate_rps for i in range(n)]
     shape = 1.0 if workload.arrival == "poisson" else workload.burstiness
     gaps = rng.gamma(shape, 1.0 / (workload.rate_rps * shape), size=n)
     gaps[0] = 0.0  # the first request goes out at the start

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.evaluation import Workload
 from servegate.gates.reports import RichProgress
 
 WorkloadOption = Annotated[
@@ -172,6 +173,17 @@ def bench(
     records_out: Annotated[
         Path | None, typer.Option("--records", help="Write one JSON line per request (its latencies, tokens, error).")
     ] = None,
+    prompts_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompts",
+            help='JSONL of {"prompt": ..., "max_tokens": N} lines, sent exactly and in order (one request a line; '
+            "guidellm's output_tokens_count is read too).",
+        ),
+    ] = None,
+    arrival: Annotated[
+        str | None, typer.Option(help="Open-loop arrivals with --rate: poisson (default), gamma or constant.")
+    ] = None,
 ) -> None:
     """Load-test a server: TTFT, TPOT, ITL and end-to-end latency percentiles, throughput and goodput.
 
@@ -187,6 +199,7 @@ def bench(
       gate bench examples/quickstart/manifest.yaml --repeats 3 --plots bench-plots
       gate bench --url http://10.0.0.5:8000/v1 --model llama --rate 4 --requests 200
       gate bench examples/quickstart/manifest.yaml --sweep 1,2,4,8 --json bench.json
+      gate bench --url http://127.0.0.1:8000/v1 --model tiny --prompts prompts.jsonl --rate 5 --arrival constant
     """
     from servegate.capacity.metrics import SLO, slo_from_targets
     from servegate.capacity.own_server import (
@@ -196,6 +209,7 @@ def bench(
         manifest_tokenizer,
         resolve_workload,
     )
+    from servegate.capacity.prompt_file import load_prompt_file
     from servegate.capacity.workload import suite_prompt_lengths
 
     served = load(manifest, set_) if manifest is not None else None
@@ -203,18 +217,22 @@ def bench(
         raise ServegateError("gate bench measures text generation; this manifest serves embeddings (task: embed)")
     if served is None and url is None:
         raise ServegateError("give a MANIFEST (its own server is started) or --url of a running server")
-    workload = resolve_workload(served, workload_file, rate, concurrency, requests)
+    tok = load_tokenizer(tokenizer) if tokenizer else (manifest_tokenizer(served) if served else None)
+    prompt_file = load_prompt_file(prompts_file, tok) if prompts_file is not None else None
+    if prompt_file is not None and requests is None:
+        requests = len(prompt_file)
+    workload = with_arrival(resolve_workload(served, workload_file, rate, concurrency, requests), arrival)
     rates = [float(x) for x in sweep.split(",") if x.strip()] if sweep else None
     base = slo_from_targets(served.capacity.targets if served else None)
     slo = SLO(slo_ttft_ms or base.ttft_ms, slo_tpot_ms or base.tpot_ms, slo_e2el_ms or base.e2el_ms)
     lengths = suite_prompt_lengths(suite) if suite else None
     console = console_for(json_out)
-    tok = load_tokenizer(tokenizer) if tokenizer else (manifest_tokenizer(served) if served else None)
     name = model or (served.runtime.endpoint_model or served.name if served else None)
     options: dict[str, Any] = dict(
         model_name=name, tokenizer=tok, repeats=repeats, rates=rates, slo=slo, prompt_lengths=lengths, seed=seed
     )
     options["headers"] = parse_headers(header)
+    options["prompt_file"] = prompt_file
     with RichProgress(console) as progress:
         if url is not None:
             result, peak = bench_url(url, workload, served=served, progress=progress, **options), None
@@ -259,6 +277,17 @@ APPROXIMATE_PROMPTS = (
     "prompt lengths are approximate: without --tokenizer about 4 characters are sent per requested token "
     "(workload_shape.prompt_tokens in the JSON has what the server counted)"
 )
+
+
+def with_arrival(workload: Workload, arrival: str | None) -> Workload:
+    """The workload with `--arrival` as its open-loop arrival process (unchanged without one)."""
+    if arrival is None:
+        return workload
+    if arrival not in ("poisson", "gamma", "constant"):
+        raise ServegateError(f"--arrival {arrival}: choose poisson, gamma or constant")
+    if workload.arrival == "closed":
+        raise ServegateError("--arrival is for open loops: give --rate R with it, not --concurrency")
+    return Workload.model_validate({**workload.model_dump(), "arrival": arrival})
 
 
 def parse_headers(values: list[str] | None) -> dict[str, str]:

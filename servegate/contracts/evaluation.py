@@ -173,8 +173,9 @@ class Workload(Section):
     """Prompt length distribution."""
     output_tokens: LengthDistribution = Field(default_factory=lambda: LengthDistribution(mean=64, max=256))
     """Output length distribution."""
-    arrival: Literal["poisson", "gamma", "closed"] = "poisson"
-    """Open-loop `poisson` or `gamma` arrivals at rate_rps, or `closed` loop at fixed concurrency."""
+    arrival: Literal["poisson", "gamma", "constant", "closed"] = "poisson"
+    """Open-loop `poisson`, `gamma` or evenly spaced `constant` arrivals at rate_rps, or `closed` loop at fixed
+    concurrency."""
     rate_rps: float | None = Field(default=None, gt=0, le=1_000_000)
     """Mean arrival rate in requests/s (open loop)."""
     concurrency: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -190,7 +191,7 @@ class Workload(Section):
     def _rate_or_concurrency(self) -> Workload:
         if self.arrival == "closed" and self.concurrency is None:
             raise ValueError("arrival: closed needs concurrency (requests in flight)")
-        if self.arrival in ("poisson", "gamma") and self.rate_rps is None:
+        if self.arrival in ("poisson", "gamma", "constant") and self.rate_rps is None:
             raise ValueError(f"arrival: {self.arrival} needs rate_rps (requests/s)")
         return self
 
