@@ -208,6 +208,9 @@ class EndpointEngine:
     async def _remote(self, admitted: AdmittedRequest, reply: _Reply) -> AsyncIterator[Event]:
         """Wait for a slot, then stream from the remote until the deadline: TokenEvents, then the final event."""
         request = admitted.request
+        if time.monotonic() >= admitted.deadline:  # it arrived past its deadline: nothing to send
+            yield ErrorEvent(request.id, deadline_exceeded(admitted.timeout_s))
+            return
         try:
             await self.admission.acquire(admitted.deadline)
         except ServingError as error:
@@ -368,7 +371,7 @@ class EndpointEngine:
         async def one(request: GenerationRequest, window: asyncio.Semaphore) -> Result:
             async with window:
                 final: Result | None = None
-                async for event in self.submit(dataclasses.replace(request, arrival_time=None)):
+                async for event in self.submit(request):  # no arrival time: the deadline counts from here
                     if isinstance(event, (FinishEvent, ErrorEvent)):
                         final = event
                 assert final is not None

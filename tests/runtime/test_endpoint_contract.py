@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
@@ -182,3 +183,11 @@ def test_gate_serve_in_front_of_an_endpoint_enforces_limits_and_returns_logprobs
     assert long.status_code == 400 and long.json()["error"]["code"] == "input_too_long"
     logprobs = lp.json()["choices"][0]["logprobs"]
     assert logprobs is not None and logprobs["token_logprobs"] == pytest.approx([-0.5, -0.51])
+
+
+def test_a_request_that_arrives_past_its_deadline_is_not_sent() -> None:
+    with FakeRemote() as remote:
+        late = GenerationRequest("late", prompt="1+1=", arrival_time=time.monotonic() - 10.0, timeout_s=1.0)
+        [result] = run(build(endpoint(remote.url)), late)
+    assert isinstance(result, ErrorEvent) and result.error.code == "deadline_exceeded"
+    assert remote.bodies == []
