@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engines_support import MAX_MODEL_LEN, SERVED_NAME, reference_manifest, write_manifest
+from engines_support import MAX_MODEL_LEN, SERVED_NAME, write_manifest
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.check import run_check
+from servegate.gates.check import check_manifest, run_check
 from servegate.gates.output_cache import OutputCache
 from servegate.runtime import build
 from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
@@ -135,7 +135,7 @@ capacity:
   targets: {e2e_ms: {p50: 60000}, memory: 1GiB}
 """,
     )
-    report = check(reference_manifest(tmp_path), cand, "capacity")
+    report = check_manifest(cand, forced=["capacity"], cache=OutputCache(enabled=False))  # absolute targets
     [capacity] = [g for g in report.gates if g.name == "capacity"]
     assert capacity.verdict == "warn", capacity.reason  # the API process alone is < 1 GiB; vLLM in all is ~3 GiB
     assert "API process only" in capacity.reason
