@@ -301,7 +301,6 @@ def parse_headers(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-
 def register(app: typer.Typer) -> None:
     """Add `gate bench` to the app."""
     app.command("bench")(bench)

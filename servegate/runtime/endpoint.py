@@ -47,6 +47,7 @@ from servegate.runtime.contract_layer import (
     trim_at_stop,
 )
 from servegate.runtime.failure import FallbackRoute, Trigger, deadline_exceeded, unavailable
+from servegate.runtime.own_loop import run_on_own_loop
 from servegate.runtime.remote_identity import RemoteIdentity, probe_identity, root_of
 
 
@@ -386,11 +387,7 @@ class EndpointEngine:
                 if client is not None and client is not self._given_client:
                     await client.aclose()
 
-        out: list[list[Result]] = []
-        thread = threading.Thread(target=lambda: out.append(asyncio.run(all_of())))  # safe inside a running loop
-        thread.start()
-        thread.join()
-        return out[0]
+        return run_on_own_loop(all_of)
 
     def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""

@@ -10,7 +10,6 @@ per-token log-probabilities of the prompt, gets `unsupported_parameter` (param `
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from servegate.contracts.errors import ServingError
 from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.contract_layer import admit
 from servegate.runtime.failure import deadline_exceeded, unavailable
+from servegate.runtime.own_loop import run_on_own_loop
 
 
 def cannot_score(base_url: str, why: str) -> ServingError:
@@ -134,8 +134,4 @@ def score_on_remote(engine: Any, requests: Sequence[GenerationRequest], window: 
             if client is not given:
                 await client.aclose()
 
-    out: list[list[ScoreResult]] = []
-    thread = threading.Thread(target=lambda: out.append(asyncio.run(all_of())))  # safe inside a running loop
-    thread.start()
-    thread.join()
-    return out[0]
+    return run_on_own_loop(all_of)

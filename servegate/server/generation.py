@@ -13,6 +13,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
@@ -160,18 +161,23 @@ async def run_to_finish(run: EngineRun) -> FinishEvent:
         await run.close()
 
 
-async def run_all(runs: list[EngineRun]) -> list[FinishEvent]:
-    """Run every choice's request at once; the first failure (by choice index) cancels the rest and is raised."""
-    tasks = [asyncio.ensure_future(run_to_finish(run)) for run in runs]
+async def first_failure(tasks: list[asyncio.Future[Any]]) -> BaseException | None:
+    """Wait for every task, or until one fails (the rest are then cancelled); the first failure by position."""
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
-    if errors:
-        raise errors[0]  # type: ignore[misc]
+    return next((t.exception() for t in tasks if not t.cancelled() and t.exception() is not None), None)
+
+
+async def run_all(runs: list[EngineRun]) -> list[FinishEvent]:
+    """Run every choice's request at once; the first failure (by choice index) cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(run_to_finish(run)) for run in runs]
+    error = await first_failure(tasks)
+    if error is not None:
+        raise error
     return [task.result() for task in tasks]
 
 

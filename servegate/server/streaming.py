@@ -21,7 +21,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
 from servegate.runtime.api import FinishEvent, TokenEvent, Usage
 from servegate.server.bodies import BodyBuilder, finish_reason
-from servegate.server.generation import EngineRun, cache_state
+from servegate.server.generation import EngineRun, cache_state, first_failure
 from servegate.server.state import ServerState
 
 log = logging.getLogger("servegate.server")
@@ -112,18 +112,12 @@ async def _chunks(
 async def _first_events(runs: list[EngineRun]) -> list[TokenEvent | FinishEvent]:
     """Every choice's first event; the first refusal (by index) closes them all and is raised."""
     tasks = [asyncio.ensure_future(run.next()) for run in runs]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    errors = [task.exception() for task in tasks if not task.cancelled() and task.exception() is not None]
-    if errors or any(task.cancelled() for task in tasks):
+    error = await first_failure(tasks)  # type: ignore[arg-type]
+    if error is not None or any(task.cancelled() for task in tasks):
         for run in runs:
             await run.close()
-        if errors:
-            raise errors[0]  # type: ignore[misc]
+        if error is not None:
+            raise error
         raise asyncio.CancelledError
     return [task.result() for task in tasks]
 

@@ -219,7 +219,16 @@ INVALID: list[tuple[str, str, str, bytes | None, dict[str, str], int, str, str |
         "max_tokens",
     ),
     ("unknown field", "POST", "/v1/completions", _raw({**OK, "colour": 3}), JSON, 400, "unknown_parameter", "colour"),
-    ("unsupported", "POST", "/v1/completions", _raw({**OK, "best_of": 3}), JSON, 400, "unsupported_parameter", "best_of"),  # noqa: E501
+    (
+        "unsupported",
+        "POST",
+        "/v1/completions",
+        _raw({**OK, "best_of": 3}),
+        JSON,
+        400,
+        "unsupported_parameter",
+        "best_of",
+    ),  # noqa: E501
     (
         "unknown nested field",
         "POST",
