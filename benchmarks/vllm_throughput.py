@@ -193,6 +193,40 @@ def ratio_line(label: str, ours: list[float], theirs: list[float]) -> str:
     )
 
 
+def run_on(system: str, engine: Any, vllm: VllmOffline, jobs: list[Job]) -> tuple[float, list[float]]:
+    """All jobs at once on servegate's engine (vLLM frozen meanwhile, see VllmOffline.pause) or on vLLM."""
+    if system == "vllm":
+        return vllm.run(jobs)
+    vllm.pause()
+    try:
+        return run_servegate(engine, jobs)
+    finally:
+        vllm.resume()
+
+
+def decode_steps(engine: Any, vllm: VllmOffline, vocab: int, batch: int, steps: int, repeats: int = 2) -> None:
+    """Mean decode step at `batch` sequences of 128-token prompts, both systems, alternating: the time of `steps`
+    more tokens each over the time of 1 (prefill and first token), divided by `steps`; prints each measurement."""
+    rng = torch.Generator().manual_seed(7)
+    prompts = torch.randint(3, vocab, (batch, 128), generator=rng).tolist()
+    times: dict[str, list[float]] = {"servegate": [], "vllm": []}
+    for system in times:  # untimed: the first batch of this shape pays for allocations
+        run_on(system, engine, vllm, [Job(i, [2, *p[1:]], 2, 0.0) for i, p in enumerate(prompts)])
+    for r in range(repeats):
+        for system in times:
+            # fresh prompts per run (vLLM's prefix cache is off, but servegate's could be on in a variant)
+            short = [Job(i, [r + 3, *p[1:]], 1, 0.0) for i, p in enumerate(prompts)]
+            long = [Job(i, [r + 3, *p[1:]], steps + 1, 0.0) for i, p in enumerate(prompts)]
+            first = run_on(system, engine, vllm, short)[0]
+            times[system].append(1000 * (run_on(system, engine, vllm, long)[0] - first) / steps)
+    print(
+        f"  decode step at batch {batch} (128-token prompts, mean of {steps} steps): "
+        + "; ".join(f"{s} " + ", ".join(f"{ms:.0f}" for ms in t) + " ms" for s, t in times.items())
+        + f"; servegate/vLLM step time {statistics.median(times['servegate']) / statistics.median(times['vllm']):.2f}x",
+        flush=True,
+    )
+
+
 def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Path, vllm_python: Path) -> float:
     """Alternating offline rounds in one dtype; prints them and the medians; returns the slower requests/s."""
     torch_dtype = getattr(torch, dtype)
@@ -220,12 +254,7 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
         for r in range(args.rounds):
             for system in ("servegate", "vllm"):
                 load = os.getloadavg()[0]
-                if system == "servegate":
-                    vllm.pause()  # vLLM frozen while servegate runs (see VllmOffline.pause)
-                    wall, e2e = run_servegate(engine, jobs)
-                    vllm.resume()
-                else:
-                    wall, e2e = vllm.run(jobs)
+                wall, e2e = run_on(system, engine, vllm, jobs)
                 outcome = Outcome(system, "all-at-once", useful, wall, e2e)
                 runs[system].append(outcome)
                 print(
@@ -234,6 +263,7 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
                     f"load {load:.1f}",
                     flush=True,
                 )
+        decode_steps(engine, vllm, vocab, args.max_batch, 2 if args.quick else 32)
     finally:
         vllm.close()
         engine.shutdown_sync()
@@ -337,7 +367,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     """Save the model, run the offline and served modes, print everything."""
     args = parse_args()
-    python = args.vllm_python or find_vllm_python(REPO) or find_vllm_python(Path("/work/wt-vllm-infra"))
+    python = args.vllm_python or find_vllm_python(REPO)
     if python is None:
         sys.exit("no vLLM interpreter: set SERVEGATE_VLLM_PYTHON or run `make vllm-venv` (or pass --vllm-python)")
     torch.set_num_threads(args.threads)
