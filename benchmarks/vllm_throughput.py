@@ -299,16 +299,16 @@ def served_mode(
         pair.start()
         print(
             f"served {dtype}: servegate server ready in {pair.startup['servegate']:.0f} s, vLLM api_server in "
-            f"{pair.startup['vllm']:.0f} s; {args.requests} requests per run, Poisson",
+            f"{pair.startup['vllm']:.0f} s; {args.served_requests} requests per run, Poisson",
             flush=True,
         )
         for system in ("servegate", "vllm"):  # one short warm-up run each
-            pair.bench(system, rates[0], min(4, args.requests), seed=99)
+            pair.bench(system, rates[0], min(4, args.served_requests), seed=99)
         for rate in rates:
             runs: dict[str, list[ServedRun]] = {"servegate": [], "vllm": []}
-            for r in range(args.rounds):
+            for r in range(args.served_rounds):
                 for system in ("servegate", "vllm"):
-                    run = pair.bench(system, rate, args.requests, seed=r)
+                    run = pair.bench(system, rate, args.served_requests, seed=r)
                     runs[system].append(run)
                     print(
                         f"  {rate:.2f} req/s round {r + 1} {system:<9} {run.output_tokens_per_s:7.1f} output tokens/s"
@@ -352,6 +352,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
+    parser.add_argument(
+        "--served-requests", type=int, default=None, help="requests per served run (default --requests)"
+    )
     parser.add_argument("--rates", type=float, nargs="+", default=None, help="served Poisson rates, requests/s")
     parser.add_argument("--vllm-python", type=Path, default=None, help="vLLM's interpreter (default: found)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 8 requests, 1 round: checks the script")
@@ -359,6 +362,8 @@ def parse_args() -> argparse.Namespace:
     if args.quick:
         args.rounds = 1 if "--rounds" not in sys.argv else args.rounds
     args.requests = args.requests or (8 if args.quick else 64)
+    args.served_requests = args.served_requests or args.requests
+    args.served_rounds = args.served_rounds or args.rounds
     if "served" in args.modes and args.rates is None and "offline" not in args.modes:
         parser.error("served alone needs --rates (the default rate comes from the offline run)")
     return args
