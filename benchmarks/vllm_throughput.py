@@ -352,6 +352,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
+    parser.add_argument("--served-rounds", type=int, default=None, help="rounds per served rate (default --rounds)")
     parser.add_argument(
         "--served-requests", type=int, default=None, help="requests per served run (default --requests)"
     )
