@@ -56,6 +56,8 @@ class ServedRun:
     ttft_p50_ms: float
     failed: int
     load: float
+    errors: list[str]
+    """The distinct errors of the failed requests (a request that streamed no text counts as failed)."""
 
 
 def servegate_manifest(shape: ServedShape) -> ServedModel:
@@ -167,6 +169,7 @@ class ServedPair:
             float(report["ttft_ms"]["p50"]),
             int(report["requests"]["failed"]),
             load,
+            sorted({r.error or "no text streamed" for run in result.runs for r in run.records if not r.ok}),
         )
 
     def close(self) -> None:

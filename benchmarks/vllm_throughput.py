@@ -80,6 +80,16 @@ def quick_model(dtype: torch.dtype) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
+def bench_model(quick: bool, dtype: torch.dtype) -> LlamaForCausalLM:
+    """runner_decode's model (or the quick one) with its output rows of the special ids zeroed: a random model
+    often repeats one token, and a request whose every token is special streams no text, which the bench
+    counts as failed; with those logits at 0 (others of both signs) greedy decoding never picks them."""
+    model = quick_model(dtype) if quick else build_model(dtype)
+    with torch.no_grad():
+        model.lm_head.weight[: len(SPECIALS)] = 0
+    return model
+
+
 def save_tokenizer(folder: Path, vocab_size: int) -> None:
     """A character-level tokenizer with exactly `vocab_size` ids (ids past the characters decode as <tN>)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -230,7 +240,7 @@ def decode_steps(engine: Any, vllm: VllmOffline, vocab: int, batch: int, steps: 
 def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Path, vllm_python: Path) -> float:
     """Alternating offline rounds in one dtype; prints them and the medians; returns the slower requests/s."""
     torch_dtype = getattr(torch, dtype)
-    model = on_passing_thread(lambda: quick_model(torch_dtype) if args.quick else build_model(torch_dtype))
+    model = on_passing_thread(lambda: bench_model(args.quick, torch_dtype))
     vocab = model.config.vocab_size
     shape = {"prompt": (4, 32), "out": (2, 16)} if args.quick else {"prompt": (16, 256), "out": (8, 128)}
     jobs = workload(args.requests, None, vocab, **shape)
@@ -316,6 +326,8 @@ def served_mode(
                         f"{run.ttft_p50_ms:7.0f} ms | failed {run.failed} | load {run.load:.1f}",
                         flush=True,
                     )
+                    if run.errors:
+                        print(f"    failed requests: {'; '.join(run.errors)[:500]}", flush=True)
             for system, outs in runs.items():
                 print(
                     f"  {rate:.2f} req/s {system:<9} median (min-max): "
@@ -385,7 +397,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="vllm-throughput-") as tmp:
         folder = Path(tmp) / "model"
-        model = on_passing_thread(lambda: quick_model(torch.float32) if args.quick else build_model(torch.float32))
+        model = on_passing_thread(lambda: bench_model(args.quick, torch.float32))
         save_model_folder(model, folder)
         params_m = sum(p.numel() for p in model.parameters()) / 1e6
         del model

@@ -18,12 +18,13 @@ sys.path.insert(0, str(BENCHMARKS))
 
 
 def test_saved_folder_loads_back_with_a_tokenizer_of_the_model_vocab(tmp_path: Path) -> None:
-    """The folder has the model's weights and a tokenizer with exactly its vocab, one id per character."""
+    """The folder has the model's weights and a tokenizer with exactly its vocab, one id per character; the model
+    never picks a special id greedily."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm_throughput import quick_model, save_model_folder
+    from vllm_throughput import bench_model, save_model_folder
 
-    model = quick_model(torch.float32)
+    model = bench_model(True, torch.float32)
     folder = save_model_folder(model, tmp_path / "model")
     assert (folder / "model.safetensors").is_file()
     tok = AutoTokenizer.from_pretrained(str(folder))
@@ -35,7 +36,10 @@ def test_saved_folder_loads_back_with_a_tokenizer_of_the_model_vocab(tmp_path: P
     loaded = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     probe = torch.tensor([ids])
     with torch.inference_mode():
-        assert torch.equal(loaded(probe).logits, model(probe).logits)
+        logits = loaded(probe).logits
+        assert torch.equal(logits, model(probe).logits)
+    # the special ids' logits are 0 and never the greedy choice: every output token decodes to visible text
+    assert (logits[..., :4] == 0).all() and int(logits.argmax(-1).min()) >= 4
 
 
 def test_ratio_line_gives_the_ratio_of_medians_and_the_per_round_range() -> None:
