@@ -48,7 +48,7 @@ from servegate.runtime.contract_layer import (
 )
 from servegate.runtime.failure import FallbackRoute, Trigger, deadline_exceeded, unavailable
 from servegate.runtime.own_loop import run_on_own_loop
-from servegate.runtime.remote_identity import RemoteIdentity, probe_identity, root_of
+from servegate.runtime.remote_identity import RemoteIdentity, probe_identity
 
 
 def _error_from_status(status: int, body: str) -> ServingError:
@@ -444,4 +444,4 @@ def _read_choice(rid: str, choice: dict[str, Any], reply: _Reply) -> TokenEvent 
     return TokenEvent(rid, tuple(ids), text, tuple(values) if values else None, now)
 
 
-__all__ = ["EndpointEngine", "RemoteUnavailable", "root_of"]
+__all__ = ["EndpointEngine"]
