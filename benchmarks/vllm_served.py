@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.local_server import LocalServer
-from servegate.capacity.own_server import bench_url, load_tokenizer
+from servegate.capacity.bench.local_server import LocalServer
+from servegate.capacity.bench.own_server import bench_url, load_tokenizer
 from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.vllm_process import VllmLaunch, VllmServer, free_port

@@ -58,7 +58,7 @@ def _table(title: str, data: dict[str, Any]) -> Table:
 
 def supported_lines(report: dict[str, Any]) -> list[str]:
     """What the figures support, in words: each metric's p50 and p99 with their intervals and floors."""
-    from servegate.capacity.percentiles import describe
+    from servegate.capacity.bench.percentiles import describe
 
     unit = {"itl_ms": "gaps", "tpot_ms": "requests"}
     return [
@@ -113,7 +113,7 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
 
 def machine_lines(report: dict[str, Any]) -> list[str]:
     """How fast this machine ran during the bench (and in each run, when there were several)."""
-    from servegate.capacity.machine_speed import MachineSpeed
+    from servegate.capacity.bench.machine_speed import MachineSpeed
 
     if not report.get("machine_speed"):
         return []
@@ -201,16 +201,16 @@ def bench(
       gate bench examples/quickstart/manifest.yaml --sweep 1,2,4,8 --json bench.json
       gate bench --url http://127.0.0.1:8000/v1 --model tiny --prompts prompts.jsonl --rate 5 --arrival constant
     """
-    from servegate.capacity.metrics import SLO, slo_from_targets
-    from servegate.capacity.own_server import (
+    from servegate.capacity.bench.own_server import (
         bench_own_server,
         bench_url,
         load_tokenizer,
         manifest_tokenizer,
         resolve_workload,
     )
-    from servegate.capacity.prompt_file import load_prompt_file
-    from servegate.capacity.workload import suite_prompt_lengths
+    from servegate.capacity.bench.prompt_file import load_prompt_file
+    from servegate.capacity.bench.run_metrics import SLO, slo_from_targets
+    from servegate.capacity.bench.workload import suite_prompt_lengths
 
     served = load(manifest, set_) if manifest is not None else None
     if served is not None and served.preprocess.task == "embed":
@@ -255,19 +255,19 @@ def bench(
 
         console.print(f"server peak memory: {format_bytes(report['peak_memory_bytes'])} (resident, whole process)")
     if plots is not None:
-        from servegate.capacity.bench_plots import write_plots
+        from servegate.capacity.bench.plots import write_plots
 
         report["plots"] = [str(p) for p in write_plots(result, plots)]
         console.print("plots: " + ", ".join(report["plots"]))
     write_json(json_out, report)
     if records_out is not None:
-        from servegate.capacity.bench import records_jsonl
+        from servegate.capacity.bench.load_generator import records_jsonl
 
         records_out.parent.mkdir(parents=True, exist_ok=True)
         records_out.write_text(records_jsonl(result), encoding="utf-8")
         console.print(f"per-request records: {records_out}")
     if report["errors"]["exceeded"]:
-        from servegate.capacity.bench_checks import failure_sentence
+        from servegate.capacity.bench.checks import failure_sentence
 
         console.print(f"[red]bench failed:[/red] {failure_sentence(report['errors'])}", highlight=False)
         raise typer.Exit(1)

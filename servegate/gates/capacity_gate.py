@@ -17,10 +17,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from servegate.capacity.bench_targets import PromptFactory
-from servegate.capacity.metrics import slo_from_targets
-from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
-from servegate.capacity.planner import TargetCheck, check_targets
+from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
+from servegate.capacity.bench.run_metrics import slo_from_targets
+from servegate.capacity.bench.targets import PromptFactory
+from servegate.capacity.planning.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
@@ -63,7 +63,7 @@ def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
 
 def _memory(served: ServedModel) -> Any:
     """The manifest's memory plan, or None when its config cannot be read (e.g. a remote-only model)."""
-    from servegate.capacity.memory_plan import manifest_memory
+    from servegate.capacity.memory.plan import manifest_memory
 
     try:
         return manifest_memory(served)
@@ -103,7 +103,7 @@ class CapacityGate(Gate):
         ours = type(self).server_factory is own_server  # tests substitute servers of their own
         if ours and served.capacity.targets is not None and served.capacity.workload is not None:
             if served.runtime.backend == "reference":
-                from servegate.capacity.local_server import LocalServer
+                from servegate.capacity.bench.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
                 if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
@@ -214,7 +214,7 @@ def _miss(check: TargetCheck) -> str:
 
 def _unsteady(report: dict[str, Any]) -> str:
     """A warning for a miss measured while this machine's speed moved (machine_speed.py), else nothing."""
-    from servegate.capacity.machine_speed import MachineSpeed
+    from servegate.capacity.bench.machine_speed import MachineSpeed
 
     if not report.get("machine_speed"):
         return ""

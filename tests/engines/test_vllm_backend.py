@@ -11,7 +11,7 @@ import openai
 import pytest
 from engines_support import MAX_MODEL_LEN, SERVED_NAME, write_manifest
 
-from servegate.capacity.local_server import LocalServer
+from servegate.capacity.bench.local_server import LocalServer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache

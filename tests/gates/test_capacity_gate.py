@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.registry import GATES
@@ -17,7 +17,7 @@ from servegate.gates.registry import GATES
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """A load average of 0: the verdicts below must not depend on what else runs on the test machine."""
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
 
@@ -192,13 +192,13 @@ class ShakyMachine:
         pass
 
     def summary(self, began: float | None = None, ended: float | None = None) -> Any:
-        from servegate.capacity.machine_speed import MachineSpeed
+        from servegate.capacity.bench.machine_speed import MachineSpeed
 
         return MachineSpeed(265.0, {0: 265.0}, 200.0, 330.0, samples=80, seconds=4.0)
 
 
 def test_a_miss_measured_while_the_machine_moved_says_so(gate_class: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     with SyntheticServer(Delays(ttft_ms=60, itl_ms=5)) as server:
         steady = run(gate_class, server.url, {"e2e_ms": {"p99": 30}})
@@ -215,7 +215,7 @@ def test_a_miss_on_an_oversubscribed_machine_is_a_warning_that_says_so(
     gate_class: type, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Load average 9 on 2 CPUs: other work shared the cores, so a single manifest's miss is inconclusive."""
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     monkeypatch.setattr(bench_module.os, "sched_getaffinity", lambda pid: {0, 1})

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.interleaved import Ratio
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.capacity.bench.interleaved import Ratio
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.capacity_paired import RatioCheck

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache

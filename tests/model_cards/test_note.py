@@ -166,7 +166,7 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
 
 def test_the_note_says_in_words_what_the_bench_figures_support(served: ServedModel, tmp_path: Path) -> None:
     """A bench's intervals and floors become sentences: p99 of 60 requests is not estimable below 662."""
-    from servegate.capacity.percentiles import interval_fields
+    from servegate.capacity.bench.percentiles import interval_fields
 
     bench = make_bench()
     bench["e2el_ms"].update(interval_fields([70.0 + i for i in range(60)], (50, 95, 99)))

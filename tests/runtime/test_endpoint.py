@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from servegate.capacity.local_server import free_port
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from support.synthetic_server import Delays, SyntheticServer
+
+from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
 from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent

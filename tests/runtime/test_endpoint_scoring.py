@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build

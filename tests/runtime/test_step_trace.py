@@ -35,7 +35,7 @@ def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: 
 
 
 def test_a_step_answering_requests_is_charged_to_the_step_that_follows_it_at_once() -> None:
-    from servegate.capacity.serving_trace import serving_steps
+    from servegate.capacity.latency.serving_trace import serving_steps
 
     def step(began: float, ended: float, completed: int) -> dict[str, object]:
         return {"began": began, "ended": ended, "chunks": [[1, 9]], "arrivals": 0, "completed": completed}

@@ -13,7 +13,7 @@ from typing import Any
 from support.manifests import write_manifest
 from support.servers import ServerProcess
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 
 HERE = Path(__file__).parent
 GATE = Path(sys.executable).with_name("gate")

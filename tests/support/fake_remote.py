@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 
 Answer = Callable[[list[int], int], str]
 """(prompt token ids, max_tokens) -> the completion text."""

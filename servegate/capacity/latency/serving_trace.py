@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.bench import run_open_loop
-from servegate.capacity.bench_targets import PromptFactory
-from servegate.capacity.latency_model import LatencyModel, ServingStep, fit_serving_steps
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.own_server import against_server
-from servegate.capacity.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.bench.load_generator import run_open_loop
+from servegate.capacity.bench.own_server import against_server
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.targets import PromptFactory
+from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.latency.model import LatencyModel, ServingStep, fit_serving_steps
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 
@@ -145,10 +145,10 @@ def trace_serving(
     """Serve open-loop traffic of `shape` at TRACE_LOADS of the predicted capacity: the steps the engine
     ran, the runs as the client saw them, and then the p50 end-to-end latency (ms) of the speed check's
     lone requests (speed_check.py), the reference that check compares later measurements with."""
-    from servegate.capacity.bench import run_once
-    from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.prediction import saturation_throughput, sim_setup
-    from servegate.capacity.speed_check import lone_workload
+    from servegate.capacity.bench.load_generator import run_once
+    from servegate.capacity.bench.local_server import LocalServer
+    from servegate.capacity.latency.prediction import saturation_throughput, sim_setup
+    from servegate.capacity.latency.speed_check import lone_workload
     from servegate.runtime.step_trace import read_step_trace
 
     variant = tracing_variant(served)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.workload import RequestSpec
 from servegate.contracts.errors import ServegateError
 
 CHARS_PER_TOKEN = 4.0

@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.percentiles import (
+from servegate.capacity.bench.percentiles import (
     bound_holds,
     conservative_estimate,
     early_stopping_floor,
@@ -30,6 +29,7 @@ from servegate.capacity.percentiles import (
     lower_bound,
     requests_to_pass,
 )
+from servegate.capacity.bench.run_metrics import RequestRecord
 
 LATENCY_TARGETS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
 """Manifest latency targets and their labels."""

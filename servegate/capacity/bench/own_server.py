@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from servegate.capacity.bench import BenchResult, run_bench
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.metrics import SLO
-from servegate.capacity.prompt_file import FilePrompt
+from servegate.capacity.bench.load_generator import BenchResult, run_bench
+from servegate.capacity.bench.prompt_file import FilePrompt
+from servegate.capacity.bench.run_metrics import SLO
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
@@ -61,7 +61,7 @@ def load_tokenizer(path: str | Path | None) -> Any:
 
 def manifest_tokenizer(served: ServedModel) -> Any:
     """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found."""
-    from servegate.capacity.memory_plan import model_config_path
+    from servegate.capacity.memory.plan import model_config_path
 
     try:
         return load_tokenizer(model_config_path(served))
@@ -77,7 +77,7 @@ def resolve_workload(
     requests: int | None = None,
 ) -> Workload:
     """The workload to run: --workload, else the manifest's capacity.workload, then --rate/--concurrency/--requests."""
-    from servegate.capacity.workload import load_workload
+    from servegate.capacity.bench.workload import load_workload
 
     if workload_file is not None:
         workload = load_workload(workload_file)
@@ -104,7 +104,7 @@ def own_server(served: ServedModel) -> AbstractContextManager[Any]:
     """The manifest's own server as a `with` block: its endpoint when it names one, else started here."""
     if served.runtime.backend == "endpoint":
         return nullcontext(RemoteServer(str(served.runtime.endpoint_url)))
-    from servegate.capacity.local_server import LocalServer
+    from servegate.capacity.bench.local_server import LocalServer
 
     return LocalServer(served)
 

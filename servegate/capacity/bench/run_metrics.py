@@ -162,7 +162,7 @@ def latency_summary(seconds: Iterable[float], intervals: bool = False) -> dict[s
     values = list(seconds)
     out: dict[str, Any] = latency_stats(values).as_dict()
     if intervals:
-        from servegate.capacity.percentiles import interval_fields
+        from servegate.capacity.bench.percentiles import interval_fields
 
         out.update(interval_fields([1000.0 * v for v in values], PERCENTILES))
     return out

@@ -97,7 +97,7 @@ class LocalServer:
         log = open(self.log_path or Path(self._tmp.name) / "server.log", "wb")  # noqa: SIM115 - kept for the child
         self._log_file = log
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "servegate.capacity.local_server", str(spec), str(self.port)],
+            [sys.executable, "-m", "servegate.capacity.bench.local_server", str(spec), str(self.port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self._trace_env()},

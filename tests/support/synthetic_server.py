@@ -170,7 +170,7 @@ class SyntheticServer:
         self.stop()
 
 
-if __name__ == "__main__":  # `python -m servegate.capacity.synthetic_server PORT [TTFT_MS ITL_MS]`: serve until killed
+if __name__ == "__main__":  # `python tests/support/synthetic_server.py PORT [TTFT_MS ITL_MS]`: serve until killed
     import sys
 
     args = sys.argv[1:]

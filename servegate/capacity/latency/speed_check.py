@@ -21,11 +21,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.machine_speed import MachineSpeed
-from servegate.capacity.prediction import sim_setup
-from servegate.capacity.simulate import simulate
-from servegate.capacity.workload import make_requests
+from servegate.capacity.bench.machine_speed import MachineSpeed
+from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.prediction import sim_setup
+from servegate.capacity.latency.simulate import simulate
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.memory_plan import MemoryPlan
-from servegate.capacity.prediction import Prediction, predict, saturation_throughput, sim_setup
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.prediction import Prediction, predict, saturation_throughput, sim_setup
+from servegate.capacity.memory.plan import MemoryPlan
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Targets, Workload
 from servegate.contracts.manifest import ServedModel

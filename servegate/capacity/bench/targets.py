@@ -13,9 +13,9 @@ import string
 import time
 from typing import Any, Protocol
 
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.sse_client import HttpStatusError, SSEClient
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.sse_client import HttpStatusError, SSEClient
+from servegate.capacity.bench.workload import RequestSpec
 
 _WORDS = string.ascii_lowercase
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.weights_memory import WeightsMemory, read_config, weights_memory
+from servegate.capacity.memory.weights import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.bench import Progress, run_closed_loop, run_open_loop
-from servegate.capacity.bench_targets import BenchTarget, PromptFactory
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.target_bounds import latencies_ms
-from servegate.capacity.workload import make_requests
+from servegate.capacity.bench.load_generator import Progress, run_closed_loop, run_open_loop
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.target_bounds import latencies_ms
+from servegate.capacity.bench.targets import BenchTarget, PromptFactory
+from servegate.capacity.bench.workload import make_requests
 from servegate.contracts.evaluation import Workload
 
 RESAMPLES = 2000

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from servegate.capacity.bench_checks import (
+from servegate.capacity.bench.checks import (
     client_checks,
     client_warning,
     failure_sentence,
@@ -25,11 +25,11 @@ from servegate.capacity.bench_checks import (
     shape_warnings,
     workload_shape,
 )
-from servegate.capacity.bench_targets import BenchTarget, PromptFactory
-from servegate.capacity.machine_speed import MachineSpeed, MachineSpeedMonitor
-from servegate.capacity.metrics import DEFINITIONS, SLO, RequestRecord, summarize
-from servegate.capacity.prompt_file import FilePrompt, with_prompts
-from servegate.capacity.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.bench.machine_speed import MachineSpeed, MachineSpeedMonitor
+from servegate.capacity.bench.prompt_file import FilePrompt, with_prompts
+from servegate.capacity.bench.run_metrics import DEFINITIONS, SLO, RequestRecord, summarize
+from servegate.capacity.bench.targets import BenchTarget, PromptFactory
+from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
 from servegate.contracts.evaluation import Workload
 
 Progress = Callable[[int], None]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servegate.capacity.bench import BenchResult
+from servegate.capacity.bench.load_generator import BenchResult
 from servegate.contracts.files import write_atomic
 
 

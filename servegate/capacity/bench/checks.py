@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.metrics import RequestRecord
+from servegate.capacity.bench.run_metrics import RequestRecord
 
 CLIENT_DELAY_SHARE = 0.01
 """The client is the limit when its mean dispatch delay passes this share of TTFT p50 (guidellm's rule)."""

@@ -14,8 +14,8 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.planner import Plan
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.planning.planner import Plan
 from servegate.contracts.errors import ManifestError
 from servegate.contracts.files import write_atomic
 from servegate.contracts.units import format_bytes

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.latency_model import LOAD_WINDOW_S, LatencyModel
-from servegate.capacity.metrics import SLO, RequestRecord, summarize
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
+from servegate.capacity.bench.workload import RequestSpec
+from servegate.capacity.latency.model import LOAD_WINDOW_S, LatencyModel
 from servegate.contracts.manifest import ServedModel
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
-from servegate.capacity.memory_plan import compute_dtype, model_config_path
-from servegate.capacity.simulate import SimResult, SimSetup, simulate
-from servegate.capacity.weights_memory import read_config
-from servegate.capacity.workload import make_requests
+from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
+from servegate.capacity.memory.plan import compute_dtype, model_config_path
+from servegate.capacity.memory.weights import read_config
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel

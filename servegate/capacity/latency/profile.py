@@ -32,9 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from servegate.capacity.bench import run_open_loop
-from servegate.capacity.bench_targets import BenchTarget, PromptFactory
-from servegate.capacity.latency_model import (
+from servegate.capacity.bench.load_generator import run_open_loop
+from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
+from servegate.capacity.bench.own_server import against_server
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.targets import BenchTarget, PromptFactory
+from servegate.capacity.bench.workload import RequestSpec
+from servegate.capacity.latency.load_fit import fit_admission_delay, fit_load_response, scaled_steps, traced_run_fit
+from servegate.capacity.latency.model import (
     Chunk,
     LatencyModel,
     StepSample,
@@ -42,11 +47,7 @@ from servegate.capacity.latency_model import (
     hardware_id,
     residual_spread,
 )
-from servegate.capacity.load_fit import fit_admission_delay, fit_load_response, scaled_steps, traced_run_fit
-from servegate.capacity.machine_speed import MachineSpeedMonitor
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.own_server import against_server
-from servegate.capacity.serving_trace import (
+from servegate.capacity.latency.serving_trace import (
     TRACE_LOADS,
     TracedRun,
     refit_on_serving,
@@ -54,7 +55,6 @@ from servegate.capacity.serving_trace import (
     trace_serving,
     tracing_variant,
 )
-from servegate.capacity.workload import RequestSpec
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
@@ -301,10 +301,10 @@ def _profile(
     served: ServedModel, repeats: int, burst: int, tick: Tick | None, stage: Callable[[str, int], None] | None
 ) -> tuple[LatencyModel, list[TracedRun]]:
     """The three stages: the fitted model and the runs traced in stage 3."""
-    from servegate.capacity.local_server import LocalServer
-    from servegate.capacity.memory_plan import manifest_memory
-    from servegate.capacity.prediction import profile_key, sim_setup
-    from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms
+    from servegate.capacity.bench.local_server import LocalServer
+    from servegate.capacity.latency.prediction import profile_key, sim_setup
+    from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms
+    from servegate.capacity.memory.plan import manifest_memory
     from servegate.runtime.engine_setup import build_parts
 
     if served.runtime.threads:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.serving_trace import TracedRun
-from servegate.capacity.simulate import SimSetup, simulate
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.serving_trace import TracedRun
+from servegate.capacity.latency.simulate import SimSetup, simulate
 
 
 def _misfit(
