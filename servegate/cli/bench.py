@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from servegate.cli.common import JsonOption, SetOption, console_for, load, write
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.gates.reports import RichProgress
+
+if TYPE_CHECKING:
+    from servegate.capacity.bench.load_generator import BenchResult
 
 WorkloadOption = Annotated[
     Path | None,
@@ -243,8 +246,31 @@ def bench(
             measured = bench_own_server(served, [workload], progress=progress, **options)
             result, peak = measured.results[0], measured.peak_memory_bytes
     result.max_error_share = max_error_share
+    _report(
+        console,
+        result,
+        peak,
+        approximate=url is not None and tok is None,
+        plots=plots,
+        json_out=json_out,
+        records_out=records_out,
+    )
+
+
+def _report(
+    console: Console,
+    result: BenchResult,
+    peak: int | None,
+    *,
+    approximate: bool,
+    plots: Path | None,
+    json_out: Path | None,
+    records_out: Path | None,
+) -> None:
+    """Print the bench's result and write what was asked for (plots, JSON, per-request records); exit 1 when
+    more requests failed than allowed."""
     report = result.as_dict()
-    if url is not None and tok is None:
+    if approximate:
         report["warnings"].insert(0, APPROXIMATE_PROMPTS)
     if peak is not None:
         report["peak_memory_bytes"] = peak
