@@ -10,7 +10,7 @@ Three setups, each in its own process (torch's thread pools live as long as the 
     none      no fallback engine
     declared  the fallback on the threads its manifest declares
     shared    the fallback as servegate.runtime.build starts it beside a primary: at most the cores the
-              primary's threads leave (runtime/shared_cores.py)
+              primary's threads leave (runtime/failure_policy/shared_cores.py)
 
 For each: output tokens/s of one request decoding 64 tokens alone (--solo-runs times); the median per process,
 then the median over the rounds and its ratio to `none`.
@@ -39,8 +39,8 @@ def child(setup: str, threads: int, solo_runs: int, eager: bool) -> list[float]:
 
     from servegate.contracts.loading import load_fallback, load_manifest
     from servegate.runtime import build
-    from servegate.runtime.failure import FallbackRoute
-    from servegate.runtime.shared_cores import beside_primary
+    from servegate.runtime.failure_policy.fallback import FallbackRoute
+    from servegate.runtime.failure_policy.shared_cores import beside_primary
 
     model = on_passing_thread(lambda: build_model(torch.float32), threads)
     engine = servegate_engine(model, "continuous", 16, 256 * 2**20, 512, threads, "torch", None if eager else [1])

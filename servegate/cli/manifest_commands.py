@@ -102,7 +102,7 @@ def _vllm_residuals(served: ServedModel) -> list[str]:
     """For backend: vllm, what vLLM leaves to others (an error when it would serve a field differently)."""
     if served.runtime.backend != "vllm":
         return []
-    from servegate.runtime.vllm_backend import vllm_arguments
+    from servegate.runtime.remote.vllm_backend import vllm_arguments
 
     args = vllm_arguments(served, served.weights.source)  # raises, naming each field vLLM would change
     return [f"{r.field}: {r.reason} (enforced by {r.enforced_by})" for r in args.residuals]

@@ -20,7 +20,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.residual import ExportPlan, Residual, residual_json, residual_markdown
 from servegate.deploy.contract_residuals import contract_residuals
 from servegate.deploy.probe_script import readiness_probe_script
-from servegate.runtime.vllm_args import EngineArgs, engine_args
+from servegate.runtime.remote.vllm_args import EngineArgs, engine_args
 
 Target = Literal["vllm", "ray-serve", "kserve"]
 TARGETS: tuple[Target, ...] = ("vllm", "ray-serve", "kserve")
@@ -62,7 +62,7 @@ def _model_reference(served: ServedModel, target: Target, override: str | None) 
             f"weights.source {source} is a local folder: KServe needs a URI it can fetch; "
             "pass --model hf://ORG/NAME, s3://BUCKET/PATH, pvc://CLAIM/PATH or oci://IMAGE"
         )
-    from servegate.runtime.weights import resolve_weights_dir
+    from servegate.runtime.model.weights import resolve_weights_dir
 
     return str(resolve_weights_dir(served)), None
 

@@ -22,7 +22,7 @@ from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRu
 from servegate.gates.lm_eval_suites import load_any_suite, run_any_items
 from servegate.gates.output_cache import OutputCache, cache_key
 from servegate.gates.result import GateResult, Verdict
-from servegate.runtime.api import Engine
+from servegate.runtime.engine.interface import Engine
 
 EngineFactory = Callable[[ServedModel], Engine]
 
@@ -65,7 +65,7 @@ class EnginePool:
         """A new engine for `served`; a vllm manifest whose server already runs gets an engine over it."""
         if served.runtime.backend != "vllm" or self._factory is not default_engine_factory:
             return self._factory(served)
-        from servegate.runtime.vllm_backend import attach, launch_key
+        from servegate.runtime.remote.vllm_backend import attach, launch_key
 
         key = launch_key(served)
         running = self._vllm.get(key)

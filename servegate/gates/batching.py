@@ -20,7 +20,7 @@ from servegate.gates.caching import probe_items
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
 
 PROBES_PER_SUITE = 12
 DEADLINE_SLACK_S = 0.25

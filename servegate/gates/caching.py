@@ -18,7 +18,7 @@ from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
-from servegate.runtime.api import Engine, GenerationRequest
+from servegate.runtime.engine.interface import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"

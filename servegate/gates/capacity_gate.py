@@ -55,7 +55,7 @@ def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
     """The remote's memory as its /metrics says it for the whole deployment, else None and why not."""
     import asyncio
 
-    from servegate.runtime.remote_identity import RemoteIdentity, remote_memory
+    from servegate.runtime.remote.identity import RemoteIdentity, remote_memory
 
     identity = remote or RemoteIdentity("unknown", None, ())
     return asyncio.run(remote_memory(served.runtime.endpoint_url or "", identity))

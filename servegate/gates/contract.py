@@ -33,7 +33,7 @@ from servegate.gates.contract_probes import (
 )
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
-from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
 READY_TIMEOUT_S = 120.0

@@ -13,7 +13,7 @@ from typing import Any
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Suite
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 Progress = Callable[[int], None]
 """Called with the number of items just finished."""

@@ -21,7 +21,7 @@ from servegate.gates.evaluation import SuiteRun, burst, make_suite_data, request
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, Verdict, worst
 from servegate.gates.statistics import boundary_check
-from servegate.runtime.api import ErrorEvent, FinishEvent
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent
 
 FORCED_REQUESTS = 16
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SamplingParams
-from servegate.runtime.failure import overloaded
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+from servegate.runtime.failure_policy.outcomes import overloaded
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
 

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine
+from servegate.runtime.engine.interface import Engine
 from servegate.server.async_results import AsyncResults
 from servegate.server.guard import BodyGuard
 from servegate.server.metrics import ServerMetrics

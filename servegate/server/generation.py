@@ -18,7 +18,7 @@ from typing import Any
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 from servegate.server.bodies import BodyBuilder, token_texts
 from servegate.server.state import ServerState, internal_error, normalize
 

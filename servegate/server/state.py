@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine, EngineStats
+from servegate.runtime.engine.interface import Engine, EngineStats
 from servegate.server.async_results import AsyncResults
 from servegate.server.metrics import ServerMetrics
 

@@ -33,8 +33,8 @@ from servegate.capacity.latency.profile import (
 from servegate.capacity.latency.simulate import SimSetup, simulate
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SeqChunk
-from servegate.runtime.engine import ReferenceEngine
+from servegate.runtime.engine.interface import GenerationRequest, SeqChunk
+from servegate.runtime.engine.reference import ReferenceEngine
 
 TRUTH = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.00005, "c_decode_seq": 0.0006})
 VOCAB = 16

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.vllm_process import VllmLaunch, VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
 
 SERVED_NAME = "tiny-primary"
 """The name the vLLM server serves zoo:tiny-primary under (`--served-model-name`)."""

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 
 from servegate.gates.check import check_manifest
 from servegate.gates.output_cache import OutputCache
-from servegate.runtime.vllm_process import VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VllmServer, free_port
 
 pytestmark = pytest.mark.engines
 

@@ -18,8 +18,8 @@ from transformers import AutoTokenizer
 from servegate.contracts.evaluation import Suite
 from servegate.gates.evaluation import ItemOutput, SuiteItem, generate, load_suite_data, requests_for
 from servegate.runtime import build
-from servegate.runtime.api import Engine
-from servegate.runtime.vllm_process import VllmServer
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.zoo import SPLITS, zoo_model_path
 
 pytestmark = pytest.mark.engines

@@ -20,7 +20,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.loading import load_fallback
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.result import GateReport, GateResult
-from servegate.runtime.api import (
+from servegate.runtime.engine.interface import (
     EngineStats,
     ErrorEvent,
     Event,

@@ -61,7 +61,7 @@ def predicted_capacity_rps(served: ServedModel) -> tuple[float, dict[str, Any]]:
     """The planner's requests/s for this manifest, from a latency model fitted on the slowed runner."""
     from servegate.capacity.latency.prediction import saturation_throughput, sim_setup
     from servegate.capacity.latency.profile import ProfileLimits, fit_runner, step_grid, time_steps
-    from servegate.runtime.engine_setup import build_parts
+    from servegate.runtime.engine.parts import build_parts
 
     runner = SlowRunner(build_parts(served).runner, STEP_DELAY_S)
     limits = ProfileLimits(

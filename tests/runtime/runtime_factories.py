@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SamplingParams, SeqChunk
-from servegate.runtime.engine import ReferenceEngine
-from servegate.runtime.kv_blocks import KVBlockManager
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams, SeqChunk
+from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, SchedulerOutput, make_scheduler
 from servegate.runtime.scheduling import Sequence as Seq
 from servegate.runtime.scheduling.base import Scheduler

@@ -10,8 +10,15 @@ from support.synthetic_server import Delays, SyntheticServer
 from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
-from servegate.runtime.endpoint import EndpointEngine, _error_from_status
+from servegate.runtime.engine.interface import (
+    Engine,
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
+from servegate.runtime.remote.endpoint import EndpointEngine, _error_from_status
 
 
 def served_at(url: str, timeout_s: float = 30.0) -> ServedModel:

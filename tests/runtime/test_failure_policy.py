@@ -8,8 +8,8 @@ import time
 
 from runtime_factories import GatedRunner, ToyPreprocessor, ToyTokenizer, toy_engine, toy_manifest, toy_sampler
 
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
-from servegate.runtime.engine import ReferenceEngine
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.reference import ReferenceEngine
 
 
 def request(rid: str, max_tokens: int = 4, **kw: object) -> GenerationRequest:
@@ -242,7 +242,7 @@ def test_shutdown_fails_what_is_left_with_model_unavailable() -> None:
 def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) -> None:
     from servegate.contracts.loading import load_manifest
     from servegate.runtime import build
-    from servegate.runtime.endpoint import EndpointEngine
+    from servegate.runtime.remote.endpoint import EndpointEngine
 
     (tmp_path / "backup.yaml").write_text("name: backup\nweights: {source: zoo:tiny-fallback}\n")
     (tmp_path / "primary.yaml").write_text(

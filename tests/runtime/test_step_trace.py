@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine
 
-from servegate.runtime.step_trace import ENV, read_step_trace
+from servegate.runtime.engine.step_trace import ENV, read_step_trace
 
 
 def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

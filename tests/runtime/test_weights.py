@@ -12,7 +12,7 @@ import transformers as hf
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.weights import (
+from servegate.runtime.model.weights import (
     load_causal_lm,
     resolve_dtype,
     resolve_weights_dir,

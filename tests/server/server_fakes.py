@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import (
+from servegate.runtime.engine.interface import (
     EngineStats,
     ErrorEvent,
     Event,

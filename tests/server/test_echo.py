@@ -11,7 +11,7 @@ from server_harness import ServerProcess, fake_manifest, real_manifest, start_fa
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.api import GenerationRequest
+from servegate.runtime.engine.interface import GenerationRequest
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ class LocalServer:
         log_path: Path | None = None,
         step_trace: Path | None = None,
     ) -> None:
-        """`step_trace`: a file the server's engine appends one line per step to (see runtime/step_trace.py)."""
+        """`step_trace`: a file the server's engine appends one line per step to (see runtime/engine/step_trace.py)."""
         self.served = served
         self.step_trace = step_trace
         self.port = free_port()
@@ -105,7 +105,7 @@ class LocalServer:
         return self
 
     def _trace_env(self) -> dict[str, str]:
-        from servegate.runtime.step_trace import ENV
+        from servegate.runtime.engine.step_trace import ENV
 
         return {ENV: str(self.step_trace)} if self.step_trace is not None else {}
 

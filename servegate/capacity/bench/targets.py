@@ -216,7 +216,13 @@ class EngineTarget:
 
     async def send(self, spec: RequestSpec, prompt: str, record: RequestRecord) -> None:
         """Submit one request and stamp each TokenEvent as it is received."""
-        from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+        from servegate.runtime.engine.interface import (
+            ErrorEvent,
+            FinishEvent,
+            GenerationRequest,
+            SamplingParams,
+            TokenEvent,
+        )
 
         self._next += 1
         request = GenerationRequest(

@@ -18,7 +18,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.sections import Batching
-from servegate.runtime.kv_memory import kv_dims_from_config
+from servegate.runtime.model.kv_memory import kv_dims_from_config
 
 
 def profile_key(served: ServedModel) -> str:
@@ -55,7 +55,7 @@ def load_profile(served: ServedModel) -> LatencyModel:
 
 def sim_setup(served: ServedModel) -> SimSetup:
     """The simulated engine for a manifest, with the KV pool the runtime would allocate."""
-    from servegate.runtime.kv_blocks import pool_size
+    from servegate.runtime.model.kv_blocks import pool_size
 
     dims = kv_dims_from_config(read_config(model_config_path(served)))
     kv = served.runtime.kv_cache

@@ -116,7 +116,7 @@ def time_steps(
     runner: Any, grid: Sequence[tuple[Chunk, ...]], repeats: int = 5, tick: Tick | None = None
 ) -> list[StepSample]:
     """Execute every step of `grid` on the runner `repeats` times (after one warm-up); median seconds each."""
-    from servegate.runtime.api import SeqChunk
+    from servegate.runtime.engine.interface import SeqChunk
 
     bs, nb = runner.block_size, runner.num_blocks
     vocab = max(2, int(runner.vocab_size))
@@ -305,7 +305,7 @@ def _profile(
     from servegate.capacity.latency.prediction import profile_key, sim_setup
     from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms
     from servegate.capacity.memory.plan import manifest_memory
-    from servegate.runtime.engine_setup import build_parts
+    from servegate.runtime.engine.parts import build_parts
 
     if served.runtime.threads:
         import torch

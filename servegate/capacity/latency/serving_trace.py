@@ -1,7 +1,7 @@
 """Stage 3 of `gate profile`: the manifest's server under open-loop load, and the step model refitted on it.
 
 The server runs its declared workload at TRACE_LOADS of the capacity the stage-2 model predicts, with the
-step trace on (runtime/step_trace.py). Under load a step costs more than the bare model step: sampling and
+step trace on (runtime/engine/step_trace.py). Under load a step costs more than the bare model step: sampling and
 streaming for every sequence, and the HTTP work of arriving and finishing requests, share the interpreter
 with the engine; so the step coefficients and the costs of admitting and of answering a request during a
 step are refitted on the steps the server actually ran (latency_model.fit_serving_steps).
@@ -32,7 +32,7 @@ BACK_TO_BACK_S = 0.002
 
 
 def serving_steps(records: Sequence[dict[str, Any]]) -> list[ServingStep]:
-    """The steps of a step trace (runtime/step_trace.py) as fitting samples."""
+    """The steps of a step trace (runtime/engine/step_trace.py) as fitting samples."""
     steps = []
     for i, r in enumerate(records):
         if not (r["ended"] > r["began"] and r["chunks"]):
@@ -149,7 +149,7 @@ def trace_serving(
     from servegate.capacity.bench.local_server import LocalServer
     from servegate.capacity.latency.prediction import saturation_throughput, sim_setup
     from servegate.capacity.latency.speed_check import lone_workload
-    from servegate.runtime.step_trace import read_step_trace
+    from servegate.runtime.engine.step_trace import read_step_trace
 
     variant = tracing_variant(served)
     capacity = saturation_throughput(sim_setup(variant), model, shape)

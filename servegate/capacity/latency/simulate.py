@@ -109,7 +109,7 @@ def simulate(
     Open loop: each spec arrives at its arrival_s. Closed loop (`concurrency`): that many requests are
     in flight; each completion (or failure) sends the next at once.
     """
-    from servegate.runtime.kv_blocks import KVBlockManager
+    from servegate.runtime.model.kv_blocks import KVBlockManager
     from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
     from servegate.runtime.scheduling import Sequence as Seq
 

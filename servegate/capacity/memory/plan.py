@@ -15,7 +15,7 @@ from servegate.capacity.memory.weights import WeightsMemory, read_config, weight
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes
-from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
+from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
 
 @dataclass(frozen=True)

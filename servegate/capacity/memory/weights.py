@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from servegate.runtime.kv_memory import DTYPE_BYTES
+from servegate.runtime.model.kv_memory import DTYPE_BYTES
 
 SIMULATED_METHODS = frozenset({"int3-weight", "int2-weight"})
 """Quantizations the runtime simulates by round-tripping: no memory is saved."""

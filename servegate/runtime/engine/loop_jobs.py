@@ -1,6 +1,6 @@
 """Work that must run on the reference engine's loop thread between steps (prompt scoring).
 
-The loop thread owns the model: it loaded it, and its OpenMP pool is the warm one (engine.py). A job
+The loop thread owns the model: it loaded it, and its OpenMP pool is the warm one (reference.py). A job
 queued here runs there between two steps, so it never races a step for the model or the cores.
 """
 

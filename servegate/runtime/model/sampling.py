@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from servegate.runtime.api import SamplingParams
+from servegate.runtime.engine.interface import SamplingParams
 
 
 def request_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:

@@ -20,7 +20,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.cpu_linear import use_torch_threads
+from servegate.runtime.model.cpu_linear import use_torch_threads
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -133,7 +133,7 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     """Resolve, verify and load the manifest's causal LM and tokenizer (not quantized: see quantization.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from servegate.runtime.paged_attention import register_paged_attention
+    from servegate.runtime.model.paged_attention import register_paged_attention
 
     weights, runtime = served.weights, served.runtime
     directory = resolve_weights_dir(served)

@@ -26,7 +26,7 @@ from typing import Any
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import ChatCompletionRequest, parse_request
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 RecordId = str | int
 
@@ -224,7 +224,7 @@ async def run_file(
     `engine`: a started engine (built from `served` and shut down here when None). `window`: requests
     in flight (default: enough to keep batches full, never more than the queue holds).
     """
-    from servegate.runtime.engine import feed_window
+    from servegate.runtime.failure_policy.outcomes import feed_window
 
     items = read_input(input_path)
     done = recover_output(output_path, {item.id for item in items})

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Usage
 from servegate.runtime.contract_layer import admit
-from servegate.runtime.failure import Sink
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
 from servegate.runtime.postprocess import OutputStream, OutputValidator
 from servegate.runtime.scheduling import Sequence
 
 if TYPE_CHECKING:
-    from servegate.runtime.engine_setup import EngineParts
+    from servegate.runtime.engine.parts import EngineParts
 
 
 @dataclass(eq=False)
@@ -74,7 +73,7 @@ def new_request_state(
     served: ServedModel, parts: EngineParts, request: GenerationRequest, sink: Sink, seq_id: int
 ) -> RequestState:
     """Validate and encode a request into engine state (raises ServingError for a bad request)."""
-    from servegate.runtime.sampling import request_generator
+    from servegate.runtime.model.sampling import request_generator
 
     admitted = admit(served, parts.preprocessor, request)
     prompt = admitted.token_ids

@@ -1,4 +1,4 @@
-"""The failure policy's pieces the engine applies: catalogued errors, deadlines, and the fallback route.
+"""The fallback route: a request the failure policy sends to the fallback engine, served there whole.
 
 Every request ends in exactly one FinishEvent or ErrorEvent. When a declared trigger fires (overload,
 timeout, error) and the request has streamed nothing yet, it is handed to the fallback engine whole,
@@ -11,35 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from servegate.contracts.errors import ServingError
-from servegate.contracts.sections import FailurePolicy
-from servegate.runtime.api import ErrorEvent, Event, FinishEvent, GenerationRequest
-
-Trigger = Literal["overload", "timeout", "error"]
-Sink = Callable[[Event], None]
-
-
-def overloaded(policy: FailurePolicy) -> ServingError:
-    """The `overloaded` error with the policy's status and Retry-After."""
-    return ServingError(
-        "overloaded",
-        status=policy.overload_status,
-        retry_after_s=policy.retry_after_s,
-        retry_after=policy.retry_after_s,
-    )
-
-
-def deadline_exceeded(timeout_s: float) -> ServingError:
-    """The `deadline_exceeded` error (504) naming the deadline."""
-    return ServingError("deadline_exceeded", timeout_s=round(timeout_s, 3))
-
-
-def unavailable(detail: str) -> ServingError:
-    """The `model_unavailable` error (503)."""
-    return ServingError("model_unavailable", detail=detail)
+from servegate.runtime.engine.interface import ErrorEvent, Event, FinishEvent, GenerationRequest, Sink
+from servegate.runtime.failure_policy.outcomes import Trigger
 
 
 class FallbackRoute:

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from servegate.runtime.api import SeqChunk
-from servegate.runtime.compiled_decode import CompiledDecode, check_compile_support
-from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
-from servegate.runtime.paged_attention import (
+from servegate.runtime.engine.interface import SeqChunk
+from servegate.runtime.model.compiled_decode import CompiledDecode, check_compile_support
+from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
+from servegate.runtime.model.paged_attention import (
     ContextSource,
     PagedKVCache,
     PagedStep,
@@ -44,7 +44,7 @@ def eos_ids_of(model: Any) -> frozenset[int]:
 
 
 class PagedModelRunner:
-    """Runs a Hugging Face causal LM over paged KV blocks (implements `servegate.runtime.api.ModelRunner`).
+    """Runs a Hugging Face causal LM over paged KV blocks (implements `servegate.runtime.engine.interface.ModelRunner`).
 
     The model is switched to the `servegate_paged` attention implementation; outside `execute` it
     still runs `generate` as with SDPA.

@@ -12,7 +12,7 @@ from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import contract_parts
-from servegate.runtime.kv_blocks import KVBlockManager, pool_size
+from servegate.runtime.model.kv_blocks import KVBlockManager, pool_size
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
 from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
@@ -54,7 +54,7 @@ def build_parts(
 ) -> EngineParts:
     """Load (or take) the model, size the KV pool, and assemble scheduler, caches and validators."""
     if served.preprocess.task == "embed":
-        from servegate.runtime.embedding import EmbeddingModel
+        from servegate.runtime.model.embedding import EmbeddingModel
 
         return EngineParts(
             None,
@@ -90,18 +90,18 @@ def build_parts(
 
 def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
     """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
-    from servegate.runtime.cpu_linear import apply_cpu_linear, use_torch_threads
-    from servegate.runtime.kv_memory import kv_dims_from_config
-    from servegate.runtime.model_runner import PagedModelRunner
+    from servegate.runtime.model.cpu_linear import apply_cpu_linear, use_torch_threads
+    from servegate.runtime.model.kv_memory import kv_dims_from_config
+    from servegate.runtime.model.model_runner import PagedModelRunner
 
     report = None
     if model is None:
-        from servegate.runtime.weights import load_causal_lm
+        from servegate.runtime.model.weights import load_causal_lm
 
         loaded = load_causal_lm(served)
         model, tokenizer = loaded.model, tokenizer or loaded.tokenizer
         if served.runtime.quantization.method != "none":
-            from servegate.runtime.quantization import quantize_model
+            from servegate.runtime.model.quantization import quantize_model
 
             report = quantize_model(model, served.runtime.quantization)
     else:  # load_causal_lm set torch's threads on this thread, the one that runs the steps; a given model too
@@ -127,6 +127,6 @@ def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, 
 
 
 def _default_sampler() -> Sampler:
-    from servegate.runtime.sampling import sample_batch
+    from servegate.runtime.model.sampling import sample_batch
 
     return sample_batch  # type: ignore[no-any-return]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servegate.contracts.errors import ServegateError
-from servegate.runtime.kv_memory import DTYPE_BYTES, KVDims, num_kv_blocks
+from servegate.runtime.model.kv_memory import DTYPE_BYTES, KVDims, num_kv_blocks
 
 if TYPE_CHECKING:
     from servegate.contracts.manifest import ServedModel

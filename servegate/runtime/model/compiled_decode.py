@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from servegate.contracts.errors import ServegateError
-from servegate.runtime.paged_attention import PagedStep
+from servegate.runtime.model.paged_attention import PagedStep
 
 log = logging.getLogger("servegate.runtime")
 

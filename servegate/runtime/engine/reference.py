@@ -18,7 +18,7 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import (
+from servegate.runtime.engine.interface import (
     EngineStats,
     ErrorEvent,
     Event,
@@ -26,21 +26,23 @@ from servegate.runtime.api import (
     GenerationRequest,
     Result,
     ScoreResult,
+    Sink,
     TokenEvent,
 )
-from servegate.runtime.engine_setup import EngineParts, build_parts
-from servegate.runtime.failure import FallbackRoute, Sink, Trigger, deadline_exceeded, overloaded, unavailable
-from servegate.runtime.loop_jobs import LoopJobs
-from servegate.runtime.prompt_scoring import score_on_engine
-from servegate.runtime.request_state import RequestState, new_request_state
+from servegate.runtime.engine.loop_jobs import LoopJobs
+from servegate.runtime.engine.parts import EngineParts, build_parts
+from servegate.runtime.engine.prompt_scoring import score_on_engine
+from servegate.runtime.engine.request_state import RequestState, new_request_state
+from servegate.runtime.engine.step_trace import open_step_trace
+from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.failure_policy.outcomes import Trigger, deadline_exceeded, feed_window, overloaded, unavailable
 from servegate.runtime.scheduling import SchedulerOutput
-from servegate.runtime.step_trace import open_step_trace
 
 log = logging.getLogger("servegate.runtime")
 
 
 class ReferenceEngine:
-    """servegate's in-process engine (implements `servegate.runtime.api.Engine`)."""
+    """servegate's in-process engine (implements `engine.interface.Engine`)."""
 
     def __init__(self, served: ServedModel, *, fallback: Any = None, **parts: Any) -> None:
         """`fallback`: the fallback manifest's engine; `parts` (runner, tokenizer, preprocessor, sampler)
@@ -433,14 +435,9 @@ class ReferenceEngine:
                 self._cv.wait(timeout=min(timeout, 1.0))
 
 
-def feed_window(served: ServedModel) -> int:
-    """How many requests a file-like caller keeps in flight: enough to fill batches, never past max_queue."""
-    return max(1, min(served.failure_policy.max_queue, max(4, 2 * served.batching.max_batch_size)))
-
-
 def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
     """The n most likely tokens at one position, as {token text: log-probability}."""
-    from servegate.runtime.sampling import top_logprobs
+    from servegate.runtime.model.sampling import top_logprobs
 
     values, ids = top_logprobs(logits[None], n)
     return {tokenizer.decode([int(i)]): float(v) for v, i in zip(values[0].tolist(), ids[0].tolist(), strict=True)}

@@ -26,7 +26,16 @@ import httpx
 
 from servegate.contracts.errors import CATALOGUE, RemoteUnavailable, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import (
+from servegate.runtime.contract_layer import (
+    AdmissionQueue,
+    AdmittedRequest,
+    ContractParts,
+    admit,
+    contract_parts,
+    salt_token,
+    trim_at_stop,
+)
+from servegate.runtime.engine.interface import (
     EngineStats,
     ErrorEvent,
     Event,
@@ -37,18 +46,10 @@ from servegate.runtime.api import (
     TokenEvent,
     Usage,
 )
-from servegate.runtime.contract_layer import (
-    AdmissionQueue,
-    AdmittedRequest,
-    ContractParts,
-    admit,
-    contract_parts,
-    salt_token,
-    trim_at_stop,
-)
-from servegate.runtime.failure import FallbackRoute, Trigger, deadline_exceeded, unavailable
-from servegate.runtime.own_loop import run_on_own_loop
-from servegate.runtime.remote_identity import RemoteIdentity, probe_identity
+from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.failure_policy.outcomes import Trigger, deadline_exceeded, unavailable
+from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
+from servegate.runtime.remote.own_loop import run_on_own_loop
 
 
 def _error_from_status(status: int, body: str) -> ServingError:
@@ -94,7 +95,7 @@ class _Reply:
 
 
 class EndpointEngine:
-    """The manifest's contract around a remote OpenAI-compatible server (implements `servegate.runtime.api.Engine`)."""
+    """The manifest's contract around a remote OpenAI-compatible server (implements `engine.interface.Engine`)."""
 
     def __init__(
         self,
@@ -140,7 +141,7 @@ class EndpointEngine:
             if self.contract is not None:
                 return
             if self._tokenizer is None:
-                from servegate.runtime.weights import load_tokenizer
+                from servegate.runtime.model.weights import load_tokenizer
 
                 self._tokenizer = load_tokenizer(self.served)
             identity = asyncio.run(probe_identity(self.base_url, self.model))
@@ -365,7 +366,7 @@ class EndpointEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
         """Run all requests against the endpoint, at most feed_window() at once; results in input order."""
-        from servegate.runtime.engine import feed_window
+        from servegate.runtime.failure_policy.outcomes import feed_window
 
         self.start_sync()
 
@@ -391,8 +392,8 @@ class EndpointEngine:
 
     def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
-        from servegate.runtime.endpoint_scoring import score_on_remote
-        from servegate.runtime.engine import feed_window
+        from servegate.runtime.failure_policy.outcomes import feed_window
+        from servegate.runtime.remote.endpoint_scoring import score_on_remote
 
         self.start_sync()
         return score_on_remote(self, requests, feed_window(self.served))

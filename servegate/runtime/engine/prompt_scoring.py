@@ -14,8 +14,8 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
-from servegate.runtime.loop_jobs import LoopJobs, result_of
+from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
+from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
 
 
 def token_logprobs(

@@ -19,15 +19,15 @@ import torch
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.cpu_linear import use_torch_threads
-from servegate.runtime.preprocess import truncate
-from servegate.runtime.weights import (
+from servegate.runtime.model.cpu_linear import use_torch_threads
+from servegate.runtime.model.weights import (
     check_weight_format,
     resolve_device,
     resolve_dtype,
     resolve_weights_dir,
     verify_checksums,
 )
+from servegate.runtime.preprocess import truncate
 
 POOLING_ORDER = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens", "lasttoken")
 """Pooling modes in the order sentence-transformers concatenates them."""
@@ -115,7 +115,7 @@ class EmbeddingModel:
         self.model: Any = model.to(device=self.device, dtype=self.dtype).eval()
         self.quantization = None
         if served.runtime.quantization.method != "none":
-            from servegate.runtime.quantization import quantize_model
+            from servegate.runtime.model.quantization import quantize_model
 
             self.quantization = quantize_model(self.model, served.runtime.quantization)
         self.pooling = read_pooling(directory)

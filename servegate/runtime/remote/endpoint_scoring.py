@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 
 from servegate.contracts.errors import ServingError
-from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.contract_layer import admit
-from servegate.runtime.failure import deadline_exceeded, unavailable
-from servegate.runtime.own_loop import run_on_own_loop
+from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
+from servegate.runtime.failure_policy.outcomes import deadline_exceeded, unavailable
+from servegate.runtime.remote.own_loop import run_on_own_loop
 
 
 def cannot_score(base_url: str, why: str) -> ServingError:

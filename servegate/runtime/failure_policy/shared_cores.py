@@ -34,7 +34,7 @@ def fallback_threads(primary_threads: int | None, declared: int | None, cores: i
 def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
     """The fallback manifest as it runs beside `primary` in one process: its threads capped (see above)
     when both run on CPU, with a warning saying so; unchanged otherwise."""
-    from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS
+    from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS
 
     if primary.runtime.backend != "reference" or fallback.runtime.backend != "reference":
         return fallback
@@ -60,7 +60,7 @@ def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
 
 
 def _on_cpu(served: ServedModel) -> bool:
-    from servegate.runtime.weights import resolve_device
+    from servegate.runtime.model.weights import resolve_device
 
     try:
         return resolve_device(served.runtime.device).type == "cpu"

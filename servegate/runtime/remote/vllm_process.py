@@ -1,6 +1,6 @@
 """Launch vLLM's OpenAI-compatible server as a child process, wait until it really generates, stop it.
 
-Used by `runtime.backend: vllm` (runtime/vllm_backend.py) and the engines tests; it depends only on the
+Used by `runtime.backend: vllm` (runtime/remote/vllm_backend.py) and the engines tests; it depends only on the
 standard library, httpx and prometheus_client. Readiness is a real greedy completion, not `/health` (vLLM answers 200
 there even when the model cannot run, e.g. a head_dim its CPU attention lacks). The server gets its
 own process group, so stopping it also stops the engine-core and worker processes it forks.

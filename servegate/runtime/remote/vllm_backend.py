@@ -1,12 +1,12 @@
 """`runtime.backend: vllm`: servegate starts vLLM's OpenAI server from the manifest and stands in front of it.
 
-The six elements become vLLM engine arguments through the mapping `gate export` uses (runtime/vllm_args.py);
+The six elements become vLLM engine arguments through the mapping `gate export` uses (runtime/remote/vllm_args.py);
 a field vLLM would serve differently than declared (a batching mode other than continuous, a quantization
 scheme vLLM lacks, float32 with online quantization, ...) is an error naming the field, not a silent change.
 The server runs as a child process group from the interpreter that has vLLM (`runtime.vllm.python`,
 $SERVEGATE_VLLM_PYTHON or `.venvs/vllm`), logs to a file whose path is printed, and is ready only when the
 manifest's warm-up prompts give their expected outputs (vLLM's /health says 200 even for a model it cannot
-run). Requests then go through the same contract layer as any endpoint (runtime/endpoint.py). The server is
+run). Requests then go through the same contract layer as any endpoint (runtime/remote/endpoint.py). The server is
 stopped, whole group, on shutdown and when servegate exits.
 """
 
@@ -23,9 +23,9 @@ from typing import Any
 from servegate.contracts.engine_sections import VllmProcess
 from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.endpoint import EndpointEngine
-from servegate.runtime.vllm_args import EngineArgs, engine_args
-from servegate.runtime.vllm_process import VLLM_PYTHON_ENV, VllmLaunch, VllmLaunchError, VllmServer, free_port
+from servegate.runtime.remote.endpoint import EndpointEngine
+from servegate.runtime.remote.vllm_args import EngineArgs, engine_args
+from servegate.runtime.remote.vllm_process import VLLM_PYTHON_ENV, VllmLaunch, VllmLaunchError, VllmServer, free_port
 
 log = logging.getLogger("servegate.runtime")
 
@@ -62,7 +62,7 @@ def vllm_arguments(served: ServedModel, model: str) -> EngineArgs:
 
 def vllm_launch(served: ServedModel, workdir: Path, port: int) -> VllmLaunch:
     """What to start for `served`: interpreter, model folder, arguments (most in a --config file), environment."""
-    from servegate.runtime.weights import resolve_weights_dir
+    from servegate.runtime.model.weights import resolve_weights_dir
 
     settings = served.runtime.vllm or VllmProcess()
     python = find_python(settings)

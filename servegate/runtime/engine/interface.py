@@ -7,7 +7,7 @@ to any OpenAI-compatible server. Both satisfy `Engine`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -118,6 +118,8 @@ class ErrorEvent:
 
 Event = TokenEvent | FinishEvent | ErrorEvent
 Result = FinishEvent | ErrorEvent
+Sink = Callable[[Event], None]
+"""Receives one request's events, in order."""
 
 
 @dataclass(frozen=True)
