@@ -10,18 +10,46 @@ must get no hits from the first's entries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, example
+from servegate.gates.result import OPTIONAL, GateResult, Measurements, example
 from servegate.runtime.api import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"
+
+
+@dataclass(frozen=True)
+class CachingMeasurements(Measurements):
+    """Which caches are on, and the cache hits the probe passes saw (absent when no probe ran)."""
+
+    caches: list[str]
+    """The caches the candidate enables (prefix cache, response cache)."""
+    tenants_identified: bool
+    """Whether preprocess.tenant_from identifies tenants."""
+    shared_across_tenants: list[str]
+    """The enabled caches whose entries every tenant shares (empty when each is scoped per tenant)."""
+    probes: int | None = field(default=None, metadata=OPTIONAL)
+    """Probe prompts sent in each pass (prompts)."""
+    cold_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the cold pass: prompts sharing a prefix within the pass (hits)."""
+    warm_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the warm pass (hits)."""
+    repeat_response_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Response-cache hits when the cold pass is repeated (hits)."""
+    tenant_b_extra_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits tenant B got beyond the cold pass's own, from tenant A's entries (hits; 0 when tenants are apart)."""
+    stale_hits_after_fingerprint_change: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits an engine with a changed fingerprinted field got beyond the cold pass's own (hits)."""
+    output_mismatches: int | None = field(default=None, metadata=OPTIONAL)
+    """Cached outputs that differ from the cold output (outputs)."""
+    prefix_cache_observable: bool | None = field(default=None, metadata=OPTIONAL)
+    """False when the prefix cache runs inside a remote, where its hits cannot be counted."""
 
 
 def shared_across_tenants(served: ServedModel) -> list[str]:
@@ -100,11 +128,7 @@ class CachingGate(Gate):
         enabled = caches_enabled(served)
         tenants = served.preprocess.tenant_from != "none"
         shared = shared_across_tenants(served)
-        measurements: dict[str, Any] = {
-            "caches": enabled,
-            "tenants_identified": tenants,
-            "shared_across_tenants": shared,
-        }
+        measurements = CachingMeasurements(caches=enabled, tenants_identified=tenants, shared_across_tenants=shared)
         if not enabled:
             return self.result("pass", "no prefix or response cache is enabled", measurements)
         probes = probe_items(ctx.suites())
@@ -141,7 +165,8 @@ class CachingGate(Gate):
                         )  # fmt: skip
         leaked = (b_hits - self_hits) + b_response
         stale = (stale_hits - self_hits) + stale_response
-        measurements.update(
+        measurements = replace(
+            measurements,
             probes=len(probes),
             cold_prefix_hits=self_hits,
             warm_prefix_hits=warm_hits,
@@ -179,7 +204,7 @@ class CachingGate(Gate):
             "no cross-tenant or stale hits"
         )
         if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
-            measurements["prefix_cache_observable"] = False
+            measurements = replace(measurements, prefix_cache_observable=False)
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "

@@ -99,7 +99,7 @@ def test_each_drift_is_named_by_its_manifest_field(case: str, manifest: Path) ->
         report = verify_deployment(load_manifest(manifest), url, engine_version="0.32.0")
     assert report.drift == fields
     failed = next(c for c in report.checks if c.name == fields[0])
-    assert failed.measurements["declared"] != failed.measurements["observed"]
+    assert failed.measurements.declared != failed.measurements.observed
 
 
 def test_a_gateway_must_serve_this_manifest(manifest: Path) -> None:
