@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.caching import probe_items
@@ -82,13 +83,7 @@ def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[
 
 @register_gate(
     "batching",
-    watches=(
-        "batching",
-        "runtime.kv_cache",
-        "runtime.compile",
-        "runtime.compile_batch_sizes",
-        "failure_policy.request_timeout_s",
-    ),
+    watches=GATE_WATCHES["batching"],
     purpose="Greedy outputs are identical alone and in any batch, and deadlines are honoured.",
 )
 class BatchingGate(Gate):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
@@ -109,12 +110,7 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
 
 @register_gate(
     "caching",
-    watches=(
-        "runtime.kv_cache.prefix_caching",
-        "runtime.kv_cache.cache_scope",
-        "postprocess.response_cache",
-        "preprocess.tenant_from",
-    ),
+    watches=GATE_WATCHES["caching"],
     purpose="Prefix and response caches change no answer, serve nothing stale, and leak nothing across tenants.",
 )
 class CachingGate(Gate):

@@ -22,6 +22,7 @@ from servegate.capacity.bench_targets import PromptFactory
 from servegate.capacity.metrics import slo_from_targets
 from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
 from servegate.capacity.planner import TargetCheck, check_targets
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
@@ -108,21 +109,7 @@ class CapacityMeasurements(Measurements):
 
 @register_gate(
     "capacity",
-    watches=(
-        "capacity",
-        "batching",
-        "runtime.kv_cache",
-        "runtime.max_model_len",
-        "runtime.threads",
-        "runtime.cpu_linear",
-        "runtime.compile",
-        "runtime.compile_batch_sizes",
-        "runtime.device",
-        "runtime.backend",
-        "runtime.endpoint_url",
-        "runtime.quantization",
-        "postprocess.max_output_tokens",
-    ),
+    watches=GATE_WATCHES["capacity"],
     purpose="the declared latency, throughput and memory targets hold under the declared workload",
 )
 class CapacityGate(Gate):

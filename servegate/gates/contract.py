@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
@@ -170,7 +171,7 @@ class ContractMeasurements(Measurements):
 
 @register_gate(
     "contract",
-    watches=("preprocess", "postprocess", "failure_policy", "runtime.warmup", "runtime.seed", "weights"),
+    watches=GATE_WATCHES["contract"],
     purpose="Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree.",
 )
 class ContractGate(Gate):

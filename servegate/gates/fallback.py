@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE, ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
@@ -87,7 +88,7 @@ class FallbackMeasurements(Measurements):
 
 @register_gate(
     "fallback",
-    watches=("failure_policy.fallback",),
+    watches=GATE_WATCHES["fallback"],
     purpose="The fallback keeps the primary's output contract and its declared quality boundary, and takes over "
     "overload and deadlines without losing a request.",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import SuiteScores, compare_on_suites
 from servegate.gates.divergence import next_token_report
@@ -26,14 +27,7 @@ class QualityMeasurements(Measurements):
 
 @register_gate(
     "quality",
-    watches=(
-        "weights",
-        "preprocess.chat_template",
-        "runtime.backend",
-        "runtime.endpoint_url",
-        "runtime.compile",
-        "quality",
-    ),
+    watches=GATE_WATCHES["quality"],
     purpose="New weights, templates or backends keep every suite metric within its non-inferiority margin.",
 )
 class QualityGate(Gate):

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import SuiteScores, compare_on_suites
@@ -61,7 +62,7 @@ def calibration_identity(served: ServedModel) -> dict[str, Any] | None:
 
 @register_gate(
     "quantization",
-    watches=PRECISION_FIELDS + ("runtime.device",),
+    watches=GATE_WATCHES["quantization"],
     purpose="Quantized or lower-precision weights keep every suite metric within its non-inferiority margin.",
 )
 class QuantizationGate(Gate):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import QualityComparison, SuiteScores, compare_runs, margin_for
@@ -90,7 +91,7 @@ def _spread(indices: list[int], k: int) -> list[int]:
 
 @register_gate(
     "truncation",
-    watches=TRUNCATION_FIELDS,
+    watches=GATE_WATCHES["truncation"],
     purpose="An input limit and truncation policy lose no quality beyond the margin, and report the tokens dropped.",
 )
 class TruncationGate(Gate):
