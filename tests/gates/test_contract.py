@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gate_fakes import gate_result
+from support.oracle_engine import gate_result
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.gates.contract import ContractGate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gate_fakes import Faults, gate_result
+from support.oracle_engine import Faults, gate_result
 
 
 def test_quantization_int2_fails_and_int8_passes(load, check) -> None:  # noqa: ANN001
