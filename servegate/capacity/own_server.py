@@ -17,8 +17,8 @@ from servegate.capacity.bench import BenchResult, run_bench
 from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.metrics import SLO
 from servegate.capacity.prompt_file import FilePrompt
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 
 

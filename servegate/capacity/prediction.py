@@ -14,8 +14,8 @@ from servegate.capacity.memory_plan import compute_dtype, model_config_path
 from servegate.capacity.simulate import SimResult, SimSetup, simulate
 from servegate.capacity.weights_memory import read_config
 from servegate.capacity.workload import make_requests
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.sections import Batching
 from servegate.runtime.kv_memory import kv_dims_from_config

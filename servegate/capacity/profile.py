@@ -55,8 +55,8 @@ from servegate.capacity.serving_trace import (
     tracing_variant,
 )
 from servegate.capacity.workload import RequestSpec
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 
 Tick = Callable[[], None]

@@ -24,7 +24,7 @@ from servegate.capacity.latency_model import LatencyModel, ServingStep, fit_serv
 from servegate.capacity.metrics import RequestRecord
 from servegate.capacity.own_server import against_server
 from servegate.capacity.workload import RequestSpec, make_requests, with_rate
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 
 BACK_TO_BACK_S = 0.002

@@ -26,7 +26,7 @@ from servegate.capacity.machine_speed import MachineSpeed
 from servegate.capacity.prediction import sim_setup
 from servegate.capacity.simulate import simulate
 from servegate.capacity.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 
 SPEED_CHECK_REQUESTS = 8

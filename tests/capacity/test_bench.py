@@ -12,7 +12,7 @@ from servegate.capacity.bench_targets import HttpTarget, PromptFactory
 from servegate.capacity.local_server import free_port
 from servegate.capacity.metrics import SLO
 from servegate.capacity.synthetic_server import Delays, SyntheticServer
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
 def workload(**kw: object) -> Workload:

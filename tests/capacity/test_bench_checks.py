@@ -16,8 +16,8 @@ from servegate.capacity.metrics import RequestRecord
 from servegate.capacity.synthetic_server import Delays, Faults, SyntheticServer
 from servegate.capacity.workload import RequestSpec
 from servegate.cli.app import app
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
 class CharTokenizer:

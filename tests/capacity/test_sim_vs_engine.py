@@ -31,7 +31,7 @@ from servegate.capacity.profile import (
 )
 from servegate.capacity.simulate import SimSetup, simulate
 from servegate.capacity.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.api import GenerationRequest, SeqChunk
 from servegate.runtime.engine import ReferenceEngine

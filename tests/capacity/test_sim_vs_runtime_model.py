@@ -25,7 +25,7 @@ from servegate.capacity.profile import (
 )
 from servegate.capacity.simulate import simulate
 from servegate.capacity.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
 
