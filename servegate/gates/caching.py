@@ -171,47 +171,51 @@ class CachingGate(Gate):
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
         )
+        return self._verdict(served, measurements, problems, evidence)
+
+    def _verdict(
+        self, served: ServedModel, m: CachingMeasurements, problems: list[str], evidence: list[dict[str, Any]]
+    ) -> GateResult:
+        """The worst finding first: changed outputs, a leak across tenants, stale hits; then what went unexercised."""
+        shared, leaked = m.shared_across_tenants, m.tenant_b_extra_hits or 0
+        stale = m.stale_hits_after_fingerprint_change or 0
+        warm_hits, repeat_response = m.warm_prefix_hits or 0, m.repeat_response_hits or 0
         if problems:
-            return self.result(
-                "fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", measurements, evidence
-            )
-        if shared and tenants:
+            return self.result("fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", m, evidence)
+        if shared and m.tenants_identified:
             return self.result(
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
                 f"(tenant B got {leaked} hit(s) from tenant A's probes)",
-                measurements,
+                m,
             )
         if leaked > 0 and not shared:
             return self.result(
                 "fail",
                 f"tenant B got {leaked} cache hit(s) from tenant A's entries although the cache scope is per tenant",
-                measurements,
+                m,
             )
         if stale > 0:
-            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", measurements)
+            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", m)
         if warm_hits == 0 and repeat_response == 0:
-            return self.result(
-                "warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", measurements
-            )
+            return self.result("warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", m)
         checked = (
-            f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
+            f"warm == cold on {m.probes} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
-        if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
-            measurements = replace(measurements, prefix_cache_observable=False)
+        if on_remote(served) and "prefix cache" in m.caches:  # its hits are counted inside the remote, unseen here
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
                 "visible from outside (servegate salts it per tenant on vLLM)",
-                measurements,
+                replace(m, prefix_cache_observable=False),
             )
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",
                 f"{' and '.join(shared)}: every requester shares cache entries and can time them; safe only while "
                 f"the deployment has a single tenant (preprocess.tenant_from: none); {checked}",
-                measurements,
+                m,
             )
-        return self.result("pass", checked, measurements)
+        return self.result("pass", checked, m)
