@@ -19,7 +19,7 @@ from typing import Any
 
 from servegate.capacity.bench.local_server import LocalServer
 from servegate.capacity.bench.own_server import bench_url, load_tokenizer
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
 

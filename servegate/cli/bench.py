@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.gates.reports import RichProgress
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.residual import ExportPlan, Residual, residual_json, residual_markdown
 from servegate.deploy.contract_residuals import contract_residuals
@@ -293,11 +294,6 @@ def write_export(plan: ExportPlan, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name in sorted(plan.files):
-        path = out_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(plan.files[name], encoding="utf-8")
-        if name.endswith((".py", ".sh")):
-            tmp.chmod(0o755)
-        tmp.replace(path)
-        written.append(path)
+        script = name.endswith((".py", ".sh"))
+        written.append(write_atomic(out_dir / name, plan.files[name], mode=0o755 if script else None))
     return written

@@ -10,18 +10,47 @@ must get no hits from the first's entries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, example
+from servegate.gates.result import OPTIONAL, GateResult, Measurements, example
 from servegate.runtime.engine.interface import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"
+
+
+@dataclass(frozen=True)
+class CachingMeasurements(Measurements):
+    """Which caches are on, and the cache hits the probe passes saw (absent when no probe ran)."""
+
+    caches: list[str]
+    """The caches the candidate enables (prefix cache, response cache)."""
+    tenants_identified: bool
+    """Whether preprocess.tenant_from identifies tenants."""
+    shared_across_tenants: list[str]
+    """The enabled caches whose entries every tenant shares (empty when each is scoped per tenant)."""
+    probes: int | None = field(default=None, metadata=OPTIONAL)
+    """Probe prompts sent in each pass (prompts)."""
+    cold_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the cold pass: prompts sharing a prefix within the pass (hits)."""
+    warm_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the warm pass (hits)."""
+    repeat_response_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Response-cache hits when the cold pass is repeated (hits)."""
+    tenant_b_extra_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits tenant B got beyond the cold pass's own, from tenant A's entries (hits; 0 when tenants are apart)."""
+    stale_hits_after_fingerprint_change: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits an engine with a changed fingerprinted field got beyond the cold pass's own (hits)."""
+    output_mismatches: int | None = field(default=None, metadata=OPTIONAL)
+    """Cached outputs that differ from the cold output (outputs)."""
+    prefix_cache_observable: bool | None = field(default=None, metadata=OPTIONAL)
+    """False when the prefix cache runs inside a remote, where its hits cannot be counted."""
 
 
 def shared_across_tenants(served: ServedModel) -> list[str]:
@@ -81,12 +110,7 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
 
 @register_gate(
     "caching",
-    watches=(
-        "runtime.kv_cache.prefix_caching",
-        "runtime.kv_cache.cache_scope",
-        "postprocess.response_cache",
-        "preprocess.tenant_from",
-    ),
+    watches=GATE_WATCHES["caching"],
     purpose="Prefix and response caches change no answer, serve nothing stale, and leak nothing across tenants.",
 )
 class CachingGate(Gate):
@@ -100,11 +124,7 @@ class CachingGate(Gate):
         enabled = caches_enabled(served)
         tenants = served.preprocess.tenant_from != "none"
         shared = shared_across_tenants(served)
-        measurements: dict[str, Any] = {
-            "caches": enabled,
-            "tenants_identified": tenants,
-            "shared_across_tenants": shared,
-        }
+        measurements = CachingMeasurements(caches=enabled, tenants_identified=tenants, shared_across_tenants=shared)
         if not enabled:
             return self.result("pass", "no prefix or response cache is enabled", measurements)
         probes = probe_items(ctx.suites())
@@ -141,7 +161,8 @@ class CachingGate(Gate):
                         )  # fmt: skip
         leaked = (b_hits - self_hits) + b_response
         stale = (stale_hits - self_hits) + stale_response
-        measurements.update(
+        measurements = replace(
+            measurements,
             probes=len(probes),
             cold_prefix_hits=self_hits,
             warm_prefix_hits=warm_hits,
@@ -150,47 +171,51 @@ class CachingGate(Gate):
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
         )
+        return self._verdict(served, measurements, problems, evidence)
+
+    def _verdict(
+        self, served: ServedModel, m: CachingMeasurements, problems: list[str], evidence: list[dict[str, Any]]
+    ) -> GateResult:
+        """The worst finding first: changed outputs, a leak across tenants, stale hits; then what went unexercised."""
+        shared, leaked = m.shared_across_tenants, m.tenant_b_extra_hits or 0
+        stale = m.stale_hits_after_fingerprint_change or 0
+        warm_hits, repeat_response = m.warm_prefix_hits or 0, m.repeat_response_hits or 0
         if problems:
-            return self.result(
-                "fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", measurements, evidence
-            )
-        if shared and tenants:
+            return self.result("fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", m, evidence)
+        if shared and m.tenants_identified:
             return self.result(
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
                 f"(tenant B got {leaked} hit(s) from tenant A's probes)",
-                measurements,
+                m,
             )
         if leaked > 0 and not shared:
             return self.result(
                 "fail",
                 f"tenant B got {leaked} cache hit(s) from tenant A's entries although the cache scope is per tenant",
-                measurements,
+                m,
             )
         if stale > 0:
-            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", measurements)
+            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", m)
         if warm_hits == 0 and repeat_response == 0:
-            return self.result(
-                "warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", measurements
-            )
+            return self.result("warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", m)
         checked = (
-            f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
+            f"warm == cold on {m.probes} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
-        if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
-            measurements["prefix_cache_observable"] = False
+        if on_remote(served) and "prefix cache" in m.caches:  # its hits are counted inside the remote, unseen here
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
                 "visible from outside (servegate salts it per tenant on vLLM)",
-                measurements,
+                replace(m, prefix_cache_observable=False),
             )
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",
                 f"{' and '.join(shared)}: every requester shares cache entries and can time them; safe only while "
                 f"the deployment has a single tenant (preprocess.tenant_from: none); {checked}",
-                measurements,
+                m,
             )
-        return self.result("pass", checked, measurements)
+        return self.result("pass", checked, m)

@@ -9,8 +9,24 @@ from typing import Any
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.evaluation import SuiteData, SuiteItem, SuiteRun
-from servegate.gates.result import Verdict, example, worst
+from servegate.gates.result import FLATTEN, OPTIONAL, Verdict, example, worst
 from servegate.gates.statistics import PairedComparison, paired_noninferiority
+
+
+@dataclass(frozen=True)
+class SuiteScores:
+    """One suite in a paired comparison: its size, where the baseline came from, and each metric's test."""
+
+    items: int | None = field(default=None, metadata=OPTIONAL)
+    """Items in the suite (items)."""
+    baseline_from_cache: bool | None = field(default=None, metadata=OPTIONAL)
+    """Whether the baseline's outputs were read from the output cache instead of generated."""
+    candidate_errors: int | None = field(default=None, metadata=OPTIONAL)
+    """Items the candidate answered with an error (items)."""
+    lm_eval_aggregate: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    """lm-eval's own aggregate of each side ({"baseline": ..., "candidate": ...}), for lm-eval suites."""
+    metrics: dict[str, PairedComparison] = field(default_factory=dict, metadata=FLATTEN)
+    """Metric name -> its paired non-inferiority test (scores are fractions 0 to 1); one report key each."""
 
 
 @dataclass
@@ -42,13 +58,11 @@ class QualityComparison:
             f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%})"
         )
 
-    def measurements(self) -> dict[str, Any]:
-        """JSON-ready per-suite statistics."""
+    def suite_scores(self) -> dict[str, SuiteScores]:
+        """Suite name -> its suite-level numbers and per-metric tests, in the order the suites were tested."""
         return {
-            "suites": {
-                suite: {**self.suites.get(suite, {}), **{c.metric: c.to_dict() for s, c in self.tests if s == suite}}
-                for suite in dict.fromkeys(s for s, _ in self.tests)
-            }
+            suite: SuiteScores(**self.suites.get(suite, {}), metrics={c.metric: c for s, c in self.tests if s == suite})
+            for suite in dict.fromkeys(s for s, _ in self.tests)
         }
 
 

@@ -51,7 +51,7 @@ def workload_shape(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
     workload = served.capacity.workload
     source = "capacity.workload"
     if workload is None and evidence.bench and isinstance(evidence.bench.get("workload"), dict):
-        from servegate.contracts.evaluation import Workload
+        from servegate.contracts.capacity_section import Workload
 
         workload, source = Workload.model_validate(evidence.bench["workload"]), "the bench's workload"
     if workload is None:

@@ -21,8 +21,8 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import Engine
 from servegate.server.async_results import AsyncResults
 from servegate.server.guard import BodyGuard
-from servegate.server.metrics import ServerMetrics
 from servegate.server.openapi import openapi_document
+from servegate.server.prometheus_metrics import ServerMetrics
 from servegate.server.routes import router
 from servegate.server.state import ServerState, error_response, internal_error
 from servegate.server.tokenizer_routes import router as tokenizer_router

@@ -15,7 +15,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import Engine, EngineStats
 from servegate.server.async_results import AsyncResults
-from servegate.server.metrics import ServerMetrics
+from servegate.server.prometheus_metrics import ServerMetrics
 
 log = logging.getLogger("servegate.server")
 

@@ -12,7 +12,7 @@ from servegate.capacity.bench.local_server import free_port
 from servegate.capacity.bench.plots import write_plots
 from servegate.capacity.bench.run_metrics import SLO
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
 def workload(**kw: object) -> Workload:

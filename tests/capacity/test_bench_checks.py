@@ -16,8 +16,8 @@ from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec
 from servegate.cli.app import app
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
 class CharTokenizer:

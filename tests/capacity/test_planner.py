@@ -100,7 +100,7 @@ def test_a_memory_target_sizes_the_kv_pool(model_dir: Path) -> None:
 
 def test_closed_loop_regime_depends_on_how_many_wait(model_dir: Path) -> None:
     from servegate.capacity.planning.planner import _regime
-    from servegate.contracts.evaluation import Workload
+    from servegate.contracts.capacity_section import Workload
 
     served = manifest(model_dir)
     one = Workload.model_validate({**WORKLOAD, "arrival": "closed", "concurrency": 1})

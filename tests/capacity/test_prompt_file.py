@@ -17,8 +17,8 @@ from support.synthetic_server import Delays, SyntheticServer
 
 from servegate.capacity.bench.prompt_file import load_prompt_file, with_prompts
 from servegate.capacity.bench.workload import make_requests
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 
 ROWS = [
     {"prompt": "the first prompt", "max_tokens": 3},

@@ -31,7 +31,7 @@ from servegate.capacity.latency.profile import (
     time_steps,
 )
 from servegate.capacity.latency.simulate import SimSetup, simulate
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import GenerationRequest, SeqChunk
 from servegate.runtime.engine.reference import ReferenceEngine

@@ -25,7 +25,7 @@ from servegate.capacity.latency.profile import (
     time_steps,
 )
 from servegate.capacity.latency.simulate import simulate
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
 

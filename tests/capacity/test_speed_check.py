@@ -9,7 +9,7 @@ from capacity_helpers import STEP_MODEL, manifest
 
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
 def test_a_machine_at_its_profiled_speed_gets_one_line() -> None:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from servegate.capacity.bench.workload import load_workload, make_requests, sample_lengths, with_rate
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ManifestError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
 def gaps(workload: Workload) -> np.ndarray:

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from engines_support import MAX_MODEL_LEN, SERVED_NAME, write_manifest
+from engines_support import MAX_MODEL_LEN, SERVED_NAME
+from support.manifests import manifest_file
 
 from servegate.capacity.bench.local_server import LocalServer
 from servegate.contracts.manifest import ServedModel
@@ -24,7 +25,7 @@ TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
 def test_gate_check_starts_vllm_from_the_manifest_gates_it_and_stops_it(vllm_python: Path, tmp_path: Path) -> None:
-    reference = write_manifest(
+    reference = manifest_file(
         tmp_path / "reference.yaml",
         f"""name: tiny
 weights: {{source: zoo:tiny-primary, dtype: float32}}
@@ -70,7 +71,7 @@ def _is_vllm_of(cmdline: Path, tmp_path: Path) -> bool:
 
 def test_gate_serve_in_front_of_vllm_with_the_openai_client(vllm_server: VllmServer, tmp_path: Path) -> None:
     (tmp_path / "chat.jinja").write_text(TEMPLATE)
-    served = write_manifest(
+    served = manifest_file(
         tmp_path / "gateway.yaml",
         f"""name: gateway
 weights: {{source: zoo:tiny-primary}}

@@ -29,7 +29,7 @@ from reliability_engine import MODEL_NAME, SlowRunner, manifest_data, model_sour
 from reliability_server import start_server
 from support.servers import ServerProcess
 
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 
 pytestmark = pytest.mark.reliability

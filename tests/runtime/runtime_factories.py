@@ -289,20 +289,3 @@ def token_requests(seqs: Sequence[Seq], **params: Any) -> list[GenerationRequest
         )
         for s in seqs
     ]
-
-
-def tiny_llama(seed: int = 0) -> Any:
-    """A random 2-layer float32 Llama (hidden 64, GQA 4/2 heads, vocab 101, untied head), in eval mode."""
-    import transformers as hf
-
-    torch.manual_seed(seed)
-    config = hf.LlamaConfig(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    return hf.LlamaForCausalLM(config).eval()

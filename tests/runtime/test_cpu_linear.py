@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from runtime_factories import tiny_llama
+from support.models import tiny_llama
 from threadpoolctl import threadpool_info
 
 from servegate.contracts.sections import Quantization

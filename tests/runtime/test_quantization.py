@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 import transformers as hf
-from runtime_factories import tiny_llama
+from support.models import tiny_llama
 
 from servegate.contracts.sections import Quantization
 from servegate.runtime.engine.interface import SeqChunk

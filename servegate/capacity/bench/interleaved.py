@@ -23,7 +23,7 @@ from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.target_bounds import latencies_ms
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 
 RESAMPLES = 2000
 """Bootstrap resamples of the rounds."""

@@ -30,7 +30,7 @@ from servegate.capacity.bench.prompt_file import FilePrompt, with_prompts
 from servegate.capacity.bench.run_metrics import DEFINITIONS, SLO, RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 
 Progress = Callable[[int], None]
 """Called with the number of requests just completed (1), to drive a progress bar."""

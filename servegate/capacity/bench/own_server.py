@@ -17,8 +17,8 @@ from servegate.capacity.bench.load_generator import BenchResult, run_bench
 from servegate.capacity.bench.prompt_file import FilePrompt
 from servegate.capacity.bench.run_metrics import SLO
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 
 

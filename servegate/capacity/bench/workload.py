@@ -20,8 +20,8 @@ import numpy as np
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ManifestError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 LOGNORMAL_SIGMA = 0.5
 """Spread (sigma of log length) of `lognormal` length distributions; the manifest gives only mean, min, max."""

@@ -14,8 +14,8 @@ from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_
 from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
 from servegate.capacity.memory.plan import compute_dtype, model_config_path
 from servegate.capacity.memory.weights import read_config
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.sections import Batching
 from servegate.runtime.model.kv_memory import kv_dims_from_config

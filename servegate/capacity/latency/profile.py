@@ -55,8 +55,8 @@ from servegate.capacity.latency.serving_trace import (
     trace_serving,
     tracing_variant,
 )
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 
 Tick = Callable[[], None]

@@ -24,7 +24,7 @@ from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.targets import PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
 from servegate.capacity.latency.model import LatencyModel, ServingStep, fit_serving_steps
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 
 BACK_TO_BACK_S = 0.002

@@ -26,7 +26,7 @@ from servegate.capacity.bench.workload import make_requests
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import sim_setup
 from servegate.capacity.latency.simulate import simulate
-from servegate.contracts.evaluation import Workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 
 SPEED_CHECK_REQUESTS = 8

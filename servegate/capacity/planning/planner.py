@@ -28,8 +28,8 @@ from pydantic import ValidationError
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import Prediction, predict, saturation_throughput, sim_setup
 from servegate.capacity.memory.plan import MemoryPlan
+from servegate.contracts.capacity_section import Targets, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Targets, Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes
 

@@ -1,4 +1,4 @@
-"""A small deterministic engine for the server tests that must inject a fault (delay, crash, wrong output).
+"""A small deterministic engine for tests that must inject a fault (delay, crash, wrong output) into a server.
 
 It follows the Engine protocol: a bounded queue with the manifest's overload policy, `batching.max_batch_size`
 requests generating at once, the request deadline, `preprocess.max_input_tokens` with the truncation policy,
@@ -67,7 +67,7 @@ def fake_text(prompt: str, temperature: float, seed: int, length: int) -> str:
     return "".join(rng.choice(ALPHABET) for _ in range(length))
 
 
-class FakeEngine:
+class FaultEngine:
     """A deterministic Engine with the manifest's queue, concurrency, deadline and input limits."""
 
     def __init__(self, served: ServedModel, behaviour: FakeBehaviour | None = None) -> None:

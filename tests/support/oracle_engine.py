@@ -74,12 +74,12 @@ def _corrupt(answer: str) -> str:
 
 
 @dataclass
-class FakeEngine:
+class OracleEngine:
     """Implements the Engine protocol over the oracle."""
 
     served: ServedModel
     faults: Faults = field(default_factory=Faults)
-    fallback: FakeEngine | None = None
+    fallback: OracleEngine | None = None
     started: bool = False
     prefix_hits: int = 0
     prefix_misses: int = 0
@@ -225,9 +225,9 @@ class FakeEngine:
 def fake_factory(faults: Faults = Faults(), fallback_faults: Faults = Faults(weaker=True)):  # noqa: B008
     """An engine factory for run_check: the manifest's fallback is built too, as the runtime does."""
 
-    def build(served: ServedModel) -> FakeEngine:
+    def build(served: ServedModel) -> OracleEngine:
         backup = load_fallback(served)
-        return FakeEngine(served, faults, FakeEngine(backup, fallback_faults) if backup is not None else None)
+        return OracleEngine(served, faults, OracleEngine(backup, fallback_faults) if backup is not None else None)
 
     return build
 
