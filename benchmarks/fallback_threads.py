@@ -50,7 +50,7 @@ def child(setup: str, threads: int, solo_runs: int, eager: bool) -> list[float]:
         # the primary here is the benchmark's engine: share the cores its manifest's threads leave
         fallback = build(beside_primary(engine.served, declared) if setup == "shared" else declared, fallback=False)
         fallback.start_sync()  # loads its model on its own loop thread, as beside a served primary
-        engine._fallback = FallbackRoute(fallback, ["overload"])  # held, as a server holds it; never used here
+        engine.fallback_route = FallbackRoute(fallback, ["overload"])  # held, as a server holds it; never used here
         print(f"fallback on {fallback.served.runtime.threads} thread(s)", file=sys.stderr)
     rates = [batch1_decode_tokens_per_s(engine) for _ in range(solo_runs)]
     engine.shutdown_sync(1.0)

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from servegate.contracts.manifest import ServedModel
     from servegate.runtime.engine.interface import Engine
+    from servegate.runtime.engine.step_trace import StepTrace
 
 
-def build(served: ServedModel, *, fallback: bool = True) -> Engine:
+def build(served: ServedModel, *, fallback: bool = True, step_trace: StepTrace | None = None) -> Engine:
     """The engine a manifest declares, not yet started (call `await engine.start()` or `start_sync()`).
 
     runtime.backend `reference` gives servegate's in-process engine; `endpoint` an OpenAI-compatible server
@@ -30,7 +31,8 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
     manifest, wrapped the same way. With fallback=True and a declared
     failure_policy.fallback, the fallback manifest's engine is built too and serves the requests the
     declared triggers route to it (on CPU, with at most the cores the primary leaves:
-    failure_policy/shared_cores.py).
+    failure_policy/shared_cores.py). `step_trace` records every step of a reference engine (the others
+    compute their steps elsewhere and ignore it).
     """
     from servegate.contracts.loading import load_fallback
 
@@ -51,7 +53,7 @@ def build(served: ServedModel, *, fallback: bool = True) -> Engine:
         return VllmEngine(served, fallback=backup_engine)
     from servegate.runtime.engine.reference import ReferenceEngine
 
-    return ReferenceEngine(served, fallback=backup_engine)
+    return ReferenceEngine(served, fallback=backup_engine, step_trace=step_trace)
 
 
 __all__ = ["build"]

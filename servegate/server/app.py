@@ -32,9 +32,11 @@ log = logging.getLogger("servegate.server")
 
 
 def _build_engine(served: ServedModel) -> Engine:
+    """The manifest's engine, recording its steps where SERVEGATE_STEP_TRACE asks (`gate profile`'s server)."""
     from servegate.runtime import build  # the reference runtime is imported only when no engine is given
+    from servegate.runtime.engine.step_trace import open_step_trace
 
-    return build(served)  # type: ignore[no-any-return]
+    return build(served, step_trace=open_step_trace())  # type: ignore[no-any-return]
 
 
 async def bring_up(state: ServerState) -> None:

@@ -22,6 +22,7 @@ import torch
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import GenerationRequest, SamplingParams, SeqChunk
 from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.engine.step_trace import StepTrace
 from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, SchedulerOutput, make_scheduler
 from servegate.runtime.scheduling import Sequence as Seq
@@ -261,7 +262,12 @@ def toy_manifest(**sections: Any) -> ServedModel:
 
 
 def toy_engine(
-    served: ServedModel | None = None, *, num_blocks: int = 256, runner: ToyRunner | None = None, fallback=None
+    served: ServedModel | None = None,
+    *,
+    num_blocks: int = 256,
+    runner: ToyRunner | None = None,
+    fallback=None,
+    step_trace: StepTrace | None = None,
 ) -> ReferenceEngine:
     """A started reference engine over the toy runner (block size from the manifest)."""
     served = served or toy_manifest()
@@ -270,6 +276,7 @@ def toy_engine(
     engine = ReferenceEngine(
         served,
         fallback=fallback,
+        step_trace=step_trace,
         runner=runner or GatedRunner(num_blocks, block_size),
         tokenizer=ToyTokenizer(),
         preprocessor=ToyPreprocessor(),

@@ -18,7 +18,8 @@ from servegate.runtime.engine.interface import (
     SamplingParams,
     TokenEvent,
 )
-from servegate.runtime.remote.endpoint import EndpointEngine, _error_from_status
+from servegate.runtime.remote.completions_stream import error_from_status
+from servegate.runtime.remote.endpoint import EndpointEngine
 
 
 def served_at(url: str, timeout_s: float = 30.0) -> ServedModel:
@@ -77,8 +78,8 @@ def test_deadline_and_unreachable_server_become_catalogued_errors() -> None:
 
 
 def test_remote_statuses_map_to_the_catalogue() -> None:
-    assert _error_from_status(429, "{}").code == "overloaded"
+    assert error_from_status(429, "{}").code == "overloaded"
     body = '{"error": {"code": "input_too_long", "message": "too long"}}'
-    assert _error_from_status(400, body).code == "input_too_long"
-    assert _error_from_status(400, "bad").code == "invalid_request"
-    assert _error_from_status(503, "down").code == "model_unavailable"
+    assert error_from_status(400, body).code == "input_too_long"
+    assert error_from_status(400, "bad").code == "invalid_request"
+    assert error_from_status(503, "down").code == "model_unavailable"

@@ -177,7 +177,7 @@ def test_overload_goes_to_the_fallback_and_is_marked() -> None:
     assert results.final("q2").fallback_used is True
     assert results.final("q1").fallback_used is False
     assert engine.stats().fallback_uses == 1
-    assert backup._closed  # the primary started its fallback and shut it down with itself
+    assert backup.closed  # the primary started its fallback and shut it down with itself
 
 
 def test_timeout_and_error_triggers_go_to_the_fallback() -> None:
@@ -251,10 +251,10 @@ def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) ->
     )
     engine = build(load_manifest(tmp_path / "primary.yaml"))
     assert isinstance(engine, ReferenceEngine) and engine.served.name == "primary"
-    route = engine._fallback
+    route = engine.fallback_route
     assert route is not None and route.engine.served.name == "backup" and route.triggers == {"overload", "timeout"}
     alone = build(load_manifest(tmp_path / "primary.yaml"), fallback=False)
-    assert alone._fallback is None
+    assert alone.fallback_route is None
     (tmp_path / "remote.yaml").write_text(
         "name: remote\nweights: {source: zoo:tiny-primary}\n"
         "runtime: {backend: endpoint, endpoint_url: 'http://127.0.0.1:9/v1'}\n"

@@ -11,7 +11,8 @@ response ends `finish_overhead_s` after its last token; a step running while req
 server lasts `arrival_overhead_s` longer per request, and a step that follows at once one which answered
 requests lasts `completion_overhead_s` longer per answer, and every step is `load_slowdown_per_rps` slower per
 request/s sent in the LOAD_WINDOW_S before it. The failure policy's queue bound and deadline
-apply as in the engine. Prefix caching is not simulated (prompts are distinct).
+apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not simulated
+(prompts are distinct).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
 from servegate.capacity.bench.workload import RequestSpec
 from servegate.capacity.latency.model import LOAD_WINDOW_S, LatencyModel
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.failure_policy.outcomes import on_arrival, past_deadline
 
 
 @dataclass(frozen=True)
@@ -170,17 +172,17 @@ def simulate(
             record = by_seq[index][1]
             seq = Seq(index, [index * 4099 + k for k in range(spec.prompt_tokens)], spec.output_tokens, arrival_time=t)
             by_seq[index] = (seq, record)
-            if scheduler.num_queued() >= setup.max_queue:
-                victim = scheduler.oldest_queued() if setup.overload == "shed-oldest" else None
-                if victim is None:
-                    record.error, record.end = "overloaded", t
-                    if pending:
-                        send(pending.pop(), t)
-                    continue
-                close(victim, by_seq[victim.seq_id][1], t, "overloaded")
+            arrival = on_arrival(setup, scheduler.num_queued(), scheduler.oldest_queued)
+            if not arrival.admitted:
+                record.error, record.end = "overloaded", t
+                if pending:
+                    send(pending.pop(), t)
+                continue
+            if arrival.shed is not None:
+                close(arrival.shed, by_seq[arrival.shed.seq_id][1], t, "overloaded")
             scheduler.add(seq)
         for seq in [*scheduler.waiting, *scheduler.running] if timeouts else ():
-            if now - seq.arrival_time > setup.timeout_s:
+            if past_deadline(now, seq.arrival_time + setup.timeout_s):
                 close(seq, by_seq[seq.seq_id][1], now, "deadline_exceeded")
         output = scheduler.schedule(now)
         for seq_id in output.rejected:

@@ -6,49 +6,52 @@ everything else is loaded from the manifest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import contract_parts
+from servegate.runtime.engine.interface import ModelRunner
+from servegate.runtime.engine.part_types import Embedder, PromptEncoder, Sampler
 from servegate.runtime.model.kv_blocks import KVBlockManager, pool_size
-from servegate.runtime.postprocess import OutputValidator
+from servegate.runtime.postprocess import Detokenizer, OutputValidator
 from servegate.runtime.response_cache import ResponseCache
 from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
 
-Sampler = Callable[[Any, list[Any], list[Any]], tuple[Any, Any]]
-"""sample_batch(logits [B, vocab], params, generators) -> (token ids [B], logprobs [B])."""
+if TYPE_CHECKING:
+    from servegate.runtime.model.quantization import QuantizationReport
 
 
 @dataclass
 class EngineParts:
     """Everything a running reference engine uses."""
 
-    runner: Any
-    """The ModelRunner (None for task: embed)."""
-    tokenizer: Any
-    preprocessor: Any
-    """Has encode(request) -> EncodedPrompt(token_ids, truncated_tokens)."""
+    runner: ModelRunner | None
+    """The paged model runner (None for task: embed)."""
+    tokenizer: Detokenizer | None
+    """Decodes output tokens (the model's tokenizer; None for task: embed)."""
+    preprocessor: PromptEncoder | None
+    """Turns requests into prompt tokens (preprocess.Preprocessor; None for task: embed)."""
     sampler: Sampler
     scheduler: Scheduler | None
     """The batching mode's scheduler over the runner's KV pool (None for task: embed)."""
     validator: OutputValidator | None
     """output_schema checker, when the manifest declares one."""
     response_cache: ResponseCache | None
-    embedder: Any = None
+    embedder: Embedder | None = None
     """EmbeddingModel for task: embed."""
     device: Any = "cpu"
-    quantization: Any = None
-    """QuantizationReport when the manifest quantizes the model."""
+    """torch.device the runner computes on (a generator for seeded sampling lives there)."""
+    quantization: QuantizationReport | None = None
+    """What quantization did, when the manifest quantizes the model."""
 
 
 def build_parts(
     served: ServedModel,
     *,
-    runner: Any = None,
-    tokenizer: Any = None,
-    preprocessor: Any = None,
+    runner: ModelRunner | None = None,
+    tokenizer: Detokenizer | None = None,
+    preprocessor: PromptEncoder | None = None,
     sampler: Sampler | None = None,
     model: Any = None,
 ) -> EngineParts:
@@ -88,7 +91,9 @@ def build_parts(
     )
 
 
-def _load_runner(served: ServedModel, model: Any, tokenizer: Any) -> tuple[Any, Any, Any]:
+def _load_runner(
+    served: ServedModel, model: Any, tokenizer: Detokenizer | None
+) -> tuple[ModelRunner, Detokenizer, QuantizationReport | None]:
     """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
     from servegate.runtime.model.cpu_linear import apply_cpu_linear, use_torch_threads
     from servegate.runtime.model.kv_memory import kv_dims_from_config

@@ -16,6 +16,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
+from servegate.runtime.engine.parts import EngineParts
 
 
 def token_logprobs(
@@ -38,19 +39,17 @@ def token_logprobs(
     return [None, *chosen.tolist()], [True, *greedy.tolist()], [{}, *top]
 
 
-def score_on_engine(engine: Any, jobs: LoopJobs, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+def score_on_engine(
+    served: ServedModel, parts: EngineParts, jobs: LoopJobs | None, requests: Sequence[GenerationRequest]
+) -> list[ScoreResult]:
     """The reference engine's `score`: queued on its loop thread (`jobs`), or here when it runs no loop (embed)."""
-    engine.start_sync()
-    if engine._thread is None:  # task: embed; score_requests answers that there is no causal model
-        return score_requests(engine.served, engine.parts, requests)
-    return list(result_of(*jobs.put(lambda: score_requests(engine.served, engine.parts, requests))))
+    if jobs is None:  # task: embed; score_requests answers that there is no causal model
+        return score_requests(served, parts, requests)
+    return list(result_of(*jobs.put(lambda: score_requests(served, parts, requests))))
 
 
-def score_requests(served: ServedModel, parts: Any, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
-    """Score each request's prompt as the manifest encodes it; a request the contract refuses gets its error.
-
-    `parts`: the engine's EngineParts (its runner's model, its preprocessor).
-    """
+def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+    """Score each request's prompt as the manifest encodes it; a request the contract refuses gets its error."""
     model = getattr(getattr(parts, "runner", None), "model", None)
     if model is None:
         error = ServingError("invalid_request", detail="this engine has no causal model to score prompts with")

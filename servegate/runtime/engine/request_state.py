@@ -1,4 +1,4 @@
-"""One request inside the reference engine: its sequence, output stream, deadline and event sink."""
+"""One request inside the reference engine: its sequence, output stream, deadline and event delivery."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import admit
+from servegate.runtime.engine.delivery import EventDelivery
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
 from servegate.runtime.postprocess import OutputStream, OutputValidator
 from servegate.runtime.scheduling import Sequence
@@ -21,8 +22,8 @@ class RequestState:
     """Everything the engine tracks for one accepted request."""
 
     request: GenerationRequest
-    sink: Sink
-    """Receives the request's events (called with the engine lock held: it must not block)."""
+    delivery: EventDelivery
+    """Sends the request's events to its sink (outside the engine lock), and nothing after the final one."""
     seq: Sequence
     output: OutputStream
     generator: Any
@@ -35,9 +36,8 @@ class RequestState:
     flag_invalid: bool
     """on_invalid_output: flag (True) or error (False)."""
     first_token_at: float | None = None
-    streamed: bool = False
-    """Whether any TokenEvent went out (a request that streamed cannot switch to the fallback)."""
     aborted: bool = False
+    """The caller stopped listening (set under the engine lock; the loop drops it at the next step)."""
     top_logprobs: list[dict[str, float]] = field(default_factory=list)
     """Per output token, the top alternatives (only when the request asks for top_logprobs)."""
 
@@ -95,7 +95,7 @@ def new_request_state(
     )
     return RequestState(
         request=request,
-        sink=sink,
+        delivery=EventDelivery(sink),
         seq=seq,
         output=output,
         generator=request_generator(admitted.seed, parts.device),

@@ -1,11 +1,11 @@
 """An optional record of every engine step while serving, for calibrating the capacity planner.
 
-`gate profile` starts the manifest's server with SERVEGATE_STEP_TRACE set to a file path; the engine
-then appends one JSON line per step: when it began and ended (seconds on the perf_counter clock), the
-chunks it computed as (new tokens, tokens already cached) pairs, how many requests were admitted
-while it ran and how many it answered. Steps measured inside the serving process include what a bare
-model step does not: scheduling, sampling, streaming, and the HTTP work that competes for the same
-interpreter.
+`gate profile` starts the manifest's server with SERVEGATE_STEP_TRACE set to a file path; the server
+opens the trace (`open_step_trace`) and hands it to the engine it builds, which then appends one JSON
+line per step: when it began and ended (seconds on the perf_counter clock), the chunks it computed as
+(new tokens, tokens already cached) pairs, how many requests were admitted while it ran and how many it
+answered. Steps measured inside the serving process include what a bare model step does not:
+scheduling, sampling, streaming, and the HTTP work that competes for the same interpreter.
 Unset (the default), the engine records nothing and pays nothing.
 """
 

@@ -1,9 +1,7 @@
-"""The fallback route: a request the failure policy sends to the fallback engine, served there whole.
+"""The fallback route: a request the failure policy sends to the fallback engine is served there whole.
 
-Every request ends in exactly one FinishEvent or ErrorEvent. When a declared trigger fires (overload,
-timeout, error) and the request has streamed nothing yet, it is handed to the fallback engine whole,
-and its result is marked fallback_used; once tokens have been streamed a switch of model would mix two
-outputs, so the primary's catalogued error is returned instead.
+Which failures go there is decided in outcomes.py (`goes_to_fallback`); this module only carries them:
+the fallback engine's events are relayed to the request's sink, its result marked fallback_used.
 """
 
 from __future__ import annotations
@@ -11,30 +9,30 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from typing import Any
 
 from servegate.contracts.errors import ServingError
-from servegate.runtime.engine.interface import ErrorEvent, Event, FinishEvent, GenerationRequest, Sink
-from servegate.runtime.failure_policy.outcomes import Trigger
+from servegate.runtime.engine.interface import Engine, ErrorEvent, Event, FinishEvent, GenerationRequest, Sink
+from servegate.runtime.failure_policy.outcomes import Trigger, goes_to_fallback
 
 
 class FallbackRoute:
     """Hands requests to the fallback engine and relays its events, marking the result fallback_used."""
 
-    def __init__(self, engine: Any, triggers: list[Trigger]) -> None:
+    def __init__(self, engine: Engine, triggers: list[Trigger]) -> None:
         self.engine = engine
         self.triggers = frozenset(triggers)
         self.uses = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
 
-    def covers(self, trigger: Trigger) -> bool:
-        """Whether the manifest routes this failure to the fallback."""
-        return trigger in self.triggers
+    def takes(self, trigger: Trigger | None, streamed: bool) -> bool:
+        """Whether the policy hands this failure to the fallback (a declared trigger, nothing streamed yet)."""
+        return goes_to_fallback(trigger, streamed, self.triggers)
 
     def forward(self, request: GenerationRequest, sink: Sink) -> None:
         """Serve `request` on the fallback engine; its events reach `sink` (its deadline restarts there)."""
-        self.uses += 1
+        with self._lock:  # forwarded from the loop thread and from callers' threads alike
+            self.uses += 1
         request = dataclasses.replace(request, arrival_time=None)
 
         def relay(event: Event) -> None:

@@ -15,7 +15,6 @@ reached or answers 5xx. What the remote is (engine, version, model, context) is 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from servegate.contracts.errors import CATALOGUE, RemoteUnavailable, ServingError
+from servegate.contracts.errors import RemoteUnavailable, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import (
     AdmissionQueue,
@@ -33,9 +32,9 @@ from servegate.runtime.contract_layer import (
     admit,
     contract_parts,
     salt_token,
-    trim_at_stop,
 )
 from servegate.runtime.engine.interface import (
+    Engine,
     EngineStats,
     ErrorEvent,
     Event,
@@ -44,54 +43,24 @@ from servegate.runtime.engine.interface import (
     Result,
     ScoreResult,
     TokenEvent,
-    Usage,
 )
 from servegate.runtime.failure_policy.fallback import FallbackRoute
-from servegate.runtime.failure_policy.outcomes import Trigger, deadline_exceeded, unavailable
+from servegate.runtime.failure_policy.outcomes import (
+    deadline_exceeded,
+    feed_window,
+    past_deadline,
+    trigger_of,
+    unavailable,
+)
+from servegate.runtime.remote.completions_stream import (
+    RemoteReply,
+    completions_body,
+    error_from_status,
+    final_event,
+    read_choice,
+)
 from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
 from servegate.runtime.remote.own_loop import run_on_own_loop
-
-
-def _error_from_status(status: int, body: str) -> ServingError:
-    """A catalogued error for a remote's non-200 answer."""
-    code, message = None, body[:500]
-    try:
-        err = json.loads(body).get("error", {})
-        if isinstance(err, dict):
-            code, message = err.get("code"), str(err.get("message") or message)
-    except (json.JSONDecodeError, AttributeError):
-        pass
-    if isinstance(code, str) and code in CATALOGUE and code not in ("overloaded", "internal"):
-        return ServingError(code, detail=message, status=status)
-    if status == 429:
-        return ServingError("overloaded", retry_after=1, status=429)
-    if status in (400, 404, 413, 415, 422):
-        return ServingError("invalid_request", detail=f"the endpoint answered {status}: {message}")
-    return ServingError("model_unavailable", detail=f"the endpoint answered {status}: {message}")
-
-
-_TRIGGER_OF = {
-    "overloaded": "overload",
-    "deadline_exceeded": "timeout",
-    "model_unavailable": "error",
-    "internal": "error",
-}
-"""Which fallback trigger a remote's failure is (other errors are the client's and go back to it)."""
-
-
-@dataclasses.dataclass
-class _Reply:
-    """What the remote streamed for one request."""
-
-    text: str = ""
-    token_ids: list[int] = dataclasses.field(default_factory=list)
-    logprobs: list[float] = dataclasses.field(default_factory=list)
-    top_logprobs: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    first: float | None = None
-    finish: str | None = None
-    stop_reason: Any = None
-    usage: dict[str, Any] | None = None
-    streamed: bool = False
 
 
 class EndpointEngine:
@@ -101,7 +70,7 @@ class EndpointEngine:
         self,
         served: ServedModel,
         *,
-        fallback: Any = None,
+        fallback: Engine | None = None,
         client: httpx.AsyncClient | None = None,
         tokenizer: Any = None,
         base_url: str | None = None,
@@ -190,27 +159,25 @@ class EndpointEngine:
             yield TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True)
             yield hit
             return
-        reply = _Reply()
+        reply = RemoteReply()
         with self._lock:
             self._in_flight += 1
         try:
             async for event in self._remote(admitted, reply):
-                if isinstance(event, ErrorEvent):
-                    trigger = _TRIGGER_OF.get(event.error.code)
-                    if trigger is not None and not reply.streamed and self._covers(trigger):  # type: ignore[arg-type]
-                        async for relayed in self._via_fallback(request):
-                            yield relayed
-                        return
+                if isinstance(event, ErrorEvent) and self._to_fallback(event.error, reply.streamed):
+                    async for relayed in self._via_fallback(request):
+                        yield relayed
+                    return
                 yield event
                 reply.streamed = reply.streamed or isinstance(event, TokenEvent)
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    async def _remote(self, admitted: AdmittedRequest, reply: _Reply) -> AsyncIterator[Event]:
+    async def _remote(self, admitted: AdmittedRequest, reply: RemoteReply) -> AsyncIterator[Event]:
         """Wait for a slot, then stream from the remote until the deadline: TokenEvents, then the final event."""
         request = admitted.request
-        if time.monotonic() >= admitted.deadline:  # it arrived past its deadline: nothing to send
+        if past_deadline(time.monotonic(), admitted.deadline):  # it arrived past its deadline: nothing to send
             yield ErrorEvent(request.id, deadline_exceeded(admitted.timeout_s))
             return
         try:
@@ -253,38 +220,26 @@ class EndpointEngine:
             self.admission.release()
 
     def _body(self, admitted: AdmittedRequest) -> dict[str, Any]:
-        """The completions request the remote gets: the prompt as the manifest made it, as token ids."""
-        p = admitted.request.params
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": admitted.token_ids,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": admitted.max_tokens,
-            "temperature": p.temperature,
-            "top_p": p.top_p,
-            "seed": admitted.seed,
-        }
-        if p.top_k:
-            body["top_k"] = p.top_k
-        if admitted.stop:
-            body["stop"] = list(admitted.stop)
-        if p.ignore_eos:
-            body["ignore_eos"] = True
-        if p.logprobs or p.top_logprobs:
-            body["logprobs"] = max(1, p.top_logprobs)
-        if self.identity is not None and self.identity.engine == "vllm":
-            body["return_token_ids"] = True  # token ids as generated, not re-tokenized text
-            salt = salt_token(self.served, admitted.cache_salt)
-            if salt is not None:
-                body["cache_salt"] = salt  # vLLM's prefix cache, scoped per tenant as the manifest says
-        return body
+        """The completions request the remote gets (vLLM also gets token ids back and the tenant's cache salt)."""
+        vllm = self.identity is not None and self.identity.engine == "vllm"
+        return completions_body(
+            self.model, admitted, salt_token(self.served, admitted.cache_salt) if vllm else None, vllm
+        )
 
-    async def _stream(self, admitted: AdmittedRequest, reply: _Reply) -> AsyncIterator[Event]:
+    def _finish(self, admitted: AdmittedRequest, reply: RemoteReply) -> FinishEvent | ErrorEvent:
+        """The final result with the manifest's postprocess applied, cached when the manifest caches."""
+        assert self.contract is not None
+        result = final_event(self.served, self.contract.validator, self._tokenizer, admitted, reply)
+        cache = self.contract.response_cache
+        if cache is not None and isinstance(result, FinishEvent):
+            cache.put(admitted.request, result)
+        return result
+
+    async def _stream(self, admitted: AdmittedRequest, reply: RemoteReply) -> AsyncIterator[Event]:
         rid = admitted.request.id
         async with self._client().stream("POST", self.base_url + "/completions", json=self._body(admitted)) as resp:
             if resp.status_code != 200:
-                raise _error_from_status(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
+                raise error_from_status(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -294,61 +249,19 @@ class EndpointEngine:
                 chunk = json.loads(data)
                 if "error" in chunk:
                     err = chunk["error"]
-                    raise _error_from_status(int(err.get("code", 500)) if isinstance(err, dict) else 500, data)
+                    raise error_from_status(int(err.get("code", 500)) if isinstance(err, dict) else 500, data)
                 if chunk.get("usage"):
                     reply.usage = chunk["usage"]
                 for choice in chunk.get("choices") or []:
-                    event = _read_choice(rid, choice, reply)
+                    event = read_choice(rid, choice, reply)
                     if event is not None:
                         yield event
 
-    def _finish(self, admitted: AdmittedRequest, reply: _Reply) -> FinishEvent | ErrorEvent:
-        """The final result with the manifest's postprocess applied: stop strings, the output schema."""
-        request, now = admitted.request, time.monotonic()
-        text, stopped = trim_at_stop(reply.text, admitted.stop)
-        token_ids = reply.token_ids
-        if not token_ids and text:  # a remote that does not return ids: the manifest's tokenizer reads the text
-            token_ids = list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
-        if stopped or isinstance(reply.stop_reason, str):
-            reason = "stop"
-        elif reply.finish == "stop":
-            reason = "eos"
-        else:
-            reason = "length"
-        valid = None
-        validator = self.contract.validator if self.contract is not None else None
-        if validator is not None:
-            problem = validator.problem(text)
-            valid = problem is None
-            if problem is not None and self.served.failure_policy.on_invalid_output == "error":
-                return ErrorEvent(request.id, ServingError("invalid_output", detail=problem))
-        usage = reply.usage or {}
-        params = request.params
-        result = FinishEvent(
-            request_id=request.id,
-            text=text,
-            token_ids=tuple(token_ids),
-            finish_reason=reason,  # type: ignore[arg-type]
-            usage=Usage(
-                len(admitted.token_ids),
-                int(usage.get("completion_tokens") or len(token_ids)),
-                admitted.truncated_tokens,
-            ),
-            logprobs=tuple(reply.logprobs) if params.logprobs else None,
-            top_logprobs=tuple(reply.top_logprobs) if params.top_logprobs > 0 else None,
-            output_valid=valid,
-            ttft_s=None if reply.first is None else reply.first - admitted.arrival,
-            e2e_s=now - admitted.arrival,
-        )
-        cache = self.contract.response_cache if self.contract is not None else None
-        if cache is not None:
-            cache.put(request, result)
-        return result
-
     # --- the fallback ---------------------------------------------------------------------------
 
-    def _covers(self, trigger: Trigger) -> bool:
-        return self._fallback is not None and self._fallback.covers(trigger)
+    def _to_fallback(self, error: ServingError, streamed: bool) -> bool:
+        """Whether the failure policy hands this failure to the fallback engine."""
+        return self._fallback is not None and self._fallback.takes(trigger_of(error), streamed)
 
     async def _via_fallback(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """The request served whole by the fallback engine (its result marked fallback_used)."""
@@ -366,8 +279,6 @@ class EndpointEngine:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
         """Run all requests against the endpoint, at most feed_window() at once; results in input order."""
-        from servegate.runtime.failure_policy.outcomes import feed_window
-
         self.start_sync()
 
         async def one(request: GenerationRequest, window: asyncio.Semaphore) -> Result:
@@ -392,14 +303,10 @@ class EndpointEngine:
 
     def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
-        from servegate.runtime.failure_policy.outcomes import feed_window
         from servegate.runtime.remote.endpoint_scoring import score_on_remote
 
         self.start_sync()
         return score_on_remote(self, requests, feed_window(self.served))
-
-    error_from_status = staticmethod(_error_from_status)
-    """A remote's non-200 answer as a catalogued error (endpoint_scoring reads answers too)."""
 
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Embeddings from the endpoint's /embeddings."""
@@ -411,7 +318,7 @@ class EndpointEngine:
         except (httpx.HTTPError, OSError) as exc:
             raise unavailable(f"cannot reach {self.base_url}: {type(exc).__name__}") from None
         if resp.status_code != 200:
-            raise _error_from_status(resp.status_code, resp.text)
+            raise error_from_status(resp.status_code, resp.text)
         return [item["embedding"] for item in sorted(resp.json()["data"], key=lambda d: d["index"])]
 
     def stats(self) -> EngineStats:
@@ -423,26 +330,6 @@ class EndpointEngine:
             response_cache_hits=cache.hits if cache is not None else 0,
             fallback_uses=self._fallback.uses if self._fallback is not None else 0,
         )
-
-
-def _read_choice(rid: str, choice: dict[str, Any], reply: _Reply) -> TokenEvent | None:
-    """Fold one streamed completions choice into `reply`; a TokenEvent when it carries text."""
-    text = choice.get("text") or ""
-    if choice.get("finish_reason"):
-        reply.finish = str(choice["finish_reason"])
-        reply.stop_reason = choice.get("stop_reason")
-    ids = [int(t) for t in choice.get("token_ids") or []]
-    reply.token_ids.extend(ids)
-    logprobs = choice.get("logprobs") or {}
-    values = [float(v) for v in logprobs.get("token_logprobs") or [] if v is not None]
-    reply.logprobs.extend(values)
-    reply.top_logprobs.extend(dict(t) for t in logprobs.get("top_logprobs") or [] if t is not None)
-    if not text and not ids:
-        return None
-    now = time.monotonic()
-    reply.first = reply.first or now
-    reply.text += text
-    return TokenEvent(rid, tuple(ids), text, tuple(values) if values else None, now)
 
 
 __all__ = ["EndpointEngine"]

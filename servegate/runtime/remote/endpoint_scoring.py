@@ -20,6 +20,7 @@ from servegate.contracts.errors import ServingError
 from servegate.runtime.contract_layer import admit
 from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.failure_policy.outcomes import deadline_exceeded, unavailable
+from servegate.runtime.remote.completions_stream import error_from_status
 from servegate.runtime.remote.own_loop import run_on_own_loop
 
 
@@ -95,7 +96,7 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
         remaining = max(0.0, admitted.deadline - time.monotonic())
         resp = await asyncio.wait_for(client.post(engine.base_url + "/completions", json=body), timeout=remaining)
         if resp.status_code != 200:
-            error = engine.error_from_status(resp.status_code, resp.text)
+            error = error_from_status(resp.status_code, resp.text)
             if error.code in ("invalid_request", "unsupported_parameter", "unknown_parameter"):
                 error = cannot_score(engine.base_url, error.message)
             return ErrorEvent(request.id, error)
