@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import asdict
 from typing import Any
 
 import jsonschema
@@ -33,6 +34,7 @@ from servegate.gates.contract_probes import (
 )
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult
+from servegate.gates.structured_load import check_structured
 from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
@@ -175,8 +177,12 @@ class ContractGate(Gate):
         server_log.setLevel(logging.CRITICAL)  # the probes provoke warnings on purpose (e.g. the unready warm-up)
         try:
             problems, measurements = asyncio.run(self._http(ctx, create_app, prompts))
+            structured_problems, structured = check_structured(ctx)
         finally:
             server_log.setLevel(level)
+        if structured is not None:
+            problems += structured_problems
+            measurements["structured_under_load"] = asdict(structured)
         if problems:
             return self.result("fail", f"{problems[0]} ({len(problems)} problem(s))", measurements,
                                [{"problem": p} for p in problems])  # fmt: skip
