@@ -5,9 +5,10 @@ and TEST06 (streamed answers agree with the final output and the reported token 
 the same code measures servegate's runtime and any OpenAI-compatible endpoint (gates/http_target.py):
 
 1. At rest: a sample of suite items, sent one at a time, non-streamed.
-2. Under load: the same items again, each streamed and non-streamed, shuffled among other suite prompts
-   so that `concurrency` requests are in flight at once (capacity.workload.concurrency when declared,
-   else batching.max_batch_size; at most MAX_CONCURRENCY), and every sample item shares its batch.
+2. Under load: the same items again, each streamed and non-streamed (and once with a quarter of its
+   max_tokens, so answers end on `length`), shuffled among other suite prompts so that `concurrency`
+   requests are in flight at once (capacity.workload.concurrency when declared, else
+   batching.max_batch_size; at most MAX_CONCURRENCY), and every sample item shares its batch.
 3. Quality under load: each item's answer under load against its answer at rest, token-exact where the
    batching promises greedy equality (servegate's runtime promises it in every batching mode), else by
    the paired non-inferiority test on the suites' metrics (a remote promises nothing; the sample is then
@@ -33,11 +34,11 @@ from servegate.gates.result import GateResult, example
 from servegate.gates.statistics import exact_n_min
 from servegate.gates.stream_checks import StreamingUnderLoad, streaming_consistency
 
-SAMPLE_PER_SUITE = 8
+SAMPLE_PER_SUITE = 6
 """Items per suite compared token for token (the paired test takes as many as it needs instead)."""
 MAX_CONCURRENCY = 32
 """Most requests kept in flight by the load phase (a check, not a bench)."""
-LOAD_FACTOR = 3
+LOAD_FACTOR = 2
 """The load phase sends at least this many times `concurrency` requests, so the server stays full."""
 SEED = 25
 
@@ -105,8 +106,15 @@ def _sample(served: ServedModel, suites: list[SuiteData], exact: bool) -> Sample
 
 
 def _load_jobs(served: ServedModel, suites: list[SuiteData], sample: Sample, concurrency: int) -> list[Any]:
-    """(label, prompt, max_tokens, stream) of the load phase, shuffled: the sample twice, then other prompts."""
+    """(label, prompt, max_tokens, stream) of the load phase, shuffled.
+
+    The sample twice (streamed and not); each sample item once more with a quarter of its max_tokens, so
+    answers end on `length` and the cap and the exact usage are checked; then other prompts of the
+    workload's output length until LOAD_FACTOR * concurrency requests are in the phase.
+    """
     jobs = [(f"{d.name}/{i.id}", i.prompt, d.suite.max_tokens, stream) for d, i in sample for stream in (False, True)]
+    jobs += [(f"other capped {d.name}/{i.id}", i.prompt, max(1, d.suite.max_tokens // 4), k % 2 == 0)
+             for k, (d, i) in enumerate(sample)]  # fmt: skip
     taken = {(d.name, i.id) for d, i in sample}
     others = [(d, i) for d in suites for i in d.items if (d.name, i.id) not in taken] or sample
     workload = served.capacity.workload
