@@ -178,7 +178,7 @@ def _streaming(served: ServedModel, target: HttpTarget, jobs: list[Any], answers
     return streaming_consistency(pairs, singles, target.tokens_received, concurrency=concurrency, stop_slack=slack)
 
 
-def _under_load(run: _LoadRun, sample: Sample) -> dict[str, Answer]:
+def _under_load(run: _LoadRun) -> dict[str, Answer]:
     """Each sample item's non-streamed answer under load, by label."""
     return {job[0]: a for job, a in zip(run.jobs, run.answers, strict=True) if not job[3] and job[0][:6] != "other "}
 
@@ -225,7 +225,7 @@ class LoadGate(Gate):
         sample = _sample(served, suites, exact)
         concurrency, source = load_concurrency(served)
         run = asyncio.run(_measure(ctx, served, suites, sample, concurrency))
-        loaded = _under_load(run, sample)
+        loaded = _under_load(run)
         differ = [
             (k, r, loaded[f"{d.name}/{i.id}"]) for k, ((d, i), r) in enumerate(zip(sample, run.rest, strict=True))
             if (r.text, r.ok) != (loaded[f"{d.name}/{i.id}"].text, loaded[f"{d.name}/{i.id}"].ok)

@@ -79,7 +79,8 @@ def test_single_manifest_runs_against_its_reference_form(gate, manifests: Path, 
     assert data["mode"] == "reference" and data["baseline"]["form"] == "reference form"
     verdicts = {g["name"]: g["verdict"] for g in data["gates"] if g["name"] != "capacity"}
     assert verdicts == {"contract": "skipped", "quantization": "pass", "truncation": "fail", "caching": "skipped",
-                        "batching": "skipped", "load": "skipped", "fallback": "skipped", "quality": "skipped"}  # fmt: skip
+                        "batching": "skipped", "load": "skipped", "fallback": "skipped",
+                        "quality": "skipped"}  # fmt: skip
 
 
 def test_warnings_pass_unless_strict(gate, manifests: Path) -> None:  # noqa: ANN001

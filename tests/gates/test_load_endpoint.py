@@ -112,6 +112,7 @@ def test_an_endpoint_answer_over_max_output_bytes_fails_the_contract_gate(answer
     result, _ = gate(answer, RemoteFaults(), "contract", output_schema=SCHEMA, max_output_bytes=8)
     assert result.verdict == "fail"
     problems = [e["problem"] for e in result.evidence]
-    assert any("answer(s) at concurrency 8 over postprocess.max_output_bytes 8 (largest 14 bytes)" in p for p in problems)
+    over = "answer(s) at concurrency 8 over postprocess.max_output_bytes 8 (largest 14 bytes)"
+    assert any(over in p for p in problems)
     # servegate's gateway in front of the remote enforces the limit: its probes get invalid_output (502)
     assert any("502" in p for p in problems)
