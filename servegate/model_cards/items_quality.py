@@ -15,6 +15,7 @@ from typing import Any
 from servegate.contracts.diff import diff_manifests
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import missing, producer
+from servegate.model_cards.items_load import load_checks
 
 _AGREEMENT = ("token_agreement", "top1_agreement", "top1_token_agreement")
 _KL = ("mean_kl", "mean_kl_nats", "kl", "kl_mean")
@@ -177,4 +178,5 @@ def quality_gate(served: ServedModel, report: dict[str, Any] | None, public_suit
         "agreement": agreement,
         "optimizations": optimizations(served, report["gates"]),
         "examples": examples,
+        "under_load": load_checks(report),
     }

@@ -13,6 +13,7 @@ from typing import Any
 
 from servegate.contracts.units import format_bytes
 from servegate.model_cards.evidence import NoteError
+from servegate.model_cards.items_load import render_load_checks
 from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, fmt, table
 from servegate.model_cards.note import ITEMS, ServingNote
 
@@ -333,6 +334,7 @@ def _quality(item: dict[str, Any], h: str) -> list[str]:
             for o in item["optimizations"]
         ),
     )
+    out += render_load_checks(item.get("under_load") or [], h)
     if item["examples"]:
         out += [f"{h}# Failure examples (public suites only)", ""]
         for e in item["examples"]:
@@ -352,6 +354,9 @@ def _observability(item: dict[str, Any]) -> list[str]:
         "",
     ]
     out += [f"Metrics are exported at {item['metrics_endpoint']}; label values are {item['label_values']}.", ""]
+    checks = item.get("client_side_checks") or []
+    if checks:
+        out += [f"Measured from the client side, with no internal counter: {', '.join(checks)}.", ""]
     if item["metrics"]:
         out += table(
             ("Metric", "Type", "What it counts"),
