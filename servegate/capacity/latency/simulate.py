@@ -80,6 +80,8 @@ class SimResult:
     """(time, sequences running) after each step."""
     preemptions: int = 0
     steps: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    """How long each step lasted, in the order they ran (what `replay` takes back)."""
 
     def summary(self, slo: SLO | None = None) -> dict[str, Any]:
         """The bench-shaped summary plus queue and KV-memory figures."""
@@ -103,11 +105,14 @@ def simulate(
     concurrency: int | None = None,
     seed: int = 0,
     jitter: bool = True,
+    replay: Sequence[float] | None = None,
 ) -> SimResult:
     """Run `specs` through the scheduler on a virtual clock.
 
     Open loop: each spec arrives at its arrival_s. Closed loop (`concurrency`): that many requests are
-    in flight; each completion (or failure) sends the next at once.
+    in flight; each completion (or failure) sends the next at once. With `replay` (measured step durations in
+    seconds, in the order the engine ran them) the k-th step lasts replay[k] as measured; steps beyond it are
+    predicted (latency/replay.py).
     """
     from servegate.runtime.kv_blocks import KVBlockManager
     from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
@@ -208,10 +213,13 @@ def simulate(
             duration *= 1.0 + model.load_slowdown_per_rps * recent / LOAD_WINDOW_S
         if now == last_end:  # back to back: the answers of the step before are sent during this one
             duration += answered * model.completion_overhead_s
+        if replay is not None and result.steps < len(replay):
+            duration = float(replay[result.steps])  # measured: it holds every cost predicted above
         answered = 0
         now += duration
         last_end = now
         result.steps += 1
+        result.step_seconds.append(duration)
         result.preemptions += len(output.preempted)
         grown = scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})
         for seq in grown:
