@@ -72,9 +72,7 @@ def prediction_interval(
     """Simulate `specs` under `seeds` jitter seeds; the central `level` share of each percentile's values."""
     if not 0 < level < 1:
         raise ValueError(f"an interval's level is a share between 0 and 1 (got {level})")
-    runs = [
-        simulate(setup, model, specs, concurrency=concurrency, seed=first_seed + s).summary() for s in range(seeds)
-    ]
+    runs = [simulate(setup, model, specs, concurrency=concurrency, seed=first_seed + s).summary() for s in range(seeds)]
     tail = 100 * (1 - level) / 2
     central: dict[str, dict[str, float]] = {}
     low: dict[str, dict[str, float]] = {}

@@ -58,10 +58,14 @@ def replay_durations(steps: Sequence[dict[str, Any]]) -> list[float]:
 def specs_of_run(specs: Sequence[RequestSpec], records: Sequence[RequestRecord]) -> list[RequestSpec]:
     """The run's requests with the arrival times the client scheduled them at (seconds from the first)."""
     first = min(r.scheduled for r in records)
-    return [RequestSpec(s.prompt_tokens, s.output_tokens, r.scheduled - first) for s, r in zip(specs, records, strict=True)]
+    return [
+        RequestSpec(s.prompt_tokens, s.output_tokens, r.scheduled - first) for s, r in zip(specs, records, strict=True)
+    ]
 
 
-def replay_run(setup: SimSetup, model: LatencyModel, specs: Sequence[RequestSpec], durations: Sequence[float]) -> SimResult:
+def replay_run(
+    setup: SimSetup, model: LatencyModel, specs: Sequence[RequestSpec], durations: Sequence[float]
+) -> SimResult:
     """Simulate `specs` with every step lasting what was measured (the k-th step, the k-th duration); the
     model gives only the per-request overheads and any step beyond the measured ones."""
     return simulate(setup, model, specs, seed=0, jitter=False, replay=durations)
