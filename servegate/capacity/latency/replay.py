@@ -16,6 +16,7 @@ import numpy as np
 
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.workload import RequestSpec
+from servegate.capacity.latency.load_fit import scaled_steps
 from servegate.capacity.latency.model import Chunk, LatencyModel, ServingStep
 from servegate.capacity.latency.serving_trace import BACK_TO_BACK_S
 from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
@@ -99,3 +100,13 @@ def step_cost_errors(model: LatencyModel, steps: Sequence[ServingStep]) -> dict[
                 "mean_signed_error": float(np.mean(errs)),
             }
     return out
+
+
+def at_speed(model: LatencyModel, factor: float) -> LatencyModel:
+    """`model` on a machine `factor` times slower (above 1) or faster: every time it predicts scaled, the
+    load slowdown (a relative figure) kept."""
+    scaled = scaled_steps(model, factor, model.load_slowdown_per_rps)
+    scaled.request_overhead_s *= factor
+    scaled.finish_overhead_s *= factor
+    scaled.admission_delay_per_running_s *= factor
+    return scaled
