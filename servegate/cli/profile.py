@@ -27,6 +27,9 @@ def profile(
 ) -> None:
     """Profile prefill and decode step times on this machine and fit the latency model `gate plan` uses.
 
+    For `runtime.backend: endpoint` (or vllm) the engine is profiled from outside: TTFT against prompt length,
+    ITL against concurrency and context, and a short rate sweep for the knee (see docs/capacity-endpoint.md).
+
     Model steps are timed in this process (prefill against prompt tokens, decode against batch size and
     context length); serving overheads are measured through the manifest's own server. The model is saved
     as JSON keyed by the manifest's fingerprint (batching excluded) and the hardware, under
@@ -61,8 +64,18 @@ def profile_and_save(
         def stage(name: str, total: int) -> None:
             bar.update(task, description=name, total=total or None, completed=0)
 
-        model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
+        if served.runtime.backend != "reference":
+            from servegate.capacity.latency.blackbox import profile_endpoint
+
+            model = profile_endpoint(served, repeats=repeats, stage=lambda name: stage(name, 0))
+        else:
+            model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
     path = model.save(profile_path(model.key, model.hardware))
+    if model.fit.get("method") == "black-box":
+        for line in blackbox_lines(served, model):
+            console.print(line, highlight=False)
+        console.print(f"saved: {path} (profiled in {time.monotonic() - began:.0f} s)")
+        return model, path
     seconds = time.monotonic() - began
     c, fit = model.coefficients, model.fit
     hw = model.hardware
@@ -94,6 +107,27 @@ def profile_and_save(
         console.print(line, highlight=False)
     console.print(f"saved: {path} (profiled in {seconds:.0f} s)")
     return model, path
+
+
+def blackbox_lines(served: ServedModel, model: LatencyModel) -> list[str]:
+    """What a black-box profile of an engine found: its step costs, the fit's error, the knee."""
+    c, fit = model.coefficients, model.fit
+    lines = [
+        f"[bold]{served.name}[/bold] profiled from outside ({served.runtime.backend} "
+        f"{served.runtime.endpoint_url or ''}), the engine modelled as continuous batching",
+        f"prefill: {1e6 * c['c_prefill_token']:.1f} us per prompt token; decode step: {1000 * c['c_step']:.2f} ms "
+        f"+ {1000 * c['c_decode_seq']:.3f} ms per sequence; {1000 * model.request_overhead_s:.2f} ms before the first "
+        f"token, {1000 * model.finish_overhead_s:.2f} ms after the last; step jitter {100 * model.step_jitter:.0f}%",
+        f"fit: TTFT median error {100 * fit['ttft_median_rel_error']:.1f}% over {len(fit['ttft_points'])} prompt "
+        f"lengths, ITL {100 * fit['itl_median_rel_error']:.1f}% over {len(fit['itl_points'])} bursts",
+    ]
+    if knee := fit.get("knee"):
+        measured = knee["measured_knee_rps"]
+        lines.append(
+            f"knee: predicted capacity {knee['predicted_capacity_rps']:.3g} requests/s; the sweep kept up to "
+            + (f"{measured:.3g} requests/s" if measured else "none of its rates")
+        )
+    return lines
 
 
 def machine_speed_lines(fit: dict[str, Any]) -> list[str]:
