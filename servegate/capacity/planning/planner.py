@@ -356,7 +356,8 @@ def plan(
     ranked = sorted(candidates, key=lambda c: (c is not best, not c.feasible, c.worst_ratio))
     why = [] if feasible else explain_misses(best, model, workload, memory)
     rate_limit, replicas = size(best.served, model, workload, total, min(n, 200))
-    best.max_rate_rps = rate_limit.rate_rps
+    if best.max_rate_rps is None:
+        best.max_rate_rps = rate_limit.rate_rps
     return Plan(
         rate_limit=rate_limit,
         replicas=replicas,
