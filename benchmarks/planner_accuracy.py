@@ -32,9 +32,10 @@ from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
 from servegate.capacity.bench.own_server import manifest_tokenizer
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests, with_rate
-from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import profile_key, saturation_throughput, sim_setup
 from servegate.capacity.latency.profile import profile_manifest
+from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.simulate import simulate
 from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 from servegate.contracts.loading import load_manifest
@@ -52,7 +53,7 @@ def latency_model(served: Any, reprofile: bool) -> LatencyModel:
         return LatencyModel.load(path)
     print("profiling (model steps, then serving overheads through the manifest's server)...")
     model = profile_manifest(served)
-    model.save(profile_path(model.key, model.hardware))
+    model.save(profile_path(model.provenance.key, model.provenance.hardware))
     return model
 
 
@@ -90,7 +91,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     lone = lone_workload(base)
     lone_expected = predicted_lone_e2e_ms(served, model, lone, args.seed) * profile_lone_bias(model)
-    profiled = model.fit.get("machine_speed")
+    profiled = model.fit.machine_speed
     with LocalServer(served) as server, MachineSpeedMonitor() as monitor:
         for name, factor in LOADS:
             workload = with_rate(base, round(factor * knee, 3))
@@ -143,7 +144,8 @@ def main() -> None:
           "profile's traced runs were served (above 1: slower now); spread: largest over smallest p50 of the "
           "load's repeated runs of the same requests")  # fmt: skip
     if args.json:
-        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": model.hardware, "rows": rows}
+        hardware = dict(model.provenance.hardware)
+        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": hardware, "rows": rows}
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 

@@ -68,16 +68,11 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
         "why": plan.why,
         "notes": plan.notes,
         "latency_model": {
-            "coefficients_s": model.coefficients,
-            "request_overhead_s": model.request_overhead_s,
-            "finish_overhead_s": model.finish_overhead_s,
-            "arrival_overhead_s": model.arrival_overhead_s,
-            "completion_overhead_s": model.completion_overhead_s,
-            "load_slowdown_per_rps": model.load_slowdown_per_rps,
-            "admission_delay_per_running_s": model.admission_delay_per_running_s,
-            "step_jitter": model.step_jitter,
-            "hardware": model.hardware,
-            "fit": model.fit,
+            "coefficients_s": model.steps.as_dict(),
+            "overheads_s": model.overheads.as_dict(),
+            "jitter": model.jitter.as_dict(),
+            "hardware": dict(model.provenance.hardware),
+            "fit": model.fit.as_dict(samples=False),
         },
         "candidates": [
             {
