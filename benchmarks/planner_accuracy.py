@@ -12,8 +12,13 @@ its median while the profile's traced runs were served (the `machine` column), s
 beside how fast the machine ran at that moment. `spread` is the largest over the smallest p50 of the load's
 repeated runs: the same requests, so how far apart two measurements of one thing fall.
 
+`--http-terms one` profiles afresh the variant of the latency model in which the CPU that HTTP work takes
+from the engine is one term (the per-admission cost), not three (with the load slowdown and the admission
+delay); `--http-terms three` profiles the full model afresh. Run the two interleaved to compare them.
+
     python benchmarks/planner_accuracy.py [--manifest examples/quickstart/manifest.yaml] [--set runtime.threads=1]
-                                          [--requests 300] [--repeats 3] [--reprofile] [--json results.json]
+                                          [--requests 300] [--repeats 3] [--reprofile] [--http-terms {three,one}]
+                                          [--json results.json]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests, with_rate
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import profile_key, saturation_throughput, sim_setup
-from servegate.capacity.latency.profile import profile_manifest
+from servegate.capacity.latency.profile import HttpTerms, profile_manifest
 from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.simulate import simulate
 from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
@@ -45,14 +50,19 @@ LOADS = (("low", 0.3), ("near knee", 0.8), ("overload", 1.3))
 TARGETS = {"p50": 0.10, "p99": 0.15}
 
 
-def latency_model(served: Any, reprofile: bool) -> LatencyModel:
-    """The saved profile, or a fresh one (saved for gate plan too)."""
+def latency_model(served: Any, reprofile: bool, http_terms: HttpTerms | None) -> LatencyModel:
+    """The saved profile, or a fresh one (saved for gate plan too); a fresh one of `http_terms` when given."""
     path = profile_path(profile_key(served), hardware_id())
-    if path.is_file() and not reprofile:
+    if path.is_file() and not reprofile and http_terms is None:
         print(f"latency model: {path}")
         return LatencyModel.load(path)
-    print("profiling (model steps, then serving overheads through the manifest's server)...")
-    model = profile_manifest(served)
+    print(f"profiling ({http_terms or 'three'} HTTP terms; model steps, then serving through the manifest's server)...")
+    began = time.time()
+    model = profile_manifest(served, http_terms=http_terms or "three")
+    o = model.overheads
+    print(f"profiled in {time.time() - began:.0f} s: arrival {1000 * o.arrival_s:.3f} ms, load slowdown "
+          f"{100 * o.load_slowdown_per_rps:.3f}% per request/s, admission delay "
+          f"{1000 * o.admission_delay_per_running_s:.3f} ms per running sequence")  # fmt: skip
     model.save(profile_path(model.provenance.key, model.provenance.hardware))
     return model
 
@@ -66,7 +76,7 @@ async def measure(url: str, served: Any, workload: Any, seed: int) -> Any:
         await target.aclose()
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", default=str(ROOT / "examples/quickstart/manifest.yaml"))
     parser.add_argument("--set", action="append", default=[], dest="sets", help="PATH=VALUE override (repeatable)")
@@ -74,20 +84,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="bench runs per load (the median is compared)")
     parser.add_argument("--reprofile", action="store_true")
+    parser.add_argument("--http-terms", choices=("three", "one"), help="profile afresh with this variant")
     parser.add_argument("--json", help="write the table as JSON to this path")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    served = load_manifest(Path(args.manifest), args.sets)
-    if served.capacity.workload is None:
-        raise SystemExit("the manifest declares no capacity.workload")
-    began = time.time()
-    model = latency_model(served, args.reprofile)
+
+def measure_loads(served: Any, model: LatencyModel, base: Any, knee: float, args: argparse.Namespace) -> list[dict]:
+    """At each load: the prediction, the speed check, and `repeats` bench runs of the same requests."""
     setup = sim_setup(served)
-    base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
-    knee = saturation_throughput(setup, model, base, num_requests=max(200, args.requests))
-    print(f"manifest {served.name} ({served.batching.mode}, max_batch_size {served.batching.max_batch_size}); "
-          f"predicted knee {knee:.2f} requests/s")  # fmt: skip
-
     rows: list[dict[str, Any]] = []
     lone = lone_workload(base)
     lone_expected = predicted_lone_e2e_ms(served, model, lone, args.seed) * profile_lone_bias(model)
@@ -120,8 +124,10 @@ def main() -> None:
             row["within_target"] = all(abs(row[f"error_{p}"]) <= t for p, t in TARGETS.items())
             rows.append(row)
             print(f"  {name}: done")
+    return rows
 
-    print(f"\nplanner accuracy, end-to-end latency, {args.requests} requests per load ({time.time() - began:.0f} s)")
+
+def print_table(rows: list[dict[str, Any]]) -> None:
     columns = (("load", "<11"), ("req/s", ">7"), ("pred p50", ">10"), ("meas p50", ">10"), ("err", ">8"))
     columns += (("pred p99", ">10"), ("meas p99", ">10"), ("err", ">8"), ("  lone", ">7"), ("machine", ">9"))
     columns += (("spread", ">8"), ("  measured p50 in each run", ""))
@@ -143,9 +149,34 @@ def main() -> None:
     print("machine: a Python loop's median time on every CPU during the load's runs over its median while the "
           "profile's traced runs were served (above 1: slower now); spread: largest over smallest p50 of the "
           "load's repeated runs of the same requests")  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args()
+    served = load_manifest(Path(args.manifest), args.sets)
+    if served.capacity.workload is None:
+        raise SystemExit("the manifest declares no capacity.workload")
+    began = time.time()
+    model = latency_model(served, args.reprofile, args.http_terms)
+    base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
+    knee = saturation_throughput(sim_setup(served), model, base, num_requests=max(200, args.requests))
+    print(f"manifest {served.name} ({served.batching.mode}, max_batch_size {served.batching.max_batch_size}); "
+          f"predicted knee {knee:.2f} requests/s")  # fmt: skip
+    rows = measure_loads(served, model, base, knee, args)
+    print(f"\nplanner accuracy, end-to-end latency, {args.requests} requests per load ({time.time() - began:.0f} s)")
+    print_table(rows)
     if args.json:
-        hardware = dict(model.provenance.hardware)
-        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": hardware, "rows": rows}
+        out = {
+            "manifest": args.manifest,
+            "sets": args.sets,
+            "http_terms": args.http_terms,
+            "knee_rps": knee,
+            "hardware": dict(model.provenance.hardware),
+            "overheads": model.overheads.as_dict(),
+            "profiled_at": model.provenance.profiled_at,
+            "load_average_1m": model.provenance.load_average_1m,
+            "rows": rows,
+        }
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 

@@ -152,3 +152,16 @@ def test_a_profile_of_the_old_flat_format_is_refused_with_the_command_that_remak
     path.write_text(json.dumps(old))
     with pytest.raises(ServegateError, match=r"latency profile of format 1; .* run `gate profile` on the manifest"):
         load_profile(served)
+
+
+def test_the_one_term_variant_fits_the_step_scale_alone() -> None:
+    from servegate.capacity.latency.load_fit import fit_load_response
+
+    truth = LatencyModel(TRUE.scaled(1.1), ServingOverheads(request_s=0.003, arrival_s=0.001))
+    start = LatencyModel(TRUE, ServingOverheads(request_s=0.003, arrival_s=0.001))
+    runs = traced_runs(truth)
+    scale, per_rps = fit_load_response(start, SETUP, runs, slowdown=False)
+    assert per_rps == 0.0 and scale == pytest.approx(1.1, abs=0.02)
+    one = match_load_response(start, SETUP, runs, slowdown=False)
+    assert one.overheads.load_slowdown_per_rps == 0.0 and one.overheads.admission_delay_per_running_s == 0.0
+    assert one.overheads.arrival_s == pytest.approx(0.001 * scale)

@@ -85,7 +85,9 @@ def scaled_steps(model: LatencyModel, scale: float, slowdown: float) -> LatencyM
     return replace(model, steps=model.steps.scaled(scale), overheads=overheads)
 
 
-def fit_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> tuple[float, float]:
+def fit_load_response(
+    model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun], *, slowdown: bool = True
+) -> tuple[float, float]:
     """(scale of the step times, load slowdown per request/s) that best match the traced runs' mean
     end-to-end latency in simulation (see ServingOverheads.load_slowdown_per_rps).
 
@@ -94,21 +96,22 @@ def fit_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[Trace
     equally (squared relative error of its simulated mean against the measured one); near capacity a few
     percent of step time moves latency by tens of percent, so the busiest run pins the slowdown down.
     SCALE_GRID x SLOWDOWN_POINTS, then the fine grid around the best point: 203 simulations of each run.
+    Without `slowdown` only the scale is searched (the slowdown stays 0): 21 simulations of each run.
     """
     runs = [run for run in runs if any(r.ok for r in run.records) and run.rate_rps > 0]
     if not runs:
         return 1.0, 0.0
     unit = SLOWDOWN_AT_TOP_RATE / max(run.rate_rps for run in runs) / (SLOWDOWN_POINTS - 1)
+    coarse, fine = (range(SLOWDOWN_POINTS), range(-FINE_SPAN, FINE_SPAN + 1)) if slowdown else (range(1), range(1))
 
     def loss(point: tuple[float, float]) -> float:
         return _misfit(setup, scaled_steps(model, *point), runs, lambda r: r.e2el)
 
-    scale, slowdown = min(((s, unit * k) for s in SCALE_GRID for k in range(SLOWDOWN_POINTS)), key=loss)
-    span = range(-FINE_SPAN, FINE_SPAN + 1)
+    scale, per_rps = min(((s, unit * k) for s in SCALE_GRID for k in coarse), key=loss)
     finer = (
-        (scale + SCALE_FINE_STEP * i, max(0.0, slowdown + unit * k / SLOWDOWN_FINE_DIVISIONS))
-        for i in span
-        for k in span
+        (scale + SCALE_FINE_STEP * i, max(0.0, per_rps + unit * k / SLOWDOWN_FINE_DIVISIONS))
+        for i in range(-FINE_SPAN, FINE_SPAN + 1)
+        for k in fine
     )
     return min(finer, key=loss)
 
@@ -135,10 +138,13 @@ def traced_run_fit(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRu
     return tuple(rows)
 
 
-def match_load_response(model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun]) -> LatencyModel:
-    """Stage 4: a new model whose step scale and load slowdown make the simulated `runs` match end to end."""
-    scale, slowdown = fit_load_response(model, setup, runs)
-    scaled = scaled_steps(model, scale, slowdown)
+def match_load_response(
+    model: LatencyModel, setup: SimSetup, runs: Sequence[TracedRun], *, slowdown: bool = True
+) -> LatencyModel:
+    """Stage 4: a new model whose step scale and load slowdown (unless not `slowdown`) make the simulated `runs`
+    match end to end."""
+    scale, per_rps = fit_load_response(model, setup, runs, slowdown=slowdown)
+    scaled = scaled_steps(model, scale, per_rps)
     return replace(scaled, fit=replace(scaled.fit, step_scale_under_load=scale))
 
 

@@ -14,6 +14,10 @@ Each stage is a function that takes the model so far and returns a new one (data
    step scale and load slowdown chosen so that their mean end-to-end latency matches.
 5. Admission delay (`load_fit.match_admission_delay`): the delay per running sequence that matches their TTFT.
 
+`http_terms="one"` (benchmarks/planner_accuracy.py --http-terms one) fits the variant where the CPU that HTTP
+work takes from the engine is the per-admission cost of stage 3 alone: stage 4 fits the step scale only,
+stage 5 is skipped (load slowdown and admission delay stay 0).
+
 Last, `with_provenance` records what was profiled, where and when, and how the final model reproduces
 each traced run. This machine's speed is sampled throughout (machine_speed.py), so the profile says how
 fast the machine ran and whether it held still. docs/latency-model.md lists every term and its stage.
@@ -27,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
 from servegate.capacity.bench.own_server import against_server
@@ -62,6 +66,10 @@ TRACE_WARMUP_STEPS = 3
 """Traced steps left out of the serving-step fit (the first ones pay for warming the server up)."""
 DEFAULT_TRACE_REQUESTS = 48
 """Requests of the traced workload when the manifest declares none (capacity.workload)."""
+
+HttpTerms = Literal["three", "one"]
+"""The terms that model HTTP work taking CPU from the engine: arrival cost, load slowdown and admission delay
+("three"), or the arrival cost alone ("one")."""
 
 Stage = Callable[[str, int], None]
 """Told each stage's name and how many ticks it will take (0: unknown)."""
@@ -123,6 +131,7 @@ def profile_manifest(
     burst: int = CALIBRATION_BURST,
     tick: Tick | None = None,
     stage: Stage | None = None,
+    http_terms: HttpTerms = "three",
 ) -> LatencyModel:
     """Measure model steps in this process, then serving overheads through the manifest's own server.
 
@@ -132,7 +141,7 @@ def profile_manifest(
     if served.runtime.backend != "reference":
         raise ServegateError("gate profile measures the reference runtime; an endpoint is measured with gate bench")
     with MachineSpeedMonitor() as monitor:
-        model, traced = _profile(served, repeats, burst, tick, stage)
+        model, traced = _profile(served, repeats, burst, tick, stage, http_terms)
         traced_speed = monitor.summary(traced[0].began_at, traced[-1].ended_at) if traced else None
         by_rate = {run.rate_rps: monitor.summary(run.began_at, run.ended_at) for run in traced}
     rows = tuple(
@@ -184,7 +193,7 @@ def _traced_shape(served: ServedModel, prompt_lengths: Sequence[int], output: in
 
 
 def _profile(
-    served: ServedModel, repeats: int, burst: int, tick: Tick | None, stage: Stage | None
+    served: ServedModel, repeats: int, burst: int, tick: Tick | None, stage: Stage | None, http_terms: HttpTerms
 ) -> tuple[LatencyModel, list[TracedRun]]:
     """The five stages: the fitted model and the runs traced in stage 3."""
     from servegate.capacity.bench.local_server import LocalServer
@@ -215,8 +224,9 @@ def _profile(
         raise ServegateError(f"too few serving steps were traced to fit the latency model: {exc}") from None
     below = [run for run, factor in zip(traced, TRACE_LOADS, strict=True) if factor < 1]  # queueing aside
     traced_setup = sim_setup(tracing_variant(served))
-    model = match_load_response(model, traced_setup, below)
-    model = match_admission_delay(model, traced_setup, below)
+    model = match_load_response(model, traced_setup, below, slowdown=http_terms == "three")
+    if http_terms == "three":
+        model = match_admission_delay(model, traced_setup, below)
     lone = lone_workload(shape)
     predicted = predicted_lone_e2e_ms(tracing_variant(served), model, lone)
     return with_provenance(model, served, traced, LoneReference(lone.num_requests, lone_ms, predicted)), traced
