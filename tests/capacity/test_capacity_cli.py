@@ -93,8 +93,13 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     from servegate.contracts.loading import load_manifest
 
     key = profile_key(load_manifest(path))
+    saved = profile_path(key, hardware_id(), tmp_path / "home" / "profiles")
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps({"coefficients": {"c_step": 0.005}, "request_overhead_s": 0.002, "key": key}))
+    old = gate("plan", str(path), cwd=tmp_path, home=tmp_path / "home")  # a profile of the format before the parts
+    assert old.returncode == 2 and "latency profile of format 1" in old.stderr and "run `gate profile`" in old.stderr
     model = replace(STEP_MODEL, provenance=Provenance(key=key, hardware=hardware_id()))
-    model.save(profile_path(key, model.provenance.hardware, tmp_path / "home" / "profiles"))
+    model.save(saved)
     done = gate("plan", str(path), "--requests", "60", "--write", "--json", "plan.json", cwd=tmp_path,
                 home=tmp_path / "home")  # fmt: skip
     assert done.returncode == 0, done.stderr

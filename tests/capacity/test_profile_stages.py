@@ -122,7 +122,14 @@ def full_model(served_key: str) -> LatencyModel:
     )
     return LatencyModel(
         TRUE,
-        ServingOverheads(0.002, 0.0005, 0.0003, 0.0001, 0.001, 0.0004),
+        ServingOverheads(
+            request_s=0.002,
+            finish_s=0.0005,
+            arrival_s=0.0003,
+            completion_s=0.0001,
+            load_slowdown_per_rps=0.001,
+            admission_delay_per_running_s=0.0004,
+        ),
         StepJitter(0.12, 0.4),
         Provenance(served_key, "f" * 64, hardware_id(), "2026-12-02T00:10:00+0000", 1.5),
         fit,
@@ -165,3 +172,25 @@ def test_the_one_term_variant_fits_the_step_scale_alone() -> None:
     one = match_load_response(start, SETUP, runs, slowdown=False)
     assert one.overheads.load_slowdown_per_rps == 0.0 and one.overheads.admission_delay_per_running_s == 0.0
     assert one.overheads.arrival_s == pytest.approx(0.001 * scale)
+
+
+def test_gate_profile_saves_the_model_and_prints_each_part(tmp_path: Path, monkeypatch, model_dir: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from servegate.capacity.latency import profile as profiling
+    from servegate.cli.profile import profile_and_save
+
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))
+    served = manifest(model_dir)
+    model = full_model(profile_key(served))
+    monkeypatch.setattr(profiling, "profile_manifest", lambda served, **kw: model)
+    out = io.StringIO()
+    returned, path = profile_and_save(served, Console(file=out, width=300))
+    assert returned == model and LatencyModel.load(path) == model
+    said = out.getvalue()
+    assert "bare model steps fitted over 10 steps: median error 2.0%, p90 5.0%" in said
+    assert "serving steps under load fitted over 400 steps" in said and "step jitter 12.0%" in said
+    assert "2.00 ms before the first token, 0.50 ms after the last, 0.300 ms per request admitted" in said
+    assert "c_step=0.004" in said and "this machine while serving the traced runs" in said
