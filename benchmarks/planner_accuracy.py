@@ -19,8 +19,13 @@ and the coverage of the prediction interval, for TTFT and end-to-end latency at 
      under 20 jitter seeds, from the profile's step jitter; latency/interval.py), and the interval's width.
 Targets below the knee: E2E p50 within 10% and p99 within 15%, TTFT within 20%.
 
+`--http-terms one` profiles afresh the variant of the latency model in which the CPU that HTTP work takes
+from the engine is one term (the per-admission cost), not three (with the load slowdown and the admission
+delay); `--http-terms three` profiles the full model afresh. Run the two interleaved to compare them.
+
     python benchmarks/planner_accuracy.py [--manifest examples/quickstart/manifest.yaml] [--set runtime.threads=1]
-                                          [--requests 300] [--repeats 3] [--reprofile] [--json results.json]
+                                          [--requests 300] [--repeats 3] [--reprofile] [--http-terms {three,one}]
+                                          [--json results.json]
 """
 
 from __future__ import annotations
@@ -41,9 +46,10 @@ from servegate.capacity.bench.own_server import manifest_tokenizer
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests, with_rate
 from servegate.capacity.latency.interval import prediction_interval
-from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import profile_key, saturation_throughput, sim_setup
-from servegate.capacity.latency.profile import profile_manifest
+from servegate.capacity.latency.profile import HttpTerms, profile_manifest
+from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.replay import (
     STEP_KINDS,
     at_speed,
@@ -66,15 +72,20 @@ TARGETS = {("e2el_ms", "p50"): 0.10, ("e2el_ms", "p99"): 0.15, ("ttft_ms", "p50"
 SIMULATOR_TARGET = 0.05
 
 
-def latency_model(served: Any, reprofile: bool) -> LatencyModel:
-    """The saved profile, or a fresh one (saved for gate plan too)."""
+def latency_model(served: Any, reprofile: bool, http_terms: HttpTerms | None) -> LatencyModel:
+    """The saved profile, or a fresh one (saved for gate plan too); a fresh one of `http_terms` when given."""
     path = profile_path(profile_key(served), hardware_id())
-    if path.is_file() and not reprofile:
+    if path.is_file() and not reprofile and http_terms is None:
         print(f"latency model: {path}")
         return LatencyModel.load(path)
-    print("profiling (model steps, then serving overheads through the manifest's server)...")
-    model = profile_manifest(served)
-    model.save(profile_path(model.key, model.hardware))
+    print(f"profiling ({http_terms or 'three'} HTTP terms; model steps, then serving through the manifest's server)...")
+    began = time.time()
+    model = profile_manifest(served, http_terms=http_terms or "three")
+    o = model.overheads
+    print(f"profiled in {time.time() - began:.0f} s: arrival {1000 * o.arrival_s:.3f} ms, load slowdown "
+          f"{100 * o.load_slowdown_per_rps:.3f}% per request/s, admission delay "
+          f"{1000 * o.admission_delay_per_running_s:.3f} ms per running sequence")  # fmt: skip
+    model.save(profile_path(model.provenance.key, model.provenance.hardware))
     return model
 
 
@@ -104,7 +115,7 @@ def one_load(
     trace = read_step_trace(server.step_trace)
     row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "interval": interval.as_dict()}
     machine = monitor.summary(runs[0].began_at, runs[-1].ended_at)
-    profiled = model.fit.get("machine_speed")
+    profiled = model.fit.machine_speed
     speed = machine.relative_to(profiled) if machine and profiled else None
     row.update(machine_probe_us=machine.probe_us if machine else None, machine_over_profile=speed)
     at = at_speed(model, speed) if speed else None
@@ -193,6 +204,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="bench runs per load")
     parser.add_argument("--reprofile", action="store_true")
+    parser.add_argument("--http-terms", choices=("three", "one"), help="profile afresh with this variant")
     parser.add_argument("--json", help="write the rows as JSON to this path")
     args = parser.parse_args()
 
@@ -200,12 +212,12 @@ def main() -> None:
     if served.capacity.workload is None:
         raise SystemExit("the manifest declares no capacity.workload")
     began = time.time()
-    model = latency_model(served, args.reprofile)
+    model = latency_model(served, args.reprofile, args.http_terms)
     base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
     knee = saturation_throughput(sim_setup(served), model, base, num_requests=max(200, args.requests))
     print(f"manifest {served.name} ({served.batching.mode}, max_batch_size {served.batching.max_batch_size}); "
           f"predicted knee {knee:.2f} requests/s; profile's machine loop "
-          f"{(model.fit.get('machine_speed') or {}).get('probe_us', float('nan')):.0f} us")  # fmt: skip
+          f"{model.fit.machine_speed.probe_us if model.fit.machine_speed else float('nan'):.0f} us")  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "steps.jsonl"
@@ -215,7 +227,17 @@ def main() -> None:
                 print(f"  {name}: done ({time.strftime('%H:%M:%S', time.gmtime())} UTC)")
     report(rows, args, time.time() - began)
     if args.json:
-        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": model.hardware, "rows": rows}
+        out = {
+            "manifest": args.manifest,
+            "sets": args.sets,
+            "http_terms": args.http_terms,
+            "knee_rps": knee,
+            "hardware": dict(model.provenance.hardware),
+            "overheads": model.overheads.as_dict(),
+            "profiled_at": model.provenance.profiled_at,
+            "load_average_1m": model.provenance.load_average_1m,
+            "rows": rows,
+        }
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 

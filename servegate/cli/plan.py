@@ -78,7 +78,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
         measured_ms=alone.as_dict()["e2el_ms"]["p50"],
         requests=lone.num_requests,
-        profiled_at=model.fit.get("profiled_at"),
+        profiled_at=model.provenance.profiled_at,
         bias=profile_lone_bias(model),
     )
     measured = result.as_dict()

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from capacity_helpers import STEP_MODEL
 
-from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import sim_setup
+from servegate.capacity.latency.terms import StepJitter
 from servegate.capacity.memory.plan import manifest_memory
 from servegate.capacity.planning.planner import plan
 from servegate.capacity.planning.rate_limit import latency_ratios, max_rate
@@ -20,7 +21,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 
 WORKLOAD = {"input_tokens": {"mean": 32, "max": 32}, "output_tokens": {"mean": 8, "max": 8}, "num_requests": 80}
-NOISY = LatencyModel(dict(STEP_MODEL.coefficients), request_overhead_s=0.002, step_jitter=0.3)
+NOISY = replace(STEP_MODEL, jitter=StepJitter(spread=0.3))
 
 
 def endpoint(model_dir: Path, targets: dict[str, Any], rate: float = 20.0, **capacity: Any) -> ServedModel:

@@ -7,7 +7,7 @@ import pytest
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.workload import RequestSpec, make_requests
 from servegate.capacity.latency.interval import prediction_interval
-from servegate.capacity.latency.model import LatencyModel, ServingStep
+from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.replay import (
     replay_durations,
     replay_run,
@@ -17,14 +17,14 @@ from servegate.capacity.latency.replay import (
     steps_in,
 )
 from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.step_fit import ServingStep
+from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.evaluation import Workload
 
 MODEL = LatencyModel(
-    {"c_step": 0.004, "c_prefill_token": 0.0002, "c_decode_seq": 0.001},
-    request_overhead_s=0.002,
-    finish_overhead_s=0.0005,
-    step_jitter=0.3,
-    step_jitter_correlation=0.5,
+    StepCost(c_step=0.004, c_prefill_token=0.0002, c_decode_seq=0.001),
+    ServingOverheads(request_s=0.002, finish_s=0.0005),
+    StepJitter(spread=0.3, correlation=0.5),
 )
 SETUP = SimSetup("continuous", 8, 0.0, 512, False, num_blocks=256, block_size=16)
 
@@ -105,8 +105,7 @@ def test_prediction_interval_covers_a_noisy_servers_percentiles_at_its_level() -
         assert count / runs >= 0.8, (key, count)  # 90% stated; 40 runs leave a few either side
     assert 0 < interval.relative_width("e2el_ms", "p99") < 1.0
     # without jitter the interval collapses and the noisy runs fall outside it
-    still = prediction_interval(SETUP, LatencyModel(MODEL.coefficients, request_overhead_s=0.002,
-                                                    finish_overhead_s=0.0005), specs(n=80), seeds=5)  # fmt: skip
+    still = prediction_interval(SETUP, LatencyModel(MODEL.steps, MODEL.overheads), specs(n=80), seeds=5)
     assert still.relative_width("e2el_ms", "p50") == 0.0
     noisy = simulate(SETUP, MODEL, specs(n=80), seed=1234).summary()["e2el_ms"]["p50"]
     assert not still.contains("e2el_ms", "p50", noisy)

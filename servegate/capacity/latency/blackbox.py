@@ -21,10 +21,11 @@ The step jitter is the spread of the measured gaps around the fitted decode step
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,11 @@ from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
-from servegate.capacity.latency.model import FEATURES, LatencyModel, hardware_id
+from servegate.capacity.latency.blackbox_fit import BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.provenance import FitQuality, Provenance, hardware_id
 from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
@@ -100,15 +104,6 @@ def blackbox_grid(served: ServedModel, repeats: int = 3) -> BlackBoxGrid:
     short = max(2, min(8, top))
     contexts = tuple(sorted({short, max(short, min(top, served.runtime.max_model_len - out) // 2)}))
     return BlackBoxGrid(tuple(lengths), tuple(batches), contexts, out, repeats)
-
-
-@dataclass(frozen=True)
-class TtftPoint:
-    """Typical TTFT (trimmed mean) and median finishing gap of lone requests with one prompt length."""
-
-    prompt_tokens: int
-    ttft_s: float
-    finish_s: float
 
 
 @dataclass(frozen=True)
@@ -189,7 +184,7 @@ def typical(values: Sequence[float]) -> float:
     return float(trim_mean(np.asarray(values, dtype=float), 0.1))
 
 
-def fit_blackbox(ttft: Sequence[TtftPoint], itl: Sequence[ItlPoint]) -> LatencyModel:
+def fit_blackbox(ttft: Sequence[TtftPoint], itl: Sequence[ItlPoint], endpoint: str = "") -> LatencyModel:
     """The latency model's terms from the TTFT and ITL sweeps (see the module notes)."""
     if len({p.batch for p in itl}) < 2 or len(itl) < 3:
         raise ServegateError("the ITL sweep needs bursts of at least two sizes: raise batching.max_batch_size to 2+")
@@ -199,33 +194,27 @@ def fit_blackbox(ttft: Sequence[TtftPoint], itl: Sequence[ItlPoint]) -> LatencyM
     c_step, c_seq, c_attn = _fit_with_optional_last(d, np.array([p.itl_s for p in itl]))
     p = np.array([[1.0, pt.prompt_tokens, float(pt.prompt_tokens) ** 2] for pt in ttft])
     intercept, c_token, c_pattn = _fit_with_optional_last(p, np.array([pt.ttft_s for pt in ttft]))
-    coefficients = dict.fromkeys(FEATURES, 0.0)
-    coefficients.update(
-        c_step=float(c_step), c_decode_seq=float(c_seq), c_decode_attn=float(c_attn),
-        c_prefill_token=float(c_token), c_prefill_attn=float(c_pattn),
+    steps = StepCost(
+        c_step=float(c_step), c_prefill_token=float(c_token), c_prefill_attn=float(c_pattn),
+        c_decode_seq=float(c_seq), c_decode_attn=float(c_attn),
     )  # fmt: skip
-    model = LatencyModel(coefficients)
-    model.request_overhead_s = max(0.0, float(intercept) - float(c_step))
-    model.finish_overhead_s = statistics.median(pt.finish_s for pt in ttft)
+    overheads = ServingOverheads(
+        request_s=max(0.0, float(intercept) - float(c_step)),
+        finish_s=statistics.median(pt.finish_s for pt in ttft),
+    )
+    model = LatencyModel(steps, overheads)
     ratios = [g / model.decode_time(pt.batch, round(pt.context)) for pt in itl for g in pt.gaps]
-    model.step_jitter = float(np.std(ratios) / max(np.mean(ratios), 1e-9))
+    jitter = StepJitter(spread=float(np.std(ratios) / max(np.mean(ratios), 1e-9)))
     itl_err = [abs(model.decode_time(pt.batch, round(pt.context)) - pt.itl_s) / pt.itl_s for pt in itl]
-    ttft_err = [
-        abs(model.request_overhead_s + model.prefill_time(pt.prompt_tokens) - pt.ttft_s) / pt.ttft_s for pt in ttft
-    ]
-    model.fit = {
-        "method": "black-box",
-        "ttft_points": [pt.__dict__ for pt in ttft],
-        "itl_points": [
-            {"batch": pt.batch, "context": pt.context, "itl_s": pt.itl_s, "gaps": len(pt.gaps)} for pt in itl
-        ],
-        "itl_median_rel_error": float(np.median(itl_err)),
-        "ttft_median_rel_error": float(np.median(ttft_err)),
-        "samples": len(ttft) + len(itl),
-        "median_rel_error": float(np.median([*itl_err, *ttft_err])),
-        "p90_rel_error": float(np.percentile([*itl_err, *ttft_err], 90)),
-    }
-    return model
+    ttft_err = [abs(overheads.request_s + model.prefill_time(pt.prompt_tokens) - pt.ttft_s) / pt.ttft_s for pt in ttft]
+    box = BlackBoxFit(
+        endpoint=endpoint,
+        ttft_points=tuple(ttft),
+        itl_points=tuple(ItlRow(pt.batch, pt.context, pt.itl_s, len(pt.gaps)) for pt in itl),
+        ttft_median_rel_error=float(np.median(ttft_err)),
+        itl_median_rel_error=float(np.median(itl_err)),
+    )
+    return replace(model, jitter=jitter, fit=FitQuality(black_box=box))
 
 
 async def knee_sweep(
@@ -235,7 +224,7 @@ async def knee_sweep(
     model: LatencyModel,
     workload: Workload,
     seconds: float = SWEEP_SECONDS,
-) -> dict[str, Any]:
+) -> KneeSweep:
     """Open-loop runs of the workload around the predicted capacity: measured against simulated, and the knee."""
     from servegate.capacity.latency.prediction import saturation_throughput
 
@@ -247,20 +236,21 @@ async def knee_sweep(
         specs = make_requests(with_rate(workload, rate).model_copy(update={"num_requests": n}), seed=31 + i)
         measured = summarize(await run_open_loop(target, specs, prompts))
         simulated = simulate(setup, model, specs, seed=0).summary()
+        achieved = float(measured["throughput"]["requests_per_s"])
         rows.append(
-            {
-                "rate_rps": rate,
-                "requests": n,
-                "measured_requests_per_s": measured["throughput"]["requests_per_s"],
-                "measured_e2el_p50_ms": measured["e2el_ms"]["p50"],
-                "simulated_e2el_p50_ms": simulated["e2el_ms"]["p50"],
-                "measured_ttft_p50_ms": measured["ttft_ms"]["p50"],
-                "simulated_ttft_p50_ms": simulated["ttft_ms"]["p50"],
-                "kept_up": measured["throughput"]["requests_per_s"] >= KEPT_UP * rate,
-            }
+            KneeRate(
+                rate_rps=rate,
+                requests=n,
+                measured_requests_per_s=achieved,
+                measured_e2el_p50_ms=float(measured["e2el_ms"]["p50"]),
+                simulated_e2el_p50_ms=float(simulated["e2el_ms"]["p50"]),
+                measured_ttft_p50_ms=float(measured["ttft_ms"]["p50"]),
+                simulated_ttft_p50_ms=float(simulated["ttft_ms"]["p50"]),
+                kept_up=achieved >= KEPT_UP * rate,
+            )
         )
-    kept = [r["rate_rps"] for r in rows if r["kept_up"]]
-    return {"predicted_capacity_rps": capacity, "measured_knee_rps": max(kept) if kept else None, "rates": rows}
+    kept = [r.rate_rps for r in rows if r.kept_up]
+    return KneeSweep(capacity, max(kept) if kept else None, tuple(rows))
 
 
 async def profile_target(
@@ -283,18 +273,25 @@ async def profile_target(
     if stage:
         stage("ITL against concurrency and context")
     itl = await measure_itl(target, prompts, grid)
-    model = fit_blackbox(ttft, itl)
+    endpoint = served.runtime.endpoint_url or served.runtime.backend
+    model = fit_blackbox(ttft, itl, endpoint)
+    box = model.fit.black_box
+    assert box is not None
     workload = served.capacity.workload
     if workload is not None:
         if stage:
             stage("the knee, by a short rate sweep")
-        model.fit["knee"] = await knee_sweep(target, prompts, engine_setup(served), model, workload, sweep_seconds)
-    model.key = profile_key(served)
-    model.fingerprint = served.fingerprint
-    model.hardware = {**hardware_id(), "endpoint": served.runtime.endpoint_url or served.runtime.backend}
-    model.fit["profiled_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    model.fit["profile_seconds"] = time.time() - began
-    return model
+        knee = await knee_sweep(target, prompts, engine_setup(served), model, workload, sweep_seconds)
+        box = replace(box, knee=knee)
+    provenance = Provenance(
+        key=profile_key(served),
+        fingerprint=served.fingerprint,
+        hardware={**hardware_id(), "endpoint": endpoint},
+        profiled_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        load_average_1m=os.getloadavg()[0],
+    )
+    box = replace(box, profile_seconds=time.time() - began)
+    return replace(model, provenance=provenance, fit=FitQuality(black_box=box))
 
 
 def profile_endpoint(

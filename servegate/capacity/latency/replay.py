@@ -10,6 +10,7 @@ same measured steps (`step_cost_errors`) says how wrong the step times alone are
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,11 @@ import numpy as np
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.workload import RequestSpec
 from servegate.capacity.latency.load_fit import scaled_steps
-from servegate.capacity.latency.model import Chunk, LatencyModel, ServingStep
+from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.serving_trace import BACK_TO_BACK_S
 from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
+from servegate.capacity.latency.step_fit import ServingStep
+from servegate.capacity.latency.terms import Chunk
 
 STEP_KINDS = ("prefill", "decode", "mixed")
 """Kinds of step: prompts only, decodes only, both in one step."""
@@ -75,7 +78,8 @@ def replay_run(
 def predicted_step_seconds(model: LatencyModel, step: ServingStep) -> float:
     """What the latency model predicts for a traced step: its chunks, and the requests admitted and answered
     around it."""
-    extra = model.arrival_overhead_s * step.arrivals + model.completion_overhead_s * step.after_completed
+    o = model.overheads
+    extra = o.arrival_s * step.arrivals + o.completion_s * step.after_completed
     return model.step_time(step.chunks) + extra
 
 
@@ -105,8 +109,12 @@ def step_cost_errors(model: LatencyModel, steps: Sequence[ServingStep]) -> dict[
 def at_speed(model: LatencyModel, factor: float) -> LatencyModel:
     """`model` on a machine `factor` times slower (above 1) or faster: every time it predicts scaled, the
     load slowdown (a relative figure) kept."""
-    scaled = scaled_steps(model, factor, model.load_slowdown_per_rps)
-    scaled.request_overhead_s *= factor
-    scaled.finish_overhead_s *= factor
-    scaled.admission_delay_per_running_s *= factor
-    return scaled
+    scaled = scaled_steps(model, factor, model.overheads.load_slowdown_per_rps)
+    o = scaled.overheads
+    overheads = replace(
+        o,
+        request_s=o.request_s * factor,
+        finish_s=o.finish_s * factor,
+        admission_delay_per_running_s=o.admission_delay_per_running_s * factor,
+    )
+    return replace(scaled, overheads=overheads)

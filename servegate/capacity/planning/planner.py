@@ -183,8 +183,8 @@ def check_targets(targets: Targets | None, summary: dict[str, Any], memory_bytes
 def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tuple[str, str, float]:
     """Latency- or throughput-bound, why, and the single-request service time in seconds."""
     p, o = workload.input_tokens.mean, workload.output_tokens.mean
-    service = model.request_overhead_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
-    service += model.finish_overhead_s
+    service = model.overheads.request_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
+    service += model.overheads.finish_s
     ms = 1000 * service
     if workload.arrival == "closed":
         # a closed loop of C keeps C - 1 requests waiting behind the one a batch of one serves
@@ -295,7 +295,7 @@ def plan(
         )
     elif served.runtime.kv_cache is None:
         notes.append("continuous batching not searched: the manifest declares no runtime.kv_cache")
-    then, now = model.fit.get("load_average_1m"), os.getloadavg()[0]
+    then, now = model.provenance.load_average_1m, os.getloadavg()[0]
     if then is not None and abs(now - then) > max(1.0, 0.5 * then):
         notes.append(
             f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
@@ -377,12 +377,12 @@ def plan(
 def alone_ms(model: LatencyModel, workload: Workload) -> dict[str, float]:
     """Predicted TTFT, TPOT and end-to-end latency of a mean-shaped request served alone, in ms."""
     p, o = workload.input_tokens.mean, workload.output_tokens.mean
-    ttft = model.request_overhead_s + model.prefill_time(p)
+    ttft = model.overheads.request_s + model.prefill_time(p)
     tpot = model.decode_time(1, p + o // 2)
     return {
         "ttft_ms": 1000 * ttft,
         "tpot_ms": 1000 * tpot,
-        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.finish_overhead_s),
+        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.overheads.finish_s),
     }
 
 
