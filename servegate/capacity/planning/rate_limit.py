@@ -80,8 +80,9 @@ def max_rate(
     seeds: int = RATE_SEEDS,
     interval: bool = True,
     seed: int = 0,
+    bisections: int = BISECTIONS,
 ) -> RateLimit:
-    """Bisect the rate (see the module notes)."""
+    """Bisect the rate (see the module notes), to 1.2 x capacity / 2**bisections."""
     capacity = saturation_throughput(setup, model, workload, seed=seed)
     cache: dict[float, list[dict[str, Any]]] = {}
 
@@ -105,10 +106,10 @@ def max_rate(
         return lambda rate: pick(worst(rate)) <= 1.0
 
     top = 1.2 * capacity  # latency can hold a little past the closed-loop capacity on a short run
-    rate = _bisect(holds(statistics.median), 0.0, top, BISECTIONS)
+    rate = _bisect(holds(statistics.median), 0.0, top, bisections)
     low = _bisect(holds(max), 0.0, rate, 5) if interval and seeds > 1 else rate
     high = _bisect(holds(min), rate, top, 5) if interval and seeds > 1 else rate
-    return _limit(setup, targets, capacity, rate, low, high, runs, top / 2**BISECTIONS, seeds)
+    return _limit(setup, targets, capacity, rate, low, high, runs, top / 2**bisections, seeds)
 
 
 def _bisect(ok: Callable[[float], bool], lo: float, hi: float, steps: int) -> float:

@@ -50,9 +50,10 @@ def engine_policies(served: ServedModel) -> list[dict[str, Any]]:
 def quick_rate(
     served: ServedModel, model: LatencyModel, workload: Workload, targets: Targets | None, num_requests: int = 150
 ) -> float:
-    """The central max rate under the targets with one jitter seed (for ranking candidates)."""
+    """The central max rate under the targets with one jitter seed, to 1/32 of the capacity (for ranking)."""
     setup = sim_setup(served)
-    return max_rate(setup, model, workload, targets, num_requests=num_requests, seeds=1, interval=False).rate_rps
+    limit = max_rate(setup, model, workload, targets, num_requests=num_requests, seeds=1, interval=False, bisections=5)
+    return limit.rate_rps
 
 
 def size(
