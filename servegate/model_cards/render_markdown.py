@@ -228,6 +228,8 @@ def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_pr
     plan = item.get("plan")
     if plan:
         out += [f"{h}# Capacity plan", ""]
+        if plan.get("sentence"):
+            out += [str(plan["sentence"]), ""]
         rows: list[tuple[str, Any]] = [
             ("Weights", fmt(plan.get("weights_bytes"), "bytes")),
             (
