@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,6 +15,13 @@ from servegate.cli.common import JsonOption, SetOption, console_for, load, write
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.units import parse_bytes
 from servegate.gates.reports import RichProgress, transient_progress
+
+if TYPE_CHECKING:
+    from servegate.capacity.latency.model import LatencyModel
+    from servegate.capacity.memory.plan import MemoryPlan
+    from servegate.capacity.planning.planner import Plan
+    from servegate.contracts.capacity_section import Workload
+    from servegate.contracts.manifest import ServedModel
 
 
 def _memory_only(
@@ -189,11 +196,7 @@ def plan(
       gate plan remote.yaml --arrival-trace arrivals.txt        # replicas for the trace's busiest minute
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
-    from servegate.capacity.bench.own_server import resolve_workload
-    from servegate.capacity.latency.prediction import load_profile
     from servegate.capacity.memory.plan import manifest_memory
-    from servegate.capacity.planning.planner import plan as make_plan
-    from servegate.capacity.planning.report import plan_json, plan_lines, write_plan
 
     console = console_for(json_out)
     if model_config is not None:
@@ -204,6 +207,25 @@ def plan(
         if not data["feasible"]:  # an infeasible plan is a result, as a failed gate is: exit 1, not a usage error
             raise typer.Exit(1)
         return
+    served, workload, model = _inputs(manifest, set_, workload_file, profile, console)
+    memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
+    total = _total_rate(served, total_rate, arrival_trace, peak_window)
+    result = _search(served, workload, model, memory, requests, total, console)
+    data = _report(result, served, workload, model, console)
+    if write:
+        _write_back(served, data, console)
+    if verify:
+        data["verify"] = _verify(data, served, workload, model, console)
+    write_json(json_out, data)
+
+
+def _inputs(
+    manifest: Path | None, set_: list[str] | None, workload_file: Path | None, profile: bool, console: Console
+) -> tuple[ServedModel, Workload, LatencyModel]:
+    """The manifest to plan, its workload and its latency model (profiled first with `profile`, else the saved one)."""
+    from servegate.capacity.bench.own_server import resolve_workload
+    from servegate.capacity.latency.prediction import load_profile
+
     if manifest is None:
         raise ServegateError("give a MANIFEST, or --model-config CONFIG.json --memory-budget SIZE --context TOKENS")
     served = load(manifest, set_)
@@ -213,15 +235,26 @@ def plan(
     if profile:
         from servegate.cli.profile import profile_and_save
 
-        model = profile_and_save(served, console)[0]
-    else:
-        model = load_profile(served)
-    memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
-    total = _total_rate(served, total_rate, arrival_trace, peak_window)
+        return served, workload, profile_and_save(served, console)[0]
+    return served, workload, load_profile(served)
+
+
+def _search(
+    served: ServedModel,
+    workload: Workload,
+    model: LatencyModel,
+    memory: MemoryPlan,
+    requests: int,
+    total: tuple[float, str] | None,
+    console: Console,
+) -> Plan:
+    """Run the planner, with a progress bar over the candidate policies."""
+    from servegate.capacity.planning.planner import plan as make_plan
+
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with transient_progress(console, *columns) as bar:
         task = bar.add_task("plan", total=None)
-        result = make_plan(
+        return make_plan(
             served,
             workload,
             model,
@@ -230,27 +263,38 @@ def plan(
             progress=lambda i, n: bar.update(task, completed=i, total=n),
             total=total,
         )
+
+
+def _report(
+    result: Plan, served: ServedModel, workload: Workload, model: LatencyModel, console: Console
+) -> dict[str, Any]:
+    """Print the memory plan, every candidate and the recommendation; return the plan's JSON."""
+    from servegate.capacity.planning.report import plan_json, plan_lines
+
     for line in result.memory.lines():
         console.print(line, highlight=False)
     data = plan_json(result, model, workload.model_dump(mode="json"), served.fingerprint)
     console.print(candidate_table(data["candidates"]))
     for line in plan_lines(data):
         console.print(line, highlight=False)
-    if write:
-        if served.source is None:
-            raise ServegateError("--write needs a manifest file")
-        rec = data["recommended"]
-        max_len = rec["max_model_len"] if rec["max_model_len"] != served.runtime.max_model_len else None
-        declared_kv = served.runtime.kv_cache
-        budget = (rec["kv_cache"] or {}).get("memory_budget")
-        budget = budget if declared_kv is not None and budget != declared_kv.memory_budget else None
-        write_plan(served.source, rec["batching"], max_len, budget)
-        written = ["the batching section"] + (["runtime.max_model_len"] if max_len else [])
-        written += ["runtime.kv_cache.memory_budget"] if budget else []
-        console.print(f"wrote {', '.join(written)} into {served.source}")
-    if verify:
-        data["verify"] = _verify(data, served, workload, model, console)
-    write_json(json_out, data)
+    return data
+
+
+def _write_back(served: ServedModel, data: dict[str, Any], console: Console) -> None:
+    """--write: the recommended batching, and max_model_len and the KV pool where they changed, into the manifest."""
+    from servegate.capacity.planning.report import write_plan
+
+    if served.source is None:
+        raise ServegateError("--write needs a manifest file")
+    rec = data["recommended"]
+    max_len = rec["max_model_len"] if rec["max_model_len"] != served.runtime.max_model_len else None
+    declared_kv = served.runtime.kv_cache
+    budget = (rec["kv_cache"] or {}).get("memory_budget")
+    budget = budget if declared_kv is not None and budget != declared_kv.memory_budget else None
+    write_plan(served.source, rec["batching"], max_len, budget)
+    written = ["the batching section"] + (["runtime.max_model_len"] if max_len else [])
+    written += ["runtime.kv_cache.memory_budget"] if budget else []
+    console.print(f"wrote {', '.join(written)} into {served.source}")
 
 
 def register(app: typer.Typer) -> None:

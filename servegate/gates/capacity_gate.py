@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
 from servegate.capacity.bench.run_metrics import slo_from_targets
 from servegate.capacity.bench.targets import PromptFactory
-from servegate.capacity.planning.planner import TargetCheck, check_targets
+from servegate.capacity.planning.target_checks import TargetCheck, check_targets
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel

@@ -30,7 +30,7 @@ from servegate.capacity.bench.load_generator import BenchResult, BenchRun
 from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
 from servegate.capacity.bench.target_bounds import LATENCY_TARGETS, BoundCheck, judge_latency_targets
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
-from servegate.capacity.planning.planner import TargetCheck, check_targets
+from servegate.capacity.planning.target_checks import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 

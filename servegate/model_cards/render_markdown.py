@@ -14,8 +14,9 @@ from typing import Any
 from servegate.contracts.units import format_bytes
 from servegate.model_cards.evidence import NoteError
 from servegate.model_cards.items_load import render_load_checks
-from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, fmt, table
+from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, table
 from servegate.model_cards.note import ITEMS, ServingNote
+from servegate.model_cards.render_capacity import render_capacity
 
 META_PREFIX = "<!-- servegate-note "
 _META = re.compile(r"<!-- servegate-note (\{.*?\}) -->", re.DOTALL)
@@ -181,94 +182,6 @@ def _workload(item: dict[str, Any]) -> list[str]:
     return [f"From {item['source']}.", "", *table(("Aspect", "Value"), rows)]
 
 
-def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_prefix: str) -> list[str]:
-    src = item["sources"]
-    out = [
-        "Targets from "
-        + (src["target"] or "—")
-        + "; predicted by "
-        + (code(src["predicted"]) if src["predicted"] else "—")
-        + "; measured by "
-        + (code(src["measured"]) if src["measured"] else "—")
-        + ".",
-        "",
-    ]
-    out += table(
-        ("Metric", "Target", "Predicted", "Measured", "Met"),
-        (
-            (
-                r["metric"],
-                ("≥ " if r["higher_is_better"] else "≤ ") + fmt(r["target"], r["unit"])
-                if r["target"] is not None
-                else None,
-                fmt(r["predicted"], r["unit"]),
-                fmt(r["measured"], r["unit"]),
-                r["met"],
-            )
-            for r in item["rows"]
-        ),
-    )
-    if item.get("supported"):
-        out += ["What the measurements support:", "", *(f"- {line}" for line in item["supported"]), ""]
-    if item.get("cost"):
-        c = item["cost"]
-        cur = c["currency"]
-        out += [f"{h}# Cost", ""]
-        out += table(
-            ("Unit", "Cost"),
-            [
-                ("one replica-hour", f"{c['per_replica_hour']:,.4g} {cur}"),
-                ("1,000 requests", f"{c['per_1k_requests']:,.4g} {cur}" if c.get("per_1k_requests") else None),
-                (
-                    "1M output tokens",
-                    f"{c['per_1m_output_tokens']:,.4g} {cur}" if c.get("per_1m_output_tokens") else None,
-                ),
-            ],
-        )
-    plan = item.get("plan")
-    if plan:
-        out += [f"{h}# Capacity plan", ""]
-        if plan.get("sentence"):
-            out += [str(plan["sentence"]), ""]
-        rows: list[tuple[str, Any]] = [
-            ("Weights", fmt(plan.get("weights_bytes"), "bytes")),
-            (
-                "KV cache per token",
-                f"{plan['kv_bytes_per_token']:,.0f} bytes" if plan.get("kv_bytes_per_token") else None,
-            ),
-            ("Concurrent sequences that fit", plan.get("max_concurrent_sequences")),
-            ("Binding constraint", plan.get("binding_constraint")),
-            ("Bound by", plan.get("bound")),
-        ]
-        rows += [(f"policy: {k}", v) for k, v in (plan.get("policy") or {}).items()]
-        out += table(("Figure", "Value"), rows)
-    bench = item.get("bench")
-    if bench:
-        out += [f"{h}# Bench run", ""]
-        out += table(
-            ("Figure", "Value"),
-            [
-                ("Requests sent", bench.get("requests_sent")),
-                ("Requests failed", bench.get("requests_failed")),
-                (
-                    "Goodput",
-                    f"{bench['goodput_requests_per_s']:.3g} requests/s"
-                    if bench.get("goodput_requests_per_s") is not None
-                    else None,
-                ),
-                (
-                    "Share meeting the SLOs",
-                    f"{100 * bench['goodput_fraction']:.1f} %" if bench.get("goodput_fraction") is not None else None,
-                ),
-                ("Runs", bench.get("runs")),
-            ],
-        )
-    if plots:
-        out += [f"{h}# Plots", ""]
-        out += [f"![{p['title']}]({link_prefix}{p['path']})" for p in plots] + [""]
-    return out
-
-
 def _ci(r: dict[str, Any]) -> str | None:
     if r["ci_low"] is None and r["ci_high"] is None:
         return None
@@ -386,7 +299,7 @@ def render_items(note: ServingNote, level: int = 2, compact: bool = False, link_
         elif key == "workload_shape":
             out += _workload(item)
         elif key == "capacity_target":
-            out += _capacity(item, h, note.plots, link_prefix)
+            out += render_capacity(item, h, note.plots, link_prefix)
         elif key == "quality_gate":
             out += _quality(item, h)
         else:

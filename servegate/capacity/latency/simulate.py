@@ -22,7 +22,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,10 @@ from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.terms import LOAD_WINDOW_S
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.failure_policy.outcomes import on_arrival, past_deadline
+
+if TYPE_CHECKING:
+    from servegate.runtime.scheduling import SchedulerOutput
+    from servegate.runtime.scheduling import Sequence as Seq
 
 
 @dataclass(frozen=True)
@@ -117,122 +121,201 @@ def simulate(
     seconds, in the order the engine ran them) the k-th step lasts replay[k] as measured; steps beyond it are
     predicted (latency/replay.py).
     """
-    from servegate.runtime.model.kv_blocks import KVBlockManager
-    from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
-    from servegate.runtime.scheduling import Sequence as Seq
+    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay)
+    run.send_first(concurrency)
+    return run.run()
 
-    cfg = SchedulerConfig(setup.max_batch_size, setup.max_wait_s, setup.max_num_batched_tokens, setup.chunked_prefill)
-    scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
-    rng = np.random.default_rng(seed)
-    spread, overheads = model.jitter.spread, model.overheads
-    sigma = math.sqrt(math.log1p(spread**2)) if jitter and spread > 0 else 0.0
-    rho = min(max(model.jitter.correlation, 0.0), 0.99)
-    slow = 0.0  # log of the current step's slowdown: an AR(1) process, so slow steps come in runs as measured
-    pre, post = overheads.request_s, overheads.finish_s
-    per_running = overheads.admission_delay_per_running_s
 
-    records: list[RequestRecord] = []
-    sends: list[float] = []  # every send time so far, sorted
-    by_seq: dict[int, tuple[Seq, RequestRecord]] = {}
-    # (time, stage, spec index), a heap: stage 0 = sent by the client, 1 = reaches the scheduler
-    arrivals: list[tuple[float, int, int]] = []
-    pending = list(range(len(specs)))[::-1]  # closed loop: specs not yet sent
-    result = SimResult(records)
+class _StepNoise:
+    """The log-normal step slowdown: an AR(1) process in log space, so slow steps come in runs as measured."""
 
-    def send(index: int, at: float) -> None:
-        record = RequestRecord(scheduled=at, sent=at, prompt_tokens=specs[index].prompt_tokens)
-        records.append(record)
-        bisect.insort(sends, at)
-        by_seq[index] = (None, record)  # type: ignore[assignment]
-        heapq.heappush(arrivals, (at, 0, index))
+    def __init__(self, model: LatencyModel, seed: int, jitter: bool) -> None:
+        spread = model.jitter.spread
+        self.rng = np.random.default_rng(seed)
+        self.sigma = math.sqrt(math.log1p(spread**2)) if jitter and spread > 0 else 0.0
+        self.rho = min(max(model.jitter.correlation, 0.0), 0.99)
+        self.slow = 0.0
+        """Log of the current step's slowdown."""
 
-    if concurrency is None:
-        for i, spec in enumerate(specs):
-            assert spec.arrival_s is not None, "open-loop specs need arrival_s (or give concurrency)"
-            send(i, spec.arrival_s)
-        pending = []
-    else:
-        for _ in range(min(concurrency, len(pending))):
-            send(pending.pop(), 0.0)
+    def apply(self, duration: float) -> float:
+        """The next step's duration once slowed down (mean-preserving); unchanged without jitter."""
+        if not self.sigma:
+            return duration
+        rho, sigma = self.rho, self.sigma
+        self.slow = rho * self.slow + math.sqrt(1 - rho * rho) * float(self.rng.normal(0.0, sigma))
+        return duration * math.exp(self.slow - sigma * sigma / 2)
 
-    answered = 0  # requests the last step answered; their responses are sent while the next step runs
-    last_end = -1.0
 
-    def close(seq: Seq, record: RequestRecord, now: float, error: str | None = None) -> None:
-        nonlocal answered
-        answered += 1
-        scheduler.finish(seq)
+class _Simulation:
+    """One simulated run: the scheduler, the requests in flight and the clock's events, stepped to the end."""
+
+    def __init__(
+        self,
+        setup: SimSetup,
+        model: LatencyModel,
+        specs: Sequence[RequestSpec],
+        noise: _StepNoise,
+        replay: Sequence[float] | None,
+    ) -> None:
+        from servegate.runtime.model.kv_blocks import KVBlockManager
+        from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
+
+        cfg = SchedulerConfig(
+            setup.max_batch_size, setup.max_wait_s, setup.max_num_batched_tokens, setup.chunked_prefill
+        )
+        self.scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
+        self.setup, self.model, self.specs, self.noise, self.replay = setup, model, specs, noise, replay
+        self.result = SimResult([])
+        self.sends: list[float] = []
+        """Every send time so far, sorted."""
+        self.record_of: dict[int, RequestRecord] = {}
+        """Each sent request's record, by spec index (which is also its sequence id)."""
+        self.arrivals: list[tuple[float, int, int]] = []
+        """(time, stage, spec index), a heap: stage 0 = sent by the client, 1 = reaches the scheduler."""
+        self.pending: list[int] = []
+        """Closed loop: spec indices not yet sent, the next one last."""
+        self.answered = 0
+        """Requests the last step answered; their responses are sent while the next step runs."""
+        self.last_end = -1.0
+        """When the last step ended."""
+
+    def send_first(self, concurrency: int | None) -> None:
+        """Open loop: send every spec at its arrival_s; closed loop: send the first `concurrency` at 0."""
+        if concurrency is None:
+            for i, spec in enumerate(self.specs):
+                assert spec.arrival_s is not None, "open-loop specs need arrival_s (or give concurrency)"
+                self.send(i, spec.arrival_s)
+            return
+        self.pending = list(range(len(self.specs)))[::-1]
+        for _ in range(min(concurrency, len(self.pending))):
+            self.send(self.pending.pop(), 0.0)
+
+    def send(self, index: int, at: float) -> None:
+        """The client sends spec `index` at `at`."""
+        record = RequestRecord(scheduled=at, sent=at, prompt_tokens=self.specs[index].prompt_tokens)
+        self.result.records.append(record)
+        bisect.insort(self.sends, at)
+        self.record_of[index] = record
+        heapq.heappush(self.arrivals, (at, 0, index))
+
+    def send_next(self, at: float) -> None:
+        """Closed loop: the client sends its next request when one returns (nothing in the open loop)."""
+        if self.pending:
+            self.send(self.pending.pop(), at)
+
+    def refuse(self, index: int, at: float, error: str) -> None:
+        """A request fails before it runs (a full queue, a prompt the pool can never hold)."""
+        record = self.record_of[index]
+        record.error, record.end = error, at
+        self.send_next(at)
+
+    def close(self, seq: Seq, now: float, error: str | None = None) -> None:
+        """A request the scheduler holds ends: finished (its response ends `finish_s` later) or failed."""
+        self.answered += 1
+        self.scheduler.finish(seq)
+        record = self.record_of[seq.seq_id]
         record.error = error
-        record.end = now + (post if error is None else 0.0)
-        if pending:  # closed loop: the client sends its next request when this one returns
-            send(pending.pop(), record.end)
+        record.end = now + (self.model.overheads.finish_s if error is None else 0.0)
+        self.send_next(record.end)
 
-    now = 0.0
-    timeouts = not math.isinf(setup.timeout_s)
-    while arrivals or scheduler.has_unfinished():
-        while arrivals and arrivals[0][0] <= now:
-            t, stage, index = heapq.heappop(arrivals)
+    def run(self) -> SimResult:
+        """Step the scheduler until every request has ended; the clock jumps to the next event when idle."""
+        now = 0.0
+        while self.arrivals or self.scheduler.has_unfinished():
+            self.take_arrivals(now)
+            self.expire(now)
+            output = self.scheduler.schedule(now)
+            for seq_id in output.rejected:
+                self.refuse(seq_id, now, "input_too_long")
+            if output.is_empty:
+                wake = self.next_event(output)
+                if wake is None:
+                    if self.scheduler.has_unfinished():
+                        raise RuntimeError("the scheduler holds requests but plans nothing and waits for nothing")
+                    break
+                now = max(now, wake)
+                continue
+            now = self.step(output, now)
+        return self.result
+
+    def take_arrivals(self, now: float) -> None:
+        """Move every request due by `now` on: sent ones towards the server, arrived ones into the scheduler."""
+        overheads = self.model.overheads
+        while self.arrivals and self.arrivals[0][0] <= now:
+            t, stage, index = heapq.heappop(self.arrivals)
             if stage == 0:  # the server reads it after its fixed overhead and the streaming work ahead of it
-                heapq.heappush(arrivals, (t + pre + per_running * len(scheduler.running), 1, index))
-                continue
-            spec = specs[index]
-            record = by_seq[index][1]
-            seq = Seq(index, [index * 4099 + k for k in range(spec.prompt_tokens)], spec.output_tokens, arrival_time=t)
-            by_seq[index] = (seq, record)
-            arrival = on_arrival(setup, scheduler.num_queued(), scheduler.oldest_queued)
-            if not arrival.admitted:
-                record.error, record.end = "overloaded", t
-                if pending:
-                    send(pending.pop(), t)
-                continue
-            if arrival.shed is not None:
-                close(arrival.shed, by_seq[arrival.shed.seq_id][1], t, "overloaded")
-            scheduler.add(seq)
-        for seq in [*scheduler.waiting, *scheduler.running] if timeouts else ():
-            if past_deadline(now, seq.arrival_time + setup.timeout_s):
-                close(seq, by_seq[seq.seq_id][1], now, "deadline_exceeded")
-        output = scheduler.schedule(now)
-        for seq_id in output.rejected:
-            record = by_seq[seq_id][1]
-            record.error, record.end = "input_too_long", now
-            if pending:
-                send(pending.pop(), now)
-        if output.is_empty:
-            nexts = [t for t in (arrivals[0][0] if arrivals else None, output.wake_at) if t is not None]
-            if not nexts:
-                if scheduler.has_unfinished():
-                    raise RuntimeError("the scheduler holds requests but plans nothing and waits for nothing")
-                break
-            now = max(now, min(nexts))
-            continue
-        duration = model.step_time((c.num_tokens, c.start_pos) for c in output.chunks)
-        if sigma:
-            slow = rho * slow + math.sqrt(1 - rho * rho) * float(rng.normal(0.0, sigma))
-            duration *= math.exp(slow - sigma * sigma / 2)
+                read = t + overheads.request_s + overheads.admission_delay_per_running_s * len(self.scheduler.running)
+                heapq.heappush(self.arrivals, (read, 1, index))
+            else:
+                self.admit(index, t)
+
+    def admit(self, index: int, t: float) -> None:
+        """Spec `index` reaches the scheduler at `t`: the failure policy's queue bound admits, sheds or refuses."""
+        from servegate.runtime.scheduling import Sequence as Seq
+
+        spec = self.specs[index]
+        seq = Seq(index, [index * 4099 + k for k in range(spec.prompt_tokens)], spec.output_tokens, arrival_time=t)
+        arrival = on_arrival(self.setup, self.scheduler.num_queued(), self.scheduler.oldest_queued)
+        if not arrival.admitted:
+            self.refuse(index, t, "overloaded")
+            return
+        if arrival.shed is not None:
+            self.close(arrival.shed, t, "overloaded")
+        self.scheduler.add(seq)
+
+    def expire(self, now: float) -> None:
+        """Fail every request past the failure policy's deadline at `now`."""
+        if math.isinf(self.setup.timeout_s):
+            return
+        for seq in [*self.scheduler.waiting, *self.scheduler.running]:
+            if past_deadline(now, seq.arrival_time + self.setup.timeout_s):
+                self.close(seq, now, "deadline_exceeded")
+
+    def next_event(self, output: SchedulerOutput) -> float | None:
+        """When something can happen next while nothing runs: an arrival or the scheduler's wake-up."""
+        nexts = [t for t in (self.arrivals[0][0] if self.arrivals else None, output.wake_at) if t is not None]
+        return min(nexts) if nexts else None
+
+    def step(self, output: SchedulerOutput, now: float) -> float:
+        """Run the step the scheduler planned from `now`, hand out its tokens, and return when it ends."""
+        duration = self.step_seconds(output, now)
+        self.answered = 0
+        now += duration
+        self.last_end = now
+        result = self.result
+        result.steps += 1
+        result.step_seconds.append(duration)
+        result.preemptions += len(output.preempted)
+        grown = self.scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})
+        for seq in grown:
+            record = self.record_of[seq.seq_id]
+            record.token_times.append(now)
+            record.output_tokens = len(seq.output_token_ids)
+            if len(seq.output_token_ids) >= seq.max_tokens:
+                self.close(seq, now)
+        result.queue_length.append((now, self.scheduler.num_queued()))
+        result.kv_blocks_used.append((now, self.scheduler.block_manager.num_used_blocks))
+        result.running.append((now, len(self.scheduler.running)))
+        return now
+
+    def step_seconds(self, output: SchedulerOutput, now: float) -> float:
+        """How long a step starting at `now` lasts: the step cost, jittered, plus what serving adds (or as replayed)."""
+        duration = self.noise.apply(self.model.step_time((c.num_tokens, c.start_pos) for c in output.chunks))
+        duration = self.with_serving_work(duration, now)
+        steps, replay = self.result.steps, self.replay
+        if replay is not None and steps < len(replay):
+            duration = float(replay[steps])  # measured: it holds every cost predicted above
+        return duration
+
+    def with_serving_work(self, duration: float, now: float) -> float:
+        """A step's duration once the HTTP work done on the engine's CPU while it runs is added."""
+        overheads, sends = self.model.overheads, self.sends
         if overheads.arrival_s:  # requests sent while this step runs are admitted on the same CPU
             during = bisect.bisect_left(sends, now + duration) - bisect.bisect_left(sends, now)
             duration += during * overheads.arrival_s
         if overheads.load_slowdown_per_rps:  # the HTTP work of recent requests takes CPU from the engine
             recent = bisect.bisect_left(sends, now) - bisect.bisect_left(sends, now - LOAD_WINDOW_S)
             duration *= 1.0 + overheads.load_slowdown_per_rps * recent / LOAD_WINDOW_S
-        if now == last_end:  # back to back: the answers of the step before are sent during this one
-            duration += answered * overheads.completion_s
-        if replay is not None and result.steps < len(replay):
-            duration = float(replay[result.steps])  # measured: it holds every cost predicted above
-        answered = 0
-        now += duration
-        last_end = now
-        result.steps += 1
-        result.step_seconds.append(duration)
-        result.preemptions += len(output.preempted)
-        grown = scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})
-        for seq in grown:
-            record = by_seq[seq.seq_id][1]
-            record.token_times.append(now)
-            record.output_tokens = len(seq.output_token_ids)
-            if len(seq.output_token_ids) >= seq.max_tokens:
-                close(seq, record, now)
-        result.queue_length.append((now, scheduler.num_queued()))
-        result.kv_blocks_used.append((now, scheduler.block_manager.num_used_blocks))
-        result.running.append((now, len(scheduler.running)))
-    return result
+        if now == self.last_end:  # back to back: the answers of the step before are sent during this one
+            duration += self.answered * overheads.completion_s
+        return duration

@@ -31,63 +31,14 @@ from servegate.capacity.memory.plan import MemoryPlan
 from servegate.capacity.planning.rate_limit import RateLimit
 from servegate.capacity.planning.replicas import ReplicaPlan
 from servegate.capacity.planning.sizing import engine_policies, is_engine, quick_rate, size
-from servegate.contracts.capacity_section import Targets, Workload
+from servegate.capacity.planning.target_checks import TargetCheck, check_targets
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.units import format_bytes
 
 THROUGHPUT_BOUND_LOAD = 0.7
 """Offered load (x single-request service time) above which one-at-a-time serving queues too much."""
-
-_LATENCY_KEYS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2el_ms"}
-
-
-@dataclass
-class TargetCheck:
-    """One declared target against its prediction."""
-
-    name: str
-    """e.g. `e2e_ms.p99`, `throughput.requests/s`, `memory`."""
-    target: float
-    predicted: float
-    unit: str
-    upper: bool = True
-    """True when the target is a ceiling (latency, memory), False for a floor (throughput)."""
-
-    @property
-    def ratio(self) -> float:
-        """predicted / target for ceilings, target / predicted for floors: > 1 means missed."""
-        if self.upper:
-            return self.predicted / self.target
-        return self.target / self.predicted if self.predicted > 0 else float("inf")
-
-    @property
-    def met(self) -> bool:
-        """Whether the target holds."""
-        return self.ratio <= 1.0
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON form with the miss spelled out."""
-        miss = self.predicted - self.target if self.upper else self.target - self.predicted
-        return {
-            "name": self.name,
-            "target": self.target,
-            "predicted": self.predicted,
-            "unit": self.unit,
-            "met": self.met,
-            "missed_by": max(0.0, miss),
-            "missed_by_pct": max(0.0, 100.0 * (self.ratio - 1.0)),
-        }
-
-    def sentence(self) -> str:
-        """One line a human reads."""
-        kind = "at most" if self.upper else "at least"
-
-        def show(x: float) -> str:
-            return format_bytes(x) if self.unit == "bytes" else f"{x:.4g} {self.unit}"
-
-        verdict = "met" if self.met else f"MISSED by {show(abs(self.predicted - self.target))}"
-        return f"{self.name}: predicted {show(self.predicted)}, target {kind} {show(self.target)} ({verdict})"
 
 
 @dataclass
@@ -155,29 +106,6 @@ def candidate_policies(served: ServedModel) -> list[dict[str, Any]]:
                 {"mode": "continuous", "max_batch_size": b, "max_num_batched_tokens": max_in, "chunked_prefill": True}
             )
     return out
-
-
-def check_targets(targets: Targets | None, summary: dict[str, Any], memory_bytes: float | None) -> list[TargetCheck]:
-    """Each declared target against a predicted (or measured) summary; the memory target against `memory_bytes`
-    (a plan's total or a measured peak; None: the memory target is not checked)."""
-    checks: list[TargetCheck] = []
-    if targets is None:
-        return checks
-    for field_name, key in _LATENCY_KEYS.items():
-        pct = getattr(targets, field_name)
-        if pct is None:
-            continue
-        for p in ("p50", "p95", "p99"):
-            value = getattr(pct, p)
-            if value is not None:
-                checks.append(TargetCheck(f"{field_name}.{p}", value, float(summary[key][p]), "ms"))
-    if targets.throughput is not None:
-        unit = targets.throughput.unit
-        got = summary["throughput"]["requests_per_s" if unit == "requests/s" else "output_tokens_per_s"]
-        checks.append(TargetCheck(f"throughput.{unit}", targets.throughput.value, float(got), unit, upper=False))
-    if targets.memory is not None and memory_bytes is not None:
-        checks.append(TargetCheck("memory", float(targets.memory), float(memory_bytes), "bytes"))
-    return checks
 
 
 def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tuple[str, str, float]:
@@ -286,7 +214,40 @@ def plan(
     if engine:
         regime, reason = "throughput-bound", "an engine is planned for the most requests/s one replica carries"
     policies = engine_policies(served) if engine else candidate_policies(served)
-    candidates: list[Candidate] = []
+    notes = _context_notes(served, model, memory, engine)
+    served = _fit_max_model_len(served, notes)
+    served, memory = _size_kv_pool(served, memory, notes)
+    n = min(num_requests, workload.num_requests)
+    needs_capacity = regime == "throughput-bound" or (targets is not None and targets.throughput is not None)
+    search = _Search(served, workload, model, memory, n, seed, engine, needs_capacity)
+    candidates = search.candidates(policies, progress)
+    feasible = [c for c in candidates if c.feasible]
+    best = _recommend(candidates, feasible, regime, engine)
+    if best.capacity_rps is None:
+        best.capacity_rps = saturation_throughput(sim_setup(best.served), model, workload, seed=seed)
+    ranked = sorted(candidates, key=lambda c: (c is not best, not c.feasible, c.worst_ratio))
+    why = [] if feasible else explain_misses(best, model, workload, memory)
+    rate_limit, replicas = size(best.served, model, workload, total, min(n, 200))
+    if best.max_rate_rps is None:
+        best.max_rate_rps = rate_limit.rate_rps
+    return Plan(
+        rate_limit=rate_limit,
+        replicas=replicas,
+        why=why,
+        regime=regime,
+        regime_reason=reason,
+        recommended=best,
+        feasible=bool(feasible),
+        binding=_binding(best, memory),
+        memory=memory,
+        single_request_ms=1000 * service,
+        candidates=ranked,
+        notes=notes,
+    )
+
+
+def _context_notes(served: ServedModel, model: LatencyModel, memory: MemoryPlan, engine: bool) -> list[str]:
+    """What the reader of a plan should know before its figures: what is searched, a changed machine, extra memory."""
     notes: list[str] = []
     if engine:
         notes.append(
@@ -311,67 +272,76 @@ def plan(
             f"runtime.compile: decode holds a second copy of the linear weights in the compiled graph: "
             f"{format_bytes(memory.compiled_weights_bytes)} count in the memory total"
         )
-    served = _fit_max_model_len(served, notes)
-    served, memory = _size_kv_pool(served, memory, notes)
-    n = min(num_requests, workload.num_requests)
-    for i, batching in enumerate(policies):
+    return notes
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What every candidate policy is predicted under: the fitted manifest, the workload, model and memory plan."""
+
+    served: ServedModel
+    workload: Workload
+    model: LatencyModel
+    memory: MemoryPlan
+    num_requests: int
+    """Requests simulated per candidate."""
+    seed: int
+    engine: bool
+    """Whether an engine servegate does not run is planned (feasible candidates get their rate under the targets)."""
+    needs_capacity: bool
+    """Whether candidates are ranked by what they sustain (throughput-bound, or a throughput floor declared)."""
+
+    def candidates(
+        self, policies: list[dict[str, Any]], progress: Callable[[int, int], None] | None
+    ) -> list[Candidate]:
+        """Every policy the manifest's rules allow, predicted; `progress(done, all)` is told before each one."""
+        candidates: list[Candidate] = []
+        for i, batching in enumerate(policies):
+            if progress:
+                progress(i, len(policies))
+            candidate = self.candidate(batching)
+            if candidate is not None:
+                candidates.append(candidate)
         if progress:
-            progress(i, len(policies))
+            progress(len(policies), len(policies))
+        if not candidates:
+            raise ServegateError("no batching policy fits this manifest's rules and KV pool: check runtime.kv_cache")
+        return candidates
+
+    def candidate(self, batching: dict[str, Any]) -> Candidate | None:
+        """One policy predicted and checked against the targets; None when the manifest's rules rule it out."""
+        targets, model, workload, n = self.served.capacity.targets, self.model, self.workload, self.num_requests
         try:
-            candidate_served = served.with_changes(batching=batching)
+            candidate_served = self.served.with_changes(batching=batching)
             setup = sim_setup(candidate_served)
         except (ValidationError, ServegateError, ValueError):
-            continue  # the manifest's own rules (or its KV pool) rule this policy out
-        prediction = predict(setup, model, workload, n, seed)
-        checks = check_targets(targets, prediction.summary, memory.total_bytes)
+            return None  # the manifest's own rules (or its KV pool) rule this policy out
+        prediction = predict(setup, model, workload, n, self.seed)
+        checks = check_targets(targets, prediction.summary, self.memory.total_bytes)
         cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
-        needs_capacity = regime == "throughput-bound" or (targets is not None and targets.throughput is not None)
         latency_ok = all(c.met for c in checks if c.unit == "ms")
-        if needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
-            cand.capacity_rps = saturation_throughput(setup, model, workload, seed=seed)
-        if engine and cand.feasible:
+        if self.needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
+            cand.capacity_rps = saturation_throughput(setup, model, workload, seed=self.seed)
+        if self.engine and cand.feasible:
             cand.max_rate_rps = quick_rate(candidate_served, model, workload, targets, min(n, 150))
-        candidates.append(cand)
-    if progress:
-        progress(len(policies), len(policies))
-    if not candidates:
-        raise ServegateError("no batching policy fits this manifest's rules and KV pool: check runtime.kv_cache")
+        return cand
 
-    def latency_score(c: Candidate) -> float:
-        keyed = [ch.ratio for ch in c.checks if ch.unit == "ms"]
-        return max(keyed) if keyed else float(c.prediction.summary["e2el_ms"]["p99"])
 
-    feasible = [c for c in candidates if c.feasible]
-    if feasible:
-        if engine:
-            best = max(feasible, key=lambda c: (c.max_rate_rps or 0.0, -latency_score(c)))
-        elif regime == "throughput-bound":
-            best = max(feasible, key=lambda c: (c.capacity_rps or 0.0, -latency_score(c)))
-        else:
-            best = min(feasible, key=lambda c: (round(latency_score(c), 3), c.batching.get("max_batch_size", 1)))
-    else:
-        best = min(candidates, key=lambda c: (c.worst_ratio, latency_score(c)))
-    if best.capacity_rps is None:
-        best.capacity_rps = saturation_throughput(sim_setup(best.served), model, workload, seed=seed)
-    ranked = sorted(candidates, key=lambda c: (c is not best, not c.feasible, c.worst_ratio))
-    why = [] if feasible else explain_misses(best, model, workload, memory)
-    rate_limit, replicas = size(best.served, model, workload, total, min(n, 200))
-    if best.max_rate_rps is None:
-        best.max_rate_rps = rate_limit.rate_rps
-    return Plan(
-        rate_limit=rate_limit,
-        replicas=replicas,
-        why=why,
-        regime=regime,
-        regime_reason=reason,
-        recommended=best,
-        feasible=bool(feasible),
-        binding=_binding(best, memory),
-        memory=memory,
-        single_request_ms=1000 * service,
-        candidates=ranked,
-        notes=notes,
-    )
+def _latency_score(c: Candidate) -> float:
+    """The worst latency target ratio, or without a latency target the predicted p99 end-to-end ms."""
+    keyed = [ch.ratio for ch in c.checks if ch.unit == "ms"]
+    return max(keyed) if keyed else float(c.prediction.summary["e2el_ms"]["p99"])
+
+
+def _recommend(candidates: list[Candidate], feasible: list[Candidate], regime: str, engine: bool) -> Candidate:
+    """The feasible policy the regime prefers (most sustained or carried, else lowest latency), else the closest."""
+    if not feasible:
+        return min(candidates, key=lambda c: (c.worst_ratio, _latency_score(c)))
+    if engine:
+        return max(feasible, key=lambda c: (c.max_rate_rps or 0.0, -_latency_score(c)))
+    if regime == "throughput-bound":
+        return max(feasible, key=lambda c: (c.capacity_rps or 0.0, -_latency_score(c)))
+    return min(feasible, key=lambda c: (round(_latency_score(c), 3), c.batching.get("max_batch_size", 1)))
 
 
 def alone_ms(model: LatencyModel, workload: Workload) -> dict[str, float]:
