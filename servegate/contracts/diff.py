@@ -53,6 +53,7 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "failure_policy.fallback": ("fallback",),
     "failure_policy.request_timeout_s": ("contract", "batching"),
     "quality": ("quality",),
+    "quality.cache_audit": ("caching",),
     "capacity": ("capacity",),
 }
 """Manifest field prefix -> the gates a change there must run (the longest prefix wins)."""
