@@ -48,7 +48,8 @@ GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
     "batching": ("batching", "capacity"),
     "postprocess": ("contract",),
     "postprocess.response_cache": ("caching",),
-    "postprocess.max_output_tokens": ("contract", "capacity"),
+    # a lower output cap can end answers early while exact match holds: the quality gate's length guard sees it
+    "postprocess.max_output_tokens": ("quality", "contract", "capacity"),
     "failure_policy": ("contract",),
     "failure_policy.fallback": ("fallback",),
     "failure_policy.request_timeout_s": ("contract", "batching"),

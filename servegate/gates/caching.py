@@ -18,6 +18,7 @@ from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, example
+from servegate.gates.timing_audits import TimingAudits, run_timing_audits
 from servegate.runtime.api import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
@@ -79,6 +80,12 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
     return warm.token_ids == cold.token_ids
 
 
+def _timing_note(audits: TimingAudits) -> str:
+    """What the tenant timing audit adds to a scope failure: that a client can time the leak too."""
+    found = audits.tenant_isolation
+    return f"; timing shows it: {found.reason}" if found is not None and found.finding == "shared" else ""
+
+
 @register_gate(
     "caching",
     watches=(
@@ -105,11 +112,13 @@ class CachingGate(Gate):
             "tenants_identified": tenants,
             "shared_across_tenants": shared,
         }
-        if not enabled:
-            return self.result("pass", "no prefix or response cache is enabled", measurements)
         probes = probe_items(ctx.suites())
+        if not enabled and not on_remote(served):
+            return self.result("pass", "no prefix or response cache is enabled", measurements)
         if not probes:
             return self.result("warn", "no eval suites declared: no probes to send", measurements)
+        if not enabled:  # a remote's own caches are invisible but for their timing
+            return self._timed_only(ctx, served, probes, measurements)
         ctx.progress.start("caching: probes", 5)
         engine = ctx.engines.fresh(served)
         cold, self_hits, cold_response = _pass(engine, _requests(probes, CONTROL))
@@ -150,6 +159,9 @@ class CachingGate(Gate):
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
         )
+        audits = run_timing_audits(ctx, served, probes)  # what a client can time, on any backend
+        measurements["timing_audits"] = audits.to_dict()
+        timed_checks = audits.checks()
         if problems:
             return self.result(
                 "fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", measurements, evidence
@@ -159,7 +171,7 @@ class CachingGate(Gate):
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
-                f"(tenant B got {leaked} hit(s) from tenant A's probes)",
+                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(audits)})",
                 measurements,
             )
         if leaked > 0 and not shared:
@@ -170,6 +182,9 @@ class CachingGate(Gate):
             )
         if stale > 0:
             return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", measurements)
+        failed = [r for v, r in timed_checks if v == "fail"]
+        if failed:
+            return self.result("fail", failed[0], measurements)
         if warm_hits == 0 and repeat_response == 0:
             return self.result(
                 "warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", measurements
@@ -178,14 +193,23 @@ class CachingGate(Gate):
             f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
+        isolation = audits.tenant_isolation
         if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
             measurements["prefix_cache_observable"] = False
+            if isolation is not None and isolation.finding == "isolated":
+                return self.result("pass", f"{checked}; the remote's {isolation.reason}", measurements)
+            timed = f" ({isolation.reason})" if isolation is not None else ""
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
-                "visible from outside (servegate salts it per tenant on vLLM)",
+                f"visible from outside (servegate salts it per tenant on vLLM){timed}",
                 measurements,
             )
+        warned = [r for v, r in timed_checks if v == "warn"]
+        if on_remote(served) and warned:  # on the reference backend the counters above already decided
+            return self.result("warn", f"{checked}; {warned[0]}", measurements)
+        if served.postprocess.response_cache.enabled and repeat_response == 0 and warned:
+            return self.result("warn", f"{checked}; {warned[0]}", measurements)
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",
@@ -194,3 +218,22 @@ class CachingGate(Gate):
                 measurements,
             )
         return self.result("pass", checked, measurements)
+
+    def _timed_only(
+        self,
+        ctx: GateContext,
+        served: ServedModel,
+        probes: list[tuple[SuiteData, SuiteItem]],
+        measurements: dict[str, Any],
+    ) -> GateResult:
+        """A remote that declares no cache: only timing can show one it has anyway."""
+        audits = run_timing_audits(ctx, served, probes)
+        measurements["timing_audits"] = audits.to_dict()
+        checks = audits.checks()
+        for wanted in ("fail", "warn"):
+            found = [r for v, r in checks if v == wanted]
+            if found:
+                return self.result(wanted, found[0], measurements)  # type: ignore[arg-type]
+        reasons = "; ".join(r for _, r in checks) or "no audit ran"
+        return self.result("pass", f"no cache is declared and none shows in timing: {reasons}", measurements)
+

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import GateContext
+from servegate.gates.base import GateContext, on_remote
 from servegate.gates.evaluation import SuiteData, SuiteItem, SuiteRun
 from servegate.gates.output_length import OutputLength, output_length
 from servegate.gates.result import Verdict, example, worst
@@ -93,7 +93,8 @@ def compare_runs(
         )
         out.tests.append((data.name, test))
     if all(g.suite != data.name for g in out.lengths):  # a suite compared twice keeps its first guard
-        out.lengths.append(output_length(data.name, base.outputs, cand.outputs, quality.length_band))
+        guard = output_length(data.name, base.outputs, cand.outputs, quality.length_band, tokens=not on_remote(served))
+        out.lengths.append(guard)
     first = data.suite.metrics[0]
     room = quality.max_failure_examples - sum(e["suite"] == data.name for e in out.evidence)
     for item, b_out, c_out, b_score, c_score in zip(

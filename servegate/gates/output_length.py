@@ -3,7 +3,7 @@
 MLPerf checks generated length beside accuracy (at least 90% of the reference's, 90-110% for some models),
 because a variant that stops early can keep exact match on short answers while its long ones are cut.
 The guard compares the candidate's mean generated tokens per item with the baseline's, by suite, on the
-items both answered, against `quality.length_band`.
+items both answered, against `quality.length_band` (in characters when the candidate is a remote).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class OutputLength:
     items: int
     """Items both sides answered without an error (the ones averaged)."""
     unit: str
-    """`tokens`, or `characters` when a side (a remote that returns no token ids) has no ids to count."""
+    """`tokens`, or `characters` for a remote candidate (or a side without token ids)."""
     baseline_mean_tokens: float
     candidate_mean_tokens: float
     ratio: float | None
@@ -46,12 +46,15 @@ class OutputLength:
 
 
 def output_length(
-    suite: str, baseline: list[ItemOutput], candidate: list[ItemOutput], band: LengthBand
+    suite: str, baseline: list[ItemOutput], candidate: list[ItemOutput], band: LengthBand, *, tokens: bool = True
 ) -> OutputLength:
-    """Compare mean generated tokens per item over the items both sides answered, against `band`."""
+    """Compare mean generated tokens per item over the items both sides answered, against `band`.
+
+    `tokens=False` counts characters: for a remote candidate, whose token ids may be its own engine's (with the
+    end-of-sequence token) or servegate's re-tokenized text (without), so only the text is counted alike.
+    """
     pairs = [(b, c) for b, c in zip(baseline, candidate, strict=True) if b.error is None and c.error is None]
-    # one unit on both sides: token ids, or characters when a side (a remote without ids) lacks them
-    by_tokens = all(o.token_ids or not o.text for pair in pairs for o in pair)
+    by_tokens = tokens and all(o.token_ids or not o.text for pair in pairs for o in pair)
     base = [len(b.token_ids) if by_tokens else len(b.text or "") for b, _ in pairs]
     cand = [len(c.token_ids) if by_tokens else len(c.text or "") for _, c in pairs]
     n = len(pairs)
