@@ -206,7 +206,7 @@ class CachingGate(Gate):
                 measurements,
             )
         warned = [r for v, r in timed_checks if v == "warn"]
-        if on_remote(served) and warned:  # on the reference backend the counters above already decided
+        if warned and (on_remote(served) or audits.problem):  # on the reference the counters above decided
             return self.result("warn", f"{checked}; {warned[0]}", measurements)
         if served.postprocess.response_cache.enabled and repeat_response == 0 and warned:
             return self.result("warn", f"{checked}; {warned[0]}", measurements)

@@ -36,7 +36,7 @@ def save_long_context_llama(folder: Path, hidden: int = 128, layers: int = 4, co
 
 def long_context_manifest(weights: Path, scope: str, **quality: object) -> dict[str, object]:
     """A continuous-batching manifest on that model with a prefix cache of `scope`, tenants from X-Tenant and
-    prompts up to 900 tokens; `quality` adds to its quality section (one 8-item zoo suite for the probes)."""
+    prompts up to 900 tokens; `quality` adds to its quality section (8 recall items for the probes)."""
     return {
         "name": "long-context",
         "weights": {"source": str(weights)},
@@ -48,5 +48,5 @@ def long_context_manifest(weights: Path, scope: str, **quality: object) -> dict[
         },
         "batching": {"mode": "continuous", "max_batch_size": 4, "max_num_batched_tokens": 1024},
         "postprocess": {"max_output_tokens": 16},
-        "quality": {"suites": [{"name": "arith", "dataset": "zoo:arith", "limit": 8, "max_tokens": 4}], **quality},
+        "quality": {"suites": [{"name": "recall", "dataset": "zoo:recall", "limit": 8, "max_tokens": 4}], **quality},
     }
