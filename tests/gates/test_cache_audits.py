@@ -45,8 +45,8 @@ def test_the_tenant_judge_finds_sharing_isolation_and_says_when_the_cache_does_n
     fresh, hit = times(0.04, 40, 1), times(0.008, 40, 2)
     assert judge_tenants(fresh, times(0.008, 40, 3), hit, 0.01)[0] == "shared"
     assert judge_tenants(fresh, times(0.04, 40, 4), hit, 0.01)[0] == "isolated"
-    same = times(0.01, 40, 5, spread=0.5)
-    assert judge_tenants(same, times(0.01, 40, 6, spread=0.5), times(0.01, 40, 7, spread=0.5), 0.01)[0] == "inconclusive"
+    fresh, cross, own = (times(0.01, 40, seed, spread=0.5) for seed in (5, 6, 7))
+    assert judge_tenants(fresh, cross, own, 0.01)[0] == "inconclusive"
 
 
 def test_the_power_calculation_gives_the_documented_sample_sizes() -> None:
@@ -173,7 +173,9 @@ def reference_with_prefix_cache() -> ServedModel:
         {
             "name": "audited",
             "weights": {"source": "zoo:tiny-primary"},
-            "preprocess": {"chat_template": "none", "max_input_tokens": 96, "truncation": "left", "tenant_from": "header"},
+            "preprocess": {
+                "chat_template": "none", "max_input_tokens": 96, "truncation": "left", "tenant_from": "header"
+            },
             "runtime": {"max_model_len": 128, "kv_cache": {"prefix_caching": True}},
             "batching": {"mode": "continuous", "max_batch_size": 8},
             "postprocess": {"max_output_tokens": 16},
