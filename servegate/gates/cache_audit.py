@@ -28,7 +28,7 @@ from servegate.contracts.evaluation import CacheAudit
 from servegate.gates.http_probe import HttpProbe
 from servegate.gates.result import Verdict
 
-Finding = Literal["cache", "no cache", "inconclusive"]
+Finding = Literal["cache", "no_cache", "inconclusive"]
 LOOK_EVERY = 8
 """Pairs between looks at the data: the detector stops at the first look that decides."""
 
@@ -65,7 +65,7 @@ def judge_repeats(
     scaled = [t * config.max_repeat_speedup for t in repeat]
     p_cache = float(mannwhitneyu(fresh, scaled, alternative="greater").pvalue)
     p_none = float(mannwhitneyu(fresh, scaled, alternative="less").pvalue)
-    finding: Finding = "cache" if p_cache < alpha else "no cache" if p_none < alpha else "inconclusive"
+    finding: Finding = "cache" if p_cache < alpha else "no_cache" if p_none < alpha else "inconclusive"
     return finding, p_cache, p_none
 
 
@@ -77,7 +77,7 @@ def _verdict(finding: Finding, declared: bool, header_hits: int, pairs: int) -> 
         return "warn", f"the declared response cache did not hit: 0 of {pairs} exact repeats were answered from it"
     if finding == "cache":
         return "fail", "an undeclared response cache answers exact repeats"
-    if finding == "no cache":
+    if finding == "no_cache":
         return "pass", "no response cache: exact repeats take as long as fresh requests"
     return "warn", "inconclusive: timing noise hides whether exact repeats are answered from a cache"
 

@@ -133,7 +133,7 @@ def _build_items(
         "workload_shape": lambda: workload_shape(served, evidence),
         "capacity_target": lambda: capacity_target(served, evidence),
         "quality_gate": lambda: quality_gate(served, safe_report, pf.public),
-        "observability": lambda: observability(served),
+        "observability": lambda: observability(served, safe_report),
     }
     items: dict[str, dict[str, Any]] = {}
     problems: list[str] = []

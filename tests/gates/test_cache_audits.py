@@ -36,7 +36,7 @@ def test_the_repeat_detector_finds_a_5x_cache_and_no_cache_and_is_inconclusive_i
     config = CacheAudit()
     fresh = times(0.02, 24, 1)
     assert judge_repeats(fresh, times(0.004, 24, 2), config, 0.01)[0] == "cache"
-    assert judge_repeats(fresh, times(0.02, 24, 3), config, 0.01)[0] == "no cache"
+    assert judge_repeats(fresh, times(0.02, 24, 3), config, 0.01)[0] == "no_cache"
     noisy = judge_repeats(times(0.02, 8, 4, spread=1.5), times(0.016, 8, 5, spread=1.5), config, 0.01)
     assert noisy[0] == "inconclusive"
 
@@ -96,7 +96,7 @@ def test_an_endpoint_with_a_hidden_global_response_cache_fails_and_its_twin_pass
     with FakeRemote(RemoteBehaviour(delay_s=0.03)) as remote:
         clean = caching(endpoint(remote.url))
     assert clean.verdict == "pass", clean.reason
-    assert clean.measurements["timing_audits"]["response_cache"]["finding"] == "no cache"
+    assert clean.measurements["timing_audits"]["response_cache"]["finding"] == "no_cache"
 
 
 TENANTS = {
@@ -132,7 +132,7 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
     with prefix_remote("salted") as remote:
         salted = caching(tenant_endpoint(remote.url))
     assert salted.verdict == "pass", salted.reason
-    assert salted.measurements["timing_audits"]["tenant_isolation"]["finding"] == "isolated"
+    assert salted.measurements["timing_audits"]["isolation"]["finding"] == "isolated"
     assert all("cache_salt" in body for body in remote.bodies)
 
 
@@ -140,7 +140,7 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
 def test_the_tenant_audit_at_the_papers_250_per_side_finds_the_shared_cache() -> None:
     with prefix_remote("shared") as remote:
         leaky = caching(tenant_endpoint(remote.url, samples=250))
-    found = leaky.measurements["timing_audits"]["tenant_isolation"]
+    found = leaky.measurements["timing_audits"]["isolation"]
     assert leaky.verdict == "fail" and found["samples"] == 250 and found["p_cross_faster"] < 1e-20
 
 
@@ -208,11 +208,11 @@ def test_a_prefix_cache_shared_across_tenants_on_the_reference_backend_shows_in_
     """760-token prompts: a prefill of 30-60 ms against 8 ms from the prefix cache on a loaded 2-core machine."""
     audit = {"cache_audit": {"repeat_samples": 8, "tenant_samples": 16}}
     shared = caching(ServedModel.model_validate(long_context_manifest(long_model, "global", **audit)))
-    found = shared.measurements["timing_audits"]["tenant_isolation"]
+    found = shared.measurements["timing_audits"]["isolation"]
     assert shared.verdict == "fail" and found["finding"] == "shared", found["reason"]
     assert "timing shows it: a prompt cache is shared across tenants" in shared.reason
     isolated = caching(ServedModel.model_validate(long_context_manifest(long_model, "tenant", **audit)))
-    found = isolated.measurements["timing_audits"]["tenant_isolation"]
+    found = isolated.measurements["timing_audits"]["isolation"]
     assert isolated.verdict == "pass", isolated.reason
     assert found["finding"] == "isolated", found["reason"]
     assert found["prompt_tokens"] > 700
