@@ -40,7 +40,8 @@ def test_the_note_shows_the_length_guard_and_the_timing_audits(served: ServedMod
     assert audits["ran"] and audits["response_cache"]["finding"] == "cache"
     assert audits["tenant_isolation"]["finding"] == "inconclusive" and audits["tenant_isolation"]["samples"] == 40
     text = out.read_text(encoding="utf-8")
-    assert "### Output length" in text and "| quantization | arith | tokens | 200 | 5 | 4 | 0.8 | 0.9-1.1 | fail |" in text
+    assert "### Output length" in text
+    assert "| quantization | arith | tokens | 200 | 5 | 4 | 0.8 | 0.9-1.1 | fail |" in text
     assert "response cache (MLPerf TEST04): **cache**" in text
     assert "tenant isolation of prompt caches (Gu et al., ICML 2025): **inconclusive**" in text
     assert "18.5 ms for tenant B" in text
