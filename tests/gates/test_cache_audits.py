@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +219,19 @@ def test_a_prefix_cache_shared_across_tenants_on_the_reference_backend_shows_in_
     assert isolated.verdict == "pass", isolated.reason
     assert found["finding"] == "isolated", found["reason"]
     assert found["prompt_tokens"] > 700
+
+
+def test_gate_check_exits_1_on_an_endpoint_with_a_hidden_response_cache(tmp_path: Path) -> None:
+    """From the command line: the report names the finding and its figures, the exit code blocks the release."""
+    with FakeRemote(RemoteBehaviour(delay_s=0.03, hidden_response_cache=True)) as remote:
+        manifest = endpoint(remote.url).model_dump(mode="json")
+        (tmp_path / "remote.yaml").write_text(json.dumps(manifest))
+        done = subprocess.run(
+            [sys.executable, "-m", "servegate.cli", "check", "remote.yaml", "--gate", "caching", "--json", "out.json"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env={**os.environ, "SERVEGATE_CACHE": str(tmp_path / "cache")},
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    [gate] = [g for g in json.loads((tmp_path / "out.json").read_text())["gates"] if g["name"] == "caching"]
+    assert gate["verdict"] == "fail" and "undeclared response cache" in gate["reason"]
+    assert gate["measurements"]["timing_audits"]["response_cache"]["speedup"] > 2
