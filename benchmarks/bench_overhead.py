@@ -1,6 +1,6 @@
 """How much `gate bench` itself adds to time-to-first-token, measured against a null server.
 
-The null server (servegate.capacity.synthetic_server with zero delays, in its own process) answers every
+The null server (tests/support/synthetic_server.py with zero delays, in its own process) answers every
 request at once. The same streamed completion requests are sent by:
 
   raw     a minimal asyncio socket client: the floor (kernel, event loop and server)
@@ -26,14 +26,18 @@ import subprocess
 import sys
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import httpx
 
-from servegate.capacity.bench import run_closed_loop, run_open_loop
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.local_server import free_port
-from servegate.capacity.machine_speed import MachineSpeedMonitor
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.load_generator import run_closed_loop, run_open_loop
+from servegate.capacity.bench.local_server import free_port
+from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.capacity.bench.workload import RequestSpec
+
+SYNTHETIC_SERVER = Path(__file__).resolve().parent.parent / "tests" / "support" / "synthetic_server.py"
+"""The null server: an OpenAI-compatible server with declared delays, shipped with the tests."""
 
 BODY = {"model": "m", "prompt": "hello", "max_tokens": 1, "stream": True}
 
@@ -94,9 +98,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="open-loop rate, requests/s")
     args = parser.parse_args()
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "servegate.capacity.synthetic_server", str(port)], stdout=subprocess.PIPE, text=True
-    )
+    server = subprocess.Popen([sys.executable, str(SYNTHETIC_SERVER), str(port)], stdout=subprocess.PIPE, text=True)
     rows = []
     try:
         url = server.stdout.readline().strip()  # type: ignore[union-attr]

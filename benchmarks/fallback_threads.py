@@ -10,7 +10,7 @@ Three setups, each in its own process (torch's thread pools live as long as the 
     none      no fallback engine
     declared  the fallback on the threads its manifest declares
     shared    the fallback as servegate.runtime.build starts it beside a primary: at most the cores the
-              primary's threads leave (runtime/shared_cores.py)
+              primary's threads leave (runtime/failure_policy/shared_cores.py)
 
 For each: output tokens/s of one request decoding 64 tokens alone (--solo-runs times); the median per process,
 then the median over the rounds and its ratio to `none`.
@@ -39,8 +39,8 @@ def child(setup: str, threads: int, solo_runs: int, eager: bool) -> list[float]:
 
     from servegate.contracts.loading import load_fallback, load_manifest
     from servegate.runtime import build
-    from servegate.runtime.failure import FallbackRoute
-    from servegate.runtime.shared_cores import beside_primary
+    from servegate.runtime.failure_policy.fallback import FallbackRoute
+    from servegate.runtime.failure_policy.shared_cores import beside_primary
 
     model = on_passing_thread(lambda: build_model(torch.float32), threads)
     engine = servegate_engine(model, "continuous", 16, 256 * 2**20, 512, threads, "torch", None if eager else [1])
@@ -50,7 +50,7 @@ def child(setup: str, threads: int, solo_runs: int, eager: bool) -> list[float]:
         # the primary here is the benchmark's engine: share the cores its manifest's threads leave
         fallback = build(beside_primary(engine.served, declared) if setup == "shared" else declared, fallback=False)
         fallback.start_sync()  # loads its model on its own loop thread, as beside a served primary
-        engine._fallback = FallbackRoute(fallback, ["overload"])  # held, as a server holds it; never used here
+        engine.fallback_route = FallbackRoute(fallback, ["overload"])  # held, as a server holds it; never used here
         print(f"fallback on {fallback.served.runtime.threads} thread(s)", file=sys.stderr)
     rates = [batch1_decode_tokens_per_s(engine) for _ in range(solo_runs)]
     engine.shutdown_sync(1.0)

@@ -1,7 +1,7 @@
 """How far apart two measurements of the same thing fall on this machine, and how much of it is the machine.
 
 The same requests (same seed: arrivals, lengths, prompts) are sent `--runs` times in a row, open loop, to one
-server of the manifest, while a Python loop is timed on every CPU (servegate/capacity/machine_speed.py).
+server of the manifest, while a Python loop is timed on every CPU (servegate/capacity/bench/machine_speed.py).
 Per run: the p50 and mean end-to-end latency and the loop's median. Then the range of the p50s (no
 prediction can be closer to every run than the runs are to each other), the correlation of each run's p50
 with its loop time, and the p50s of the runs in which the machine ran fastest and slowest.
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from planner_accuracy import ROOT, measure  # the same client: this folder is on the path when run
 
-from servegate.capacity.local_server import LocalServer
-from servegate.capacity.machine_speed import MachineSpeedMonitor
-from servegate.capacity.prediction import load_profile, saturation_throughput, sim_setup
-from servegate.capacity.workload import with_rate
+from servegate.capacity.bench.local_server import LocalServer
+from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
+from servegate.capacity.bench.workload import with_rate
+from servegate.capacity.latency.prediction import load_profile, saturation_throughput, sim_setup
 from servegate.contracts.loading import load_manifest
 
 

@@ -7,7 +7,7 @@
    arrivals and lengths) that `gate bench` then sends to the manifest's own server (open loop, Poisson).
 Targets below the knee: |error| <= 10% at p50 and <= 15% at p99. Before each load, `gate plan --verify`'s
 speed check: 8 requests sent one at a time, measured p50 over the profile's (the `lone` column); and all along,
-a Python loop timed on every CPU (servegate/capacity/machine_speed.py): its median during the load's runs over
+a Python loop timed on every CPU (servegate/capacity/bench/machine_speed.py): its median during the load's runs over
 its median while the profile's traced runs were served (the `machine` column), so a row's error can be read
 beside how fast the machine ran at that moment. `spread` is the largest over the smallest p50 of the load's
 repeated runs: the same requests, so how far apart two measurements of one thing fall.
@@ -26,17 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.bench import run_once
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.latency_model import LatencyModel, hardware_id, profile_path
-from servegate.capacity.local_server import LocalServer
-from servegate.capacity.machine_speed import MachineSpeedMonitor
-from servegate.capacity.own_server import manifest_tokenizer
-from servegate.capacity.prediction import profile_key, saturation_throughput, sim_setup
-from servegate.capacity.profile import profile_manifest
-from servegate.capacity.simulate import simulate
-from servegate.capacity.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
-from servegate.capacity.workload import make_requests, with_rate
+from servegate.capacity.bench.load_generator import run_once
+from servegate.capacity.bench.local_server import LocalServer
+from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
+from servegate.capacity.bench.own_server import manifest_tokenizer
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.capacity.bench.workload import make_requests, with_rate
+from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.prediction import profile_key, saturation_throughput, sim_setup
+from servegate.capacity.latency.profile import profile_manifest
+from servegate.capacity.latency.simulate import simulate
+from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 from servegate.contracts.loading import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

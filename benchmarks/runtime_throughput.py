@@ -57,9 +57,9 @@ from runner_decode import build_model, copy_bandwidths, weight_bytes_per_step  #
 from transformers_systems import KV_BUDGET_BYTES, Job, run_static_generate, run_transformers_cb  # noqa: E402,E501
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
-from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
-from servegate.runtime.cpu_linear import TORCH_DEFAULT_THREADS  # noqa: E402
-from servegate.runtime.engine import ReferenceEngine  # noqa: E402
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
+from servegate.runtime.engine.reference import ReferenceEngine  # noqa: E402
+from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS  # noqa: E402
 
 
 @dataclass
@@ -154,7 +154,7 @@ def servegate_engine(
     # given the model, the engine builds its runner as for a loaded one (cpu_linear, KV pool, compiled decode),
     # on its own loop thread like every engine
     try:
-        from servegate.runtime.sampling import sample_batch as sampler
+        from servegate.runtime.model.sampling import sample_batch as sampler
     except ImportError:  # part of the runtime still being written: greedy is all this benchmark needs
 
         def sampler(logits: torch.Tensor, params: list[Any], generators: list[Any]) -> tuple[Any, Any]:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.local_server import LocalServer
-from servegate.capacity.own_server import bench_url, load_tokenizer
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.capacity.bench.local_server import LocalServer
+from servegate.capacity.bench.own_server import bench_url, load_tokenizer
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.vllm_process import VllmLaunch, VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
 
 SERVED_NAME = "bench"
 """The model name both servers answer to."""

@@ -54,7 +54,7 @@ from runtime_throughput import (  # noqa: E402
 from vllm_offline_driver import RESULT_PREFIX  # noqa: E402
 from vllm_served import ServedPair, ServedRun, ServedShape  # noqa: E402
 
-from servegate.runtime.vllm_process import find_vllm_python  # noqa: E402
+from servegate.runtime.remote.vllm_process import find_vllm_python  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).with_name("vllm_offline_driver.py")

@@ -85,7 +85,7 @@ export HF_HOME="${HF_HOME:-$(mktemp -d /tmp/servegate-hf-XXXX)}"
 step "import check" 120 "$PY" -c "
 import importlib, sys
 for name in ('pydantic', 'jsonschema', 'fastapi', 'torchao', 'datasets', 'evaluate', 'servegate.cli.app',
-             'servegate.runtime.engine', 'servegate.gates.check'):
+             'servegate.runtime.engine.reference', 'servegate.gates.check'):
     module = importlib.import_module(name)
     print(name, getattr(module, '__version__', ''), module.__file__)
 import torch, transformers

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.gates.reports import RichProgress
+
+if TYPE_CHECKING:
+    from servegate.capacity.bench.load_generator import BenchResult
 
 WorkloadOption = Annotated[
     Path | None,
@@ -58,7 +61,7 @@ def _table(title: str, data: dict[str, Any]) -> Table:
 
 def supported_lines(report: dict[str, Any]) -> list[str]:
     """What the figures support, in words: each metric's p50 and p99 with their intervals and floors."""
-    from servegate.capacity.percentiles import describe
+    from servegate.capacity.bench.percentiles import describe
 
     unit = {"itl_ms": "gaps", "tpot_ms": "requests"}
     return [
@@ -113,7 +116,7 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
 
 def machine_lines(report: dict[str, Any]) -> list[str]:
     """How fast this machine ran during the bench (and in each run, when there were several)."""
-    from servegate.capacity.machine_speed import MachineSpeed
+    from servegate.capacity.bench.machine_speed import MachineSpeed
 
     if not report.get("machine_speed"):
         return []
@@ -201,16 +204,16 @@ def bench(
       gate bench examples/quickstart/manifest.yaml --sweep 1,2,4,8 --json bench.json
       gate bench --url http://127.0.0.1:8000/v1 --model tiny --prompts prompts.jsonl --rate 5 --arrival constant
     """
-    from servegate.capacity.metrics import SLO, slo_from_targets
-    from servegate.capacity.own_server import (
+    from servegate.capacity.bench.own_server import (
         bench_own_server,
         bench_url,
         load_tokenizer,
         manifest_tokenizer,
         resolve_workload,
     )
-    from servegate.capacity.prompt_file import load_prompt_file
-    from servegate.capacity.workload import suite_prompt_lengths
+    from servegate.capacity.bench.prompt_file import load_prompt_file
+    from servegate.capacity.bench.run_metrics import SLO, slo_from_targets
+    from servegate.capacity.bench.workload import suite_prompt_lengths
 
     served = load(manifest, set_) if manifest is not None else None
     if served is not None and served.preprocess.task == "embed":
@@ -243,8 +246,31 @@ def bench(
             measured = bench_own_server(served, [workload], progress=progress, **options)
             result, peak = measured.results[0], measured.peak_memory_bytes
     result.max_error_share = max_error_share
+    _report(
+        console,
+        result,
+        peak,
+        approximate=url is not None and tok is None,
+        plots=plots,
+        json_out=json_out,
+        records_out=records_out,
+    )
+
+
+def _report(
+    console: Console,
+    result: BenchResult,
+    peak: int | None,
+    *,
+    approximate: bool,
+    plots: Path | None,
+    json_out: Path | None,
+    records_out: Path | None,
+) -> None:
+    """Print the bench's result and write what was asked for (plots, JSON, per-request records); exit 1 when
+    more requests failed than allowed."""
     report = result.as_dict()
-    if url is not None and tok is None:
+    if approximate:
         report["warnings"].insert(0, APPROXIMATE_PROMPTS)
     if peak is not None:
         report["peak_memory_bytes"] = peak
@@ -255,19 +281,19 @@ def bench(
 
         console.print(f"server peak memory: {format_bytes(report['peak_memory_bytes'])} (resident, whole process)")
     if plots is not None:
-        from servegate.capacity.bench_plots import write_plots
+        from servegate.capacity.bench.plots import write_plots
 
         report["plots"] = [str(p) for p in write_plots(result, plots)]
         console.print("plots: " + ", ".join(report["plots"]))
     write_json(json_out, report)
     if records_out is not None:
-        from servegate.capacity.bench import records_jsonl
+        from servegate.capacity.bench.load_generator import records_jsonl
 
         records_out.parent.mkdir(parents=True, exist_ok=True)
         records_out.write_text(records_jsonl(result), encoding="utf-8")
         console.print(f"per-request records: {records_out}")
     if report["errors"]["exceeded"]:
-        from servegate.capacity.bench_checks import failure_sentence
+        from servegate.capacity.bench.checks import failure_sentence
 
         console.print(f"[red]bench failed:[/red] {failure_sentence(report['errors'])}", highlight=False)
         raise typer.Exit(1)

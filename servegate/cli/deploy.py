@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.contracts.files import write_atomic
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -159,10 +160,7 @@ def verify(
     console.print(f"verdict: [{STYLE[report.verdict]}]{word}[/] ({summary}) in {report.duration_s:.1f} s")
     write_json(json_out, report.to_dict())
     if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        tmp = junit.with_name(junit.name + ".tmp")
-        tmp.write_text(junit_xml(report.as_gate_report(), command="gate verify", classname="servegate.verify"))
-        tmp.replace(junit)
+        write_atomic(junit, junit_xml(report.as_gate_report(), command="gate verify", classname="servegate.verify"))
     if report.drift:
         raise typer.Exit(1)
 

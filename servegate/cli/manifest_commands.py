@@ -15,6 +15,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
 from servegate.contracts.schema import manifest_json_schema
 from servegate.contracts.units import format_bytes
+from servegate.gates.registry import gate_watches
 
 
 def _explain(served: ServedModel) -> list[tuple[str, str]]:
@@ -102,7 +103,7 @@ def _vllm_residuals(served: ServedModel) -> list[str]:
     """For backend: vllm, what vLLM leaves to others (an error when it would serve a field differently)."""
     if served.runtime.backend != "vllm":
         return []
-    from servegate.runtime.vllm_backend import vllm_arguments
+    from servegate.runtime.remote.vllm_backend import vllm_arguments
 
     args = vllm_arguments(served, served.weights.source)  # raises, naming each field vLLM would change
     return [f"{r.field}: {r.reason} (enforced by {r.enforced_by})" for r in args.residuals]
@@ -162,7 +163,7 @@ def diff(
     --set applies to the candidate. Example: gate diff base.yaml candidate.yaml --json -
     """
     baseline, candidate = load(a, None), load(b, set_)
-    report = diff_report(baseline, candidate)
+    report = diff_report(baseline, candidate, gate_watches())
     console = console_for(json_out)
     if not report["changes"]:
         console.print("no differences")

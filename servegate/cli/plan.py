@@ -27,8 +27,8 @@ def _memory_only(
     overhead: str | None,
     console: Console,
 ) -> dict[str, Any]:
-    from servegate.capacity.memory_plan import plan_memory
-    from servegate.capacity.weights_memory import read_config
+    from servegate.capacity.memory.plan import plan_memory
+    from servegate.capacity.memory.weights import read_config
 
     if budget is None or context is None:
         raise ServegateError("--model-config needs --memory-budget (e.g. 80GiB) and --context (tokens, e.g. 4096)")
@@ -51,8 +51,8 @@ def _memory_only(
 def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
     """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
     after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
-    from servegate.capacity.own_server import bench_own_server, manifest_tokenizer
-    from servegate.capacity.speed_check import (
+    from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer
+    from servegate.capacity.latency.speed_check import (
         SpeedCheck,
         lone_workload,
         machine_comparison,
@@ -132,11 +132,11 @@ def plan(
       gate plan examples/quickstart/manifest.yaml --profile    # no profile on this machine yet
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
-    from servegate.capacity.memory_plan import manifest_memory
-    from servegate.capacity.own_server import resolve_workload
-    from servegate.capacity.plan_report import plan_json, plan_lines, write_plan
-    from servegate.capacity.planner import plan as make_plan
-    from servegate.capacity.prediction import load_profile
+    from servegate.capacity.bench.own_server import resolve_workload
+    from servegate.capacity.latency.prediction import load_profile
+    from servegate.capacity.memory.plan import manifest_memory
+    from servegate.capacity.planning.planner import plan as make_plan
+    from servegate.capacity.planning.report import plan_json, plan_lines, write_plan
 
     console = console_for(json_out)
     if model_config is not None:

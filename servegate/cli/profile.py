@@ -15,7 +15,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.reports import transient_progress
 
 if TYPE_CHECKING:
-    from servegate.capacity.latency_model import LatencyModel
+    from servegate.capacity.latency.model import LatencyModel
 
 
 def profile(
@@ -50,8 +50,8 @@ def profile_and_save(
     served: ServedModel, console: Console, repeats: int = 5, burst: int = 8
 ) -> tuple[LatencyModel, Path]:
     """Profile the manifest on this machine with a progress bar, save the latency model, print what was fitted."""
-    from servegate.capacity.latency_model import profile_path
-    from servegate.capacity.profile import profile_manifest
+    from servegate.capacity.latency.model import profile_path
+    from servegate.capacity.latency.profile import profile_manifest
 
     began = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -98,7 +98,7 @@ def profile_and_save(
 
 def machine_speed_lines(fit: dict[str, Any]) -> list[str]:
     """How fast this machine ran while the traced runs were served, and a warning when it did not hold still."""
-    from servegate.capacity.machine_speed import MachineSpeed
+    from servegate.capacity.bench.machine_speed import MachineSpeed
 
     if not fit.get("machine_speed"):
         return []

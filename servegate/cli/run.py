@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
-from servegate.runtime.offline import read_input, recover_output, run_file
+from servegate.runtime.engine.offline import read_input, recover_output, run_file
 
 
 def run(

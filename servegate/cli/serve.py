@@ -41,10 +41,11 @@ def serve(
         from servegate.runtime import build
     except ImportError as exc:
         raise ServegateError(f"the runtime is not available: {exc}") from None
+    from servegate.runtime.engine.step_trace import open_step_trace
     from servegate.server import create_app
     from servegate.server import serve as run_server
 
-    engine = build(served)  # fails fast (exit 2) on a model that cannot be found
+    engine = build(served, step_trace=open_step_trace())  # fails fast (exit 2) on a model that cannot be found
     grace = served.failure_policy.request_timeout_s if grace_s is None else grace_s
     run_server(
         create_app(served, engine, grace_s=grace), host=host, port=port, grace_s=grace, log_level=log_level.lower()

@@ -1,63 +1,112 @@
 """Field-by-field diff of two manifests and the one table that maps a change to the gates it triggers.
 
 The table is the contract between `gate diff` (which shows it) and `gate check --baseline A
---candidate B` (which runs exactly the gates it names, and reports why).
+--candidate B` (which runs exactly the gates it names, and reports why). It lives here, below the
+gates, because the diff and an export's residuals (residual.py) name gates too; the gates register
+with it, and plugin gates extend it through the registry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from servegate.contracts.manifest import SIX_ELEMENTS, ServedModel
 
-# Longest matching prefix wins. A prefix maps to the gates a change under it can affect.
-GATE_TRIGGERS: dict[str, tuple[str, ...]] = {
-    "weights": ("quality", "contract"),
-    "weights.dtype": ("quantization",),
-    "preprocess": ("contract",),
-    "preprocess.chat_template": ("quality", "contract"),
-    "preprocess.max_input_tokens": ("truncation", "contract"),
-    "preprocess.truncation": ("truncation", "contract"),
-    "preprocess.tenant_from": ("caching", "contract"),
-    "runtime": ("quality",),
-    "runtime.dtype": ("quantization",),
-    "runtime.quantization": ("quantization",),
-    "runtime.kv_cache": ("batching", "capacity"),
-    "runtime.kv_cache.dtype": ("quantization",),
-    "runtime.kv_cache.prefix_caching": ("caching",),
-    "runtime.kv_cache.cache_scope": ("caching",),
-    "runtime.max_model_len": ("truncation", "capacity"),
-    "runtime.threads": ("capacity",),
-    "runtime.cpu_linear": ("capacity",),
+GATE_WATCHES: dict[str, tuple[str, ...]] = {
+    "contract": (
+        "preprocess",
+        "postprocess",
+        "failure_policy",
+        "runtime.warmup",
+        "runtime.seed",
+        "weights",
+        # another backend, endpoint or engine version can answer errors and streams differently
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.endpoint_model",
+        "runtime.engine",
+    ),
+    "quantization": (
+        "runtime.quantization",
+        "runtime.dtype",
+        "weights.dtype",
+        "runtime.kv_cache.dtype",
+        "runtime.device",
+    ),
+    "truncation": (
+        "preprocess.max_input_tokens",
+        "preprocess.truncation",
+        "runtime.max_model_len",
+        "postprocess.max_output_tokens",
+    ),
+    "caching": (
+        "runtime.kv_cache.prefix_caching",
+        "runtime.kv_cache.cache_scope",
+        "postprocess.response_cache",
+        "preprocess.tenant_from",
+        "quality.cache_audit",
+    ),
     # compiled kernels sum in another order, and only some batch sizes are compiled: quality and batch
     # invariance are re-checked, not only speed
-    "runtime.compile": ("quality", "batching", "capacity"),
-    "runtime.compile_batch_sizes": ("quality", "batching", "capacity"),
-    "runtime.device": ("quantization", "capacity"),
-    # splitting layers across devices reorders their sums (all-reduce): outputs are re-checked, not only speed
-    "runtime.parallelism": ("quality", "capacity"),
-    "runtime.parallelism.data_parallel_size": ("capacity",),  # whole copies: only the throughput changes
-    "runtime.backend": ("quality", "contract", "capacity"),
-    "runtime.endpoint_url": ("quality", "contract", "capacity"),
-    "runtime.endpoint_model": ("quality", "contract"),
-    # another engine or version behind the same model has changed quantized models' accuracy on its own
-    "runtime.engine": ("quality", "contract", "capacity"),
-    "runtime.warmup": ("contract",),
-    "runtime.seed": ("contract",),
-    "batching": ("batching", "capacity"),
-    "postprocess": ("contract",),
-    "postprocess.response_cache": ("caching",),
-    # a lower output cap can end answers early while exact match holds: the quality gate's length guard sees it
-    "postprocess.max_output_tokens": ("quality", "contract", "capacity"),
-    "failure_policy": ("contract",),
-    "failure_policy.fallback": ("fallback",),
-    "failure_policy.request_timeout_s": ("contract", "batching"),
-    "quality": ("quality",),
-    "quality.cache_audit": ("caching",),
-    "capacity": ("capacity",),
+    "batching": (
+        "batching",
+        "runtime.kv_cache",
+        "runtime.compile",
+        "runtime.compile_batch_sizes",
+        "failure_policy.request_timeout_s",
+    ),
+    "fallback": ("failure_policy.fallback",),
+    "quality": (
+        "weights",
+        "preprocess.chat_template",
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.compile",
+        "quality",
+        "runtime.compile_batch_sizes",
+        "runtime.endpoint_model",
+        # another engine or version behind the same model has changed quantized models' accuracy on its own
+        "runtime.engine",
+        # splitting layers across devices reorders their sums (all-reduce): outputs are re-checked, not only
+        # speed; data_parallel_size (whole copies) changes only the throughput
+        "runtime.parallelism.tensor_parallel_size",
+        "runtime.parallelism.pipeline_parallel_size",
+        "runtime.vllm",
+        # a lower output cap can end answers early while exact match holds: the length guard sees it
+        "postprocess.max_output_tokens",
+    ),
+    "capacity": (
+        "capacity",
+        "batching",
+        "runtime.kv_cache",
+        "runtime.max_model_len",
+        "runtime.threads",
+        "runtime.cpu_linear",
+        "runtime.compile",
+        "runtime.compile_batch_sizes",
+        "runtime.device",
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.quantization",
+        "postprocess.max_output_tokens",
+        "runtime.engine",
+        "runtime.parallelism",
+    ),
 }
-"""Manifest field prefix -> the gates a change there must run (the longest prefix wins)."""
+"""The one trigger table: built-in gate -> the manifest field prefixes it watches, in the order `gate check`
+runs them. A change at a path triggers every gate with a prefix equal to it or above it. The gates register
+with these (`servegate.gates`), `gate check --list` shows them, and `gate diff` and `gate check` read
+them back from the gate registry, where a plugin gate adds its own."""
+
+Watches = Mapping[str, Sequence[str]]
+"""Gate name -> watched field prefixes (GATE_WATCHES, or the gate registry's, which adds plugins)."""
+
+
+def watches_path(prefixes: Iterable[str], path: str) -> bool:
+    """Whether a change at dotted `path` is at or under one of `prefixes`."""
+    return any(path == prefix or path.startswith(prefix + ".") for prefix in prefixes)
 
 
 @dataclass(frozen=True)
@@ -75,23 +124,19 @@ class FieldChange:
         return self.path.split(".", 1)[0]
 
 
-def gates_for_path(path: str) -> tuple[str, ...]:
-    """The gates a change at `path` triggers, by the longest matching prefix of GATE_TRIGGERS."""
-    parts = path.split(".")
-    for end in range(len(parts), 0, -1):
-        key = ".".join(parts[:end])
-        if key in GATE_TRIGGERS:
-            return GATE_TRIGGERS[key]
-    return ()
+def gates_for_path(path: str, watches: Watches | None = None) -> tuple[str, ...]:
+    """The gates a change at `path` triggers: every gate watching it or a field above it (GATE_WATCHES by default)."""
+    table = GATE_WATCHES if watches is None else watches
+    return tuple(gate for gate, prefixes in table.items() if watches_path(prefixes, path))
 
 
 _MISSING = object()
 
 
-def _walk(old: Any, new: Any, path: str, out: list[FieldChange]) -> None:
+def _walk(old: Any, new: Any, path: str, out: list[FieldChange], watches: Watches | None) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):
-            _walk(old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}" if path else str(key), out)
+            _walk(old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}" if path else str(key), out, watches)
         return
     if old == new:
         return
@@ -99,17 +144,17 @@ def _walk(old: Any, new: Any, path: str, out: list[FieldChange]) -> None:
         for key in sorted(set(old if isinstance(old, dict) else {}) | set(new if isinstance(new, dict) else {})):
             o = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
             n = new.get(key, _MISSING) if isinstance(new, dict) else _MISSING
-            _walk(o, n, f"{path}.{key}", out)
+            _walk(o, n, f"{path}.{key}", out, watches)
         return
-    out.append(
-        FieldChange(path, None if old is _MISSING else old, None if new is _MISSING else new, gates_for_path(path))
-    )
+    gates = gates_for_path(path, watches)
+    out.append(FieldChange(path, None if old is _MISSING else old, None if new is _MISSING else new, gates))
 
 
-def diff_manifests(a: ServedModel, b: ServedModel) -> list[FieldChange]:
-    """Every field that differs between two manifests (cosmetic fields included, but they trigger no gate)."""
+def diff_manifests(a: ServedModel, b: ServedModel, watches: Watches | None = None) -> list[FieldChange]:
+    """Every field that differs between two manifests (cosmetic fields included, but they trigger no gate);
+    each change names the gates `watches` (GATE_WATCHES by default) says it triggers."""
     out: list[FieldChange] = []
-    _walk(a.model_dump(mode="json"), b.model_dump(mode="json"), "", out)
+    _walk(a.model_dump(mode="json"), b.model_dump(mode="json"), "", out, watches)
     return out
 
 
@@ -122,9 +167,9 @@ def gates_for_changes(changes: list[FieldChange]) -> dict[str, list[str]]:
     return reasons
 
 
-def diff_report(a: ServedModel, b: ServedModel) -> dict[str, Any]:
+def diff_report(a: ServedModel, b: ServedModel, watches: Watches | None = None) -> dict[str, Any]:
     """The machine-readable diff: fingerprints, changes grouped by element, and the gates triggered."""
-    changes = diff_manifests(a, b)
+    changes = diff_manifests(a, b, watches)
     by_element: dict[str, list[dict[str, Any]]] = {}
     for change in changes:
         by_element.setdefault(change.element, []).append({**asdict(change), "gates": list(change.gates)})

@@ -9,11 +9,12 @@ import uuid
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
+def write_atomic(path: str | Path, data: str | bytes, mode: int | None = None) -> Path:
     """Write `data` (text as UTF-8) to `path` so that no reader and no crash ever sees half a file.
 
     The data goes to a file of its own beside `path`, which is then renamed over it (one step on one file
-    system); its folder is created when missing, and a file it replaces keeps its permissions.
+    system); its folder is created when missing, and a file it replaces keeps its permissions unless
+    `mode` (e.g. 0o755 for a script) sets them.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -22,8 +23,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     try:
         with open(partial, "xb") as handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(partial, stat.S_IMODE(path.stat().st_mode))
+        if mode is not None:
+            os.chmod(partial, mode)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(partial, stat.S_IMODE(path.stat().st_mode))
         os.replace(partial, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from servegate.contracts.evaluation import Capacity, Card, Quality
+from servegate.contracts.capacity_section import Capacity
+from servegate.contracts.card_section import Card
+from servegate.contracts.quality_section import Quality
 from servegate.contracts.sections import (
     Batching,
     FailurePolicy,

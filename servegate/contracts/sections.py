@@ -254,7 +254,7 @@ class Runtime(Section):
         if self.backend != "reference":
             raise ValueError(f"compile: decode applies to the reference backend, not to backend: {self.backend}")
         if self.device == "cuda":
-            # the compiled graph's attention op and GEMM template are CPU ones (runtime/compiled_decode.py)
+            # the compiled graph's attention op and GEMM template are CPU ones (runtime/model/compiled_decode.py)
             raise ValueError(
                 "compile: decode is implemented for CPU only (inductor's C++ kernels); with device: cuda set "
                 "compile: off (decode steps then run eagerly on the GPU)"

@@ -70,9 +70,9 @@ def expected_kv_blocks(served: ServedModel) -> int | None:
     dtype = "fp8" if kv.dtype == "fp8" else _compute_dtype(served)
     if dtype is None:
         return None
-    from servegate.capacity.weights_memory import read_config
-    from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
-    from servegate.runtime.weights import resolve_weights_dir
+    from servegate.capacity.memory.weights import read_config
+    from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
+    from servegate.runtime.model.weights import resolve_weights_dir
 
     try:
         dims = kv_dims_from_config(read_config(resolve_weights_dir(served)))

@@ -16,11 +16,12 @@ from typing import Any, Literal
 import yaml
 
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.residual import ExportPlan, Residual, residual_json, residual_markdown
 from servegate.deploy.contract_residuals import contract_residuals
 from servegate.deploy.probe_script import readiness_probe_script
-from servegate.runtime.vllm_args import EngineArgs, engine_args
+from servegate.runtime.remote.vllm_args import EngineArgs, engine_args
 
 Target = Literal["vllm", "ray-serve", "kserve"]
 TARGETS: tuple[Target, ...] = ("vllm", "ray-serve", "kserve")
@@ -62,7 +63,7 @@ def _model_reference(served: ServedModel, target: Target, override: str | None) 
             f"weights.source {source} is a local folder: KServe needs a URI it can fetch; "
             "pass --model hf://ORG/NAME, s3://BUCKET/PATH, pvc://CLAIM/PATH or oci://IMAGE"
         )
-    from servegate.runtime.weights import resolve_weights_dir
+    from servegate.runtime.model.weights import resolve_weights_dir
 
     return str(resolve_weights_dir(served)), None
 
@@ -293,11 +294,6 @@ def write_export(plan: ExportPlan, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name in sorted(plan.files):
-        path = out_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(plan.files[name], encoding="utf-8")
-        if name.endswith((".py", ".sh")):
-            tmp.chmod(0o755)
-        tmp.replace(path)
-        written.append(path)
+        script = name.endswith((".py", ".sh"))
+        written.append(write_atomic(out_dir / name, plan.files[name], mode=0o755 if script else None))
     return written

@@ -18,9 +18,19 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.deploy import deployment_facts as facts
 from servegate.gates.contract_probes import probes_for, tenant_fields, tenant_headers
-from servegate.gates.result import GateReport, GateResult
+from servegate.gates.result import GateReport, GateResult, Measurements
 
 _PROBE_FIELDS = {"unknown_parameter": "preprocess.unknown_fields", "input_too_long": "preprocess.truncation"}
+
+
+@dataclass(frozen=True)
+class FieldDrift(Measurements):
+    """One manifest field as declared and as the deployment reports it."""
+
+    declared: Any
+    """The manifest's value (in the field's own unit)."""
+    observed: Any
+    """What the deployment exposes for it (same unit); None when it does not expose it."""
 
 
 @dataclass
@@ -69,7 +79,7 @@ class VerifyReport:
 
 def _result(path: str, ok: bool | None, reason: str, source: str, declared: Any, observed: Any) -> GateResult:
     verdict = "skipped" if ok is None else ("pass" if ok else "fail")
-    measurements = {"declared": declared, "observed": observed}
+    measurements = FieldDrift(declared=declared, observed=observed)
     return GateResult(path, verdict, reason, measurements=measurements, triggered_by=[source])  # type: ignore[arg-type]
 
 

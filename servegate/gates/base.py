@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
@@ -21,8 +21,8 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
 from servegate.gates.lm_eval_suites import load_any_suite, run_any_items
 from servegate.gates.output_cache import OutputCache, cache_key
-from servegate.gates.result import GateResult, Verdict
-from servegate.runtime.api import Engine
+from servegate.gates.result import GateResult, Measurements, Verdict
+from servegate.runtime.engine.interface import Engine
 
 EngineFactory = Callable[[ServedModel], Engine]
 
@@ -65,7 +65,7 @@ class EnginePool:
         """A new engine for `served`; a vllm manifest whose server already runs gets an engine over it."""
         if served.runtime.backend != "vllm" or self._factory is not default_engine_factory:
             return self._factory(served)
-        from servegate.runtime.vllm_backend import attach, launch_key
+        from servegate.runtime.remote.vllm_backend import attach, launch_key
 
         key = launch_key(served)
         running = self._vllm.get(key)
@@ -256,11 +256,11 @@ class Gate:
         self,
         verdict: Verdict,
         reason: str,
-        measurements: dict[str, Any] | None = None,
+        measurements: Measurements | None = None,
         evidence: list[dict[str, Any]] | None = None,
     ) -> GateResult:
         """A result carrying this gate's name."""
-        return GateResult(self.name, verdict, reason, measurements or {}, evidence or [])
+        return GateResult(self.name, verdict, reason, measurements or Measurements(), evidence or [])
 
 
 def on_remote(served: ServedModel) -> bool:
@@ -294,7 +294,8 @@ def timed(gate: Gate, ctx: GateContext) -> GateResult:
     except RemoteUnavailable as exc:
         result = gate.result("unavailable", str(exc))
     if on_remote(ctx.candidate) and result.verdict not in ("skipped", "unavailable"):
-        result.measurements.setdefault("ran_on", remote_label(ctx))
+        if result.measurements.ran_on is None:
+            result.measurements = replace(result.measurements, ran_on=remote_label(ctx))
     result.duration_s = round(time.perf_counter() - began, 3)
     return result
 

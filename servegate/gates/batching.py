@@ -11,20 +11,46 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.caching import probe_items
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, example
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.gates.result import GateResult, Measurements, example
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
 
 PROBES_PER_SUITE = 12
 DEADLINE_SLACK_S = 0.25
 """Tolerance on e2e_s <= deadline for scheduling jitter, in seconds."""
+
+
+@dataclass(frozen=True)
+class BatchingMeasurements(Measurements):
+    """What the batching gate compared, and how requests past their deadline ended."""
+
+    mode: str
+    """The batching mode under test (none, static, dynamic, continuous)."""
+    max_batch_size: int
+    """The most requests in one batch (requests)."""
+    probes: int
+    """Probe prompts sent in every arrangement (prompts)."""
+    arrangements: list[str]
+    """The arrangements each probe ran in (labels: one at a time, in order, reversed, shuffled)."""
+    outputs_compared: int
+    """Outputs compared with the unbatched reference, over all arrangements (outputs)."""
+    mismatches: int
+    """Outputs whose tokens or error differ from the unbatched reference (outputs)."""
+    mismatch_rate: float
+    """mismatches / outputs_compared (fraction, 0 to 1)."""
+    expired_request: str
+    """How a request whose deadline passed before it arrived ended (an error code, or `an answer`)."""
+    finished_after_deadline: int
+    """Requests that finished later than failure_policy.request_timeout_s plus the slack (requests)."""
 
 
 def without_caches(served: ServedModel) -> ServedModel:
@@ -57,13 +83,7 @@ def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[
 
 @register_gate(
     "batching",
-    watches=(
-        "batching",
-        "runtime.kv_cache",
-        "runtime.compile",
-        "runtime.compile_batch_sizes",
-        "failure_policy.request_timeout_s",
-    ),
+    watches=GATE_WATCHES["batching"],
     purpose="Greedy outputs are identical alone and in any batch, and deadlines are honoured.",
 )
 class BatchingGate(Gate):
@@ -104,17 +124,17 @@ class BatchingGate(Gate):
         expired = self._expired_request(engine)
         ctx.progress.advance()
         rate = len(mismatches) / compared if compared else 0.0
-        measurements: dict[str, Any] = {
-            "mode": served.batching.mode,
-            "max_batch_size": served.batching.max_batch_size,
-            "probes": len(probes),
-            "arrangements": [label for label, _ in layouts],
-            "outputs_compared": compared,
-            "mismatches": len(mismatches),
-            "mismatch_rate": round(rate, 6),
-            "expired_request": expired,
-            "finished_after_deadline": len(late),
-        }
+        measurements = BatchingMeasurements(
+            mode=served.batching.mode,
+            max_batch_size=served.batching.max_batch_size,
+            probes=len(probes),
+            arrangements=[label for label, _ in layouts],
+            outputs_compared=compared,
+            mismatches=len(mismatches),
+            mismatch_rate=round(rate, 6),
+            expired_request=expired,
+            finished_after_deadline=len(late),
+        )
         evidence = []
         for label, i, got in mismatches[: ctx.candidate.quality.max_failure_examples]:
             data, item = probes[i]

@@ -24,7 +24,7 @@ from typing import Literal
 
 from scipy.stats import mannwhitneyu
 
-from servegate.contracts.evaluation import CacheAudit
+from servegate.contracts.quality_section import CacheAudit
 from servegate.gates.http_probe import HttpProbe
 from servegate.gates.result import Verdict
 

@@ -10,19 +10,50 @@ must get no hits from the first's entries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, example
+from servegate.gates.result import OPTIONAL, GateResult, Measurements, Verdict, example
 from servegate.gates.timing_audits import TimingAudits, run_timing_audits
-from servegate.runtime.api import Engine, GenerationRequest
+from servegate.runtime.engine.interface import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"
+
+
+@dataclass(frozen=True)
+class CachingMeasurements(Measurements):
+    """Which caches are on, and the cache hits the probe passes saw (absent when no probe ran)."""
+
+    caches: list[str]
+    """The caches the candidate enables (prefix cache, response cache)."""
+    tenants_identified: bool
+    """Whether preprocess.tenant_from identifies tenants."""
+    shared_across_tenants: list[str]
+    """The enabled caches whose entries every tenant shares (empty when each is scoped per tenant)."""
+    probes: int | None = field(default=None, metadata=OPTIONAL)
+    """Probe prompts sent in each pass (prompts)."""
+    cold_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the cold pass: prompts sharing a prefix within the pass (hits)."""
+    warm_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Prefix-cache hits in the warm pass (hits)."""
+    repeat_response_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Response-cache hits when the cold pass is repeated (hits)."""
+    tenant_b_extra_hits: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits tenant B got beyond the cold pass's own, from tenant A's entries (hits; 0 when tenants are apart)."""
+    stale_hits_after_fingerprint_change: int | None = field(default=None, metadata=OPTIONAL)
+    """Hits an engine with a changed fingerprinted field got beyond the cold pass's own (hits)."""
+    output_mismatches: int | None = field(default=None, metadata=OPTIONAL)
+    """Cached outputs that differ from the cold output (outputs)."""
+    prefix_cache_observable: bool | None = field(default=None, metadata=OPTIONAL)
+    """False when the prefix cache runs inside a remote, where its hits cannot be counted."""
+    timing_audits: TimingAudits | None = field(default=None, metadata=OPTIONAL)
+    """The black-box response-cache detector and tenant isolation audit, timed over HTTP (docs/cache-audits.md)."""
 
 
 def shared_across_tenants(served: ServedModel) -> list[str]:
@@ -80,20 +111,15 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
     return warm.token_ids == cold.token_ids
 
 
-def _timing_note(audits: TimingAudits) -> str:
+def _timing_note(audits: TimingAudits | None) -> str:
     """What the tenant timing audit adds to a scope failure: that a client can time the leak too."""
-    found = audits.tenant_isolation
+    found = audits.tenant_isolation if audits is not None else None
     return f"; timing shows it: {found.reason}" if found is not None and found.finding == "shared" else ""
 
 
 @register_gate(
     "caching",
-    watches=(
-        "runtime.kv_cache.prefix_caching",
-        "runtime.kv_cache.cache_scope",
-        "postprocess.response_cache",
-        "preprocess.tenant_from",
-    ),
+    watches=GATE_WATCHES["caching"],
     purpose="Prefix and response caches change no answer, serve nothing stale, and leak nothing across tenants.",
 )
 class CachingGate(Gate):
@@ -107,18 +133,14 @@ class CachingGate(Gate):
         enabled = caches_enabled(served)
         tenants = served.preprocess.tenant_from != "none"
         shared = shared_across_tenants(served)
-        measurements: dict[str, Any] = {
-            "caches": enabled,
-            "tenants_identified": tenants,
-            "shared_across_tenants": shared,
-        }
+        measurements = CachingMeasurements(caches=enabled, tenants_identified=tenants, shared_across_tenants=shared)
         probes = probe_items(ctx.suites())
         if not enabled and not on_remote(served):
             return self.result("pass", "no prefix or response cache is enabled", measurements)
         if not probes:
             return self.result("warn", "no eval suites declared: no probes to send", measurements)
         if not enabled:  # a remote's own caches are invisible but for their timing
-            return self._timed_only(ctx, served, probes, measurements)
+            return self._timed_only(replace(measurements, timing_audits=run_timing_audits(ctx, served, probes)))
         ctx.progress.start("caching: probes", 5)
         engine = ctx.engines.fresh(served)
         cold, self_hits, cold_response = _pass(engine, _requests(probes, CONTROL))
@@ -150,7 +172,8 @@ class CachingGate(Gate):
                         )  # fmt: skip
         leaked = (b_hits - self_hits) + b_response
         stale = (stale_hits - self_hits) + stale_response
-        measurements.update(
+        measurements = replace(
+            measurements,
             probes=len(probes),
             cold_prefix_hits=self_hits,
             warm_prefix_hits=warm_hits,
@@ -158,82 +181,79 @@ class CachingGate(Gate):
             tenant_b_extra_hits=leaked,
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
+            timing_audits=run_timing_audits(ctx, served, probes),  # what a client can time, on any backend
         )
-        audits = run_timing_audits(ctx, served, probes)  # what a client can time, on any backend
-        measurements["timing_audits"] = audits.to_dict()
-        timed_checks = audits.checks()
+        return self._verdict(served, measurements, problems, evidence)
+
+    def _verdict(
+        self, served: ServedModel, m: CachingMeasurements, problems: list[str], evidence: list[dict[str, Any]]
+    ) -> GateResult:
+        """The worst finding first: changed outputs, a leak across tenants, stale hits; then what went unexercised."""
+        shared, leaked = m.shared_across_tenants, m.tenant_b_extra_hits or 0
+        stale = m.stale_hits_after_fingerprint_change or 0
+        warm_hits, repeat_response = m.warm_prefix_hits or 0, m.repeat_response_hits or 0
         if problems:
-            return self.result(
-                "fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", measurements, evidence
-            )
-        if shared and tenants:
+            return self.result("fail", f"caching changed outputs: {problems[0]} ({len(problems)} total)", m, evidence)
+        if shared and m.tenants_identified:
             return self.result(
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
-                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(audits)})",
-                measurements,
+                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(m.timing_audits)})",
+                m,
             )
         if leaked > 0 and not shared:
             return self.result(
                 "fail",
                 f"tenant B got {leaked} cache hit(s) from tenant A's entries although the cache scope is per tenant",
-                measurements,
+                m,
             )
         if stale > 0:
-            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", measurements)
-        failed = [r for v, r in timed_checks if v == "fail"]
+            return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", m)
+        timed = m.timing_audits.checks() if m.timing_audits is not None else []
+        failed = [r for v, r in timed if v == "fail"]
         if failed:
-            return self.result("fail", failed[0], measurements)
+            return self.result("fail", failed[0], m)
         if warm_hits == 0 and repeat_response == 0:
-            return self.result(
-                "warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", measurements
-            )
+            return self.result("warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", m)
         checked = (
-            f"warm == cold on {len(probes)} probes ({warm_hits} prefix, {repeat_response} response hits), "
+            f"warm == cold on {m.probes} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
-        isolation = audits.tenant_isolation
-        if on_remote(served) and "prefix cache" in enabled:  # its hits are counted inside the remote, unseen here
-            measurements["prefix_cache_observable"] = False
+        isolation = m.timing_audits.tenant_isolation if m.timing_audits is not None else None
+        if on_remote(served) and "prefix cache" in m.caches:  # its hits are counted inside the remote, unseen here
             if isolation is not None and isolation.finding == "isolated":
-                return self.result("pass", f"{checked}; the remote's {isolation.reason}", measurements)
-            timed = f" ({isolation.reason})" if isolation is not None else ""
+                verified = replace(m, prefix_cache_observable=False)
+                return self.result("pass", f"{checked}; the remote's {isolation.reason}", verified)
+            note = f" ({isolation.reason})" if isolation is not None else ""
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
-                f"visible from outside (servegate salts it per tenant on vLLM){timed}",
-                measurements,
+                f"visible from outside (servegate salts it per tenant on vLLM){note}",
+                replace(m, prefix_cache_observable=False),
             )
-        warned = [r for v, r in timed_checks if v == "warn"]
-        if warned and (on_remote(served) or audits.problem):  # on the reference the counters above decided
-            return self.result("warn", f"{checked}; {warned[0]}", measurements)
+        warned = [r for v, r in timed if v == "warn"]
+        problem = m.timing_audits is not None and m.timing_audits.problem is not None
+        if warned and (on_remote(served) or problem):  # on the reference the counters above decided
+            return self.result("warn", f"{checked}; {warned[0]}", m)
         if served.postprocess.response_cache.enabled and repeat_response == 0 and warned:
-            return self.result("warn", f"{checked}; {warned[0]}", measurements)
+            return self.result("warn", f"{checked}; {warned[0]}", m)
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",
                 f"{' and '.join(shared)}: every requester shares cache entries and can time them; safe only while "
                 f"the deployment has a single tenant (preprocess.tenant_from: none); {checked}",
-                measurements,
+                m,
             )
-        return self.result("pass", checked, measurements)
+        return self.result("pass", checked, m)
 
-    def _timed_only(
-        self,
-        ctx: GateContext,
-        served: ServedModel,
-        probes: list[tuple[SuiteData, SuiteItem]],
-        measurements: dict[str, Any],
-    ) -> GateResult:
+    def _timed_only(self, m: CachingMeasurements) -> GateResult:
         """A remote that declares no cache: only timing can show one it has anyway."""
-        audits = run_timing_audits(ctx, served, probes)
-        measurements["timing_audits"] = audits.to_dict()
-        checks = audits.checks()
+        checks = m.timing_audits.checks() if m.timing_audits is not None else []
         for wanted in ("fail", "warn"):
             found = [r for v, r in checks if v == wanted]
             if found:
-                return self.result(wanted, found[0], measurements)  # type: ignore[arg-type]
+                verdict: Verdict = wanted  # type: ignore[assignment]
+                return self.result(verdict, found[0], m)
         reasons = "; ".join(r for _, r in checks) or "no audit ran"
-        return self.result("pass", f"no cache is declared and none shows in timing: {reasons}", measurements)
-
+        return self.result("pass", f"no cache is declared and none shows in timing: {reasons}", m)

@@ -15,18 +15,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from servegate.capacity.bench_targets import PromptFactory
-from servegate.capacity.metrics import slo_from_targets
-from servegate.capacity.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
-from servegate.capacity.planner import TargetCheck, check_targets
+from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
+from servegate.capacity.bench.run_metrics import slo_from_targets
+from servegate.capacity.bench.targets import PromptFactory
+from servegate.capacity.planning.planner import TargetCheck, check_targets
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.capacity_paired import bench_change_sides, bench_interleaved, judge, paired_mode
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult
+from servegate.gates.result import OPTIONAL, GateResult, Measurements
 
 ServerFactory = Callable[[ServedModel], AbstractContextManager[Any]]
 
@@ -55,7 +57,7 @@ def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
     """The remote's memory as its /metrics says it for the whole deployment, else None and why not."""
     import asyncio
 
-    from servegate.runtime.remote_identity import RemoteIdentity, remote_memory
+    from servegate.runtime.remote.identity import RemoteIdentity, remote_memory
 
     identity = remote or RemoteIdentity("unknown", None, ())
     return asyncio.run(remote_memory(served.runtime.endpoint_url or "", identity))
@@ -63,7 +65,7 @@ def _remote_memory(served: ServedModel, remote: Any) -> tuple[int | None, str]:
 
 def _memory(served: ServedModel) -> Any:
     """The manifest's memory plan, or None when its config cannot be read (e.g. a remote-only model)."""
-    from servegate.capacity.memory_plan import manifest_memory
+    from servegate.capacity.memory.plan import manifest_memory
 
     try:
         return manifest_memory(served)
@@ -71,23 +73,43 @@ def _memory(served: ServedModel) -> Any:
         return None
 
 
+@dataclass(frozen=True)
+class CapacityMeasurements(Measurements):
+    """The bench at the declared workload: latency and throughput as measured, each target's check, memory."""
+
+    ttft_ms: dict[str, Any]
+    """Time to first token (milliseconds): mean, p50/p95/p99 with their intervals, count."""
+    tpot_ms: dict[str, Any]
+    """Time per output token after the first (milliseconds): as ttft_ms."""
+    e2el_ms: dict[str, Any]
+    """End-to-end latency of a request (milliseconds): as ttft_ms."""
+    throughput: dict[str, Any]
+    """requests_per_s (requests/s) and output_tokens_per_s (tokens/s) over the bench."""
+    goodput: dict[str, Any]
+    """requests_per_s (requests/s) within the SLO, the fraction (0 to 1) within it, and the SLO (milliseconds)."""
+    requests: dict[str, int]
+    """Requests sent, completed and failed (requests)."""
+    targets: list[dict[str, Any]]
+    """One check per declared target: name, target, predicted (the measured value), unit, verdict, met, missed_by."""
+    memory_total_bytes: int | None
+    """The planned memory (weights, KV pool, runtime estimate) in bytes; None when not planned."""
+    peak_memory_bytes: int | None
+    """Peak resident memory of the server process, or a remote's own report (bytes); None when not measured."""
+    machine_speed: dict[str, Any] | None
+    """This machine's speed probe during the bench (microseconds per probe, spread, steady); None when not run."""
+    client_limited: bool | None
+    """Whether the load generator, not the server, limited the rate."""
+    load_average: dict[str, Any] | None
+    """The system load average before and after the bench, the CPUs, and whether they were oversubscribed."""
+    paired: bool
+    """Whether the candidate was benched interleaved with the baseline (a change), not alone."""
+    memory_unchecked: str | None = field(default=None, metadata=OPTIONAL)
+    """Why the memory target was not checked; absent when it was."""
+
+
 @register_gate(
     "capacity",
-    watches=(
-        "capacity",
-        "batching",
-        "runtime.kv_cache",
-        "runtime.max_model_len",
-        "runtime.threads",
-        "runtime.cpu_linear",
-        "runtime.compile",
-        "runtime.compile_batch_sizes",
-        "runtime.device",
-        "runtime.backend",
-        "runtime.endpoint_url",
-        "runtime.quantization",
-        "postprocess.max_output_tokens",
-    ),
+    watches=GATE_WATCHES["capacity"],
     purpose="the declared latency, throughput and memory targets hold under the declared workload",
 )
 class CapacityGate(Gate):
@@ -103,7 +125,7 @@ class CapacityGate(Gate):
         ours = type(self).server_factory is own_server  # tests substitute servers of their own
         if ours and served.capacity.targets is not None and served.capacity.workload is not None:
             if served.runtime.backend == "reference":
-                from servegate.capacity.local_server import LocalServer
+                from servegate.capacity.bench.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
                 if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
@@ -162,23 +184,23 @@ class CapacityGate(Gate):
         checks = check_targets(targets, report, memory_bytes)
         records = [r for run in result.runs for r in run.records]
         verdict = judge(targets, records, checks, change, describe_miss=_miss, load=report.get("load_average"))
-        measurements = {
+        measurements = CapacityMeasurements(
             **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
-            "targets": verdict.checks,
-            "memory_total_bytes": memory.total_bytes if memory is not None else None,
-            "peak_memory_bytes": peak,
-            "machine_speed": report.get("machine_speed"),
-            "client_limited": report.get("client_limited"),
-            "load_average": report.get("load_average"),
-            "paired": paired,
-        }
+            targets=verdict.checks,
+            memory_total_bytes=memory.total_bytes if memory is not None else None,
+            peak_memory_bytes=peak,
+            machine_speed=report.get("machine_speed"),
+            client_limited=report.get("client_limited"),
+            load_average=report.get("load_average"),
+            paired=paired,
+        )
         if report["requests"]["completed"] == 0:
             if on_remote(served):
                 where = served.runtime.endpoint_url
                 return self.result("unavailable", f"no request to {where} completed", measurements)
             return self.result("fail", "no request of the bench completed", measurements)
         if unchecked:
-            measurements["memory_unchecked"] = unchecked
+            measurements = replace(measurements, memory_unchecked=unchecked)
         if verdict.verdict != "pass":
             also = f"; {unchecked}" if unchecked else ""
             return self.result(verdict.verdict, verdict.reason + also + _unsteady(report), measurements)
@@ -214,7 +236,7 @@ def _miss(check: TargetCheck) -> str:
 
 def _unsteady(report: dict[str, Any]) -> str:
     """A warning for a miss measured while this machine's speed moved (machine_speed.py), else nothing."""
-    from servegate.capacity.machine_speed import MachineSpeed
+    from servegate.capacity.bench.machine_speed import MachineSpeed
 
     if not report.get("machine_speed"):
         return ""

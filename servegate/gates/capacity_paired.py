@@ -1,11 +1,11 @@
 """The capacity gate's verdicts that a moving machine cannot fool: paired ratios for a change, bounds for targets.
 
 - A change (`gate check --baseline A --candidate B`): both servers are benched interleaved on this
-  machine (capacity/interleaved.py) and the candidate/baseline ratio of each target metric is gated
+  machine (capacity/bench/interleaved.py) and the candidate/baseline ratio of each target metric is gated
   with its 95% interval against `capacity.tolerance`: fail when the whole interval is worse than the
   tolerance allows, pass when the whole interval is within it, warn (inconclusive) when it straddles.
 - Absolute latency targets: judged on the sample's conservative estimate and interval
-  (capacity/target_bounds.py): pass, fail or inconclusive with the requests that would decide it.
+  (capacity/bench/target_bounds.py): pass, fail or inconclusive with the requests that would decide it.
 - Throughput floors and the memory budget stay point checks (they are not percentiles of a sample).
 """
 
@@ -17,9 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from servegate.capacity.bench import BenchResult, BenchRun
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.interleaved import (
+from servegate.capacity.bench.interleaved import (
     InterleavedRuns,
     Ratio,
     Statistic,
@@ -28,9 +26,11 @@ from servegate.capacity.interleaved import (
     run_interleaved,
     throughput_statistic,
 )
-from servegate.capacity.metrics import SLO, RequestRecord, summarize
-from servegate.capacity.planner import TargetCheck, check_targets
-from servegate.capacity.target_bounds import LATENCY_TARGETS, BoundCheck, judge_latency_targets
+from servegate.capacity.bench.load_generator import BenchResult, BenchRun
+from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
+from servegate.capacity.bench.target_bounds import LATENCY_TARGETS, BoundCheck, judge_latency_targets
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.capacity.planning.planner import TargetCheck, check_targets
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 

@@ -1,8 +1,9 @@
 """`gate check` orchestration: which gates run (and why), running them, and the report.
 
 A single manifest is checked against its own reference form (every optimization off); two manifests
-are checked as a change. Either way the field diff, through `contracts.diff.GATE_TRIGGERS`, decides
-which gates run; the report says for every gate why it ran or why it was skipped.
+are checked as a change. Either way the field diff, through the fields each registered gate watches
+(`contracts.diff.GATE_WATCHES` for the built-in ones), decides which gates run; the report says for
+every gate why it ran or why it was skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
 )
 from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, on_remote, remote_label, timed
 from servegate.gates.output_cache import OutputCache
-from servegate.gates.registry import GATES
+from servegate.gates.registry import GATES, gate_watches
 from servegate.gates.result import GateReport, GateResult
 
 ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallback", "quality", "capacity")
@@ -36,9 +37,6 @@ ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallb
 
 ALWAYS_IN_REFERENCE_MODE = ("contract",)
 """Gates that check a manifest's own promises, so they run on every single-manifest check."""
-
-NOT_GATES_HERE: dict[str, str] = {}
-"""Gate names the trigger table may name that `gate check` does not run, with the reason shown instead."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +65,7 @@ def plan_gates(
     """Every registered gate with run/skip and the reason; unknown `forced` names raise with a suggestion."""
     for name in forced:
         GATES.entry(name)  # raises "unknown gate ...; did you mean ...? Available: ..."
-    changes = diff_manifests(baseline, candidate)
-    triggered = gates_for_changes(changes)
-    for entry in GATES:  # a gate's own `watches` also trigger it (how plugins get run)
-        watched = tuple(entry.metadata.get("watches", ()))
-        for change in changes:
-            if any(change.path == w or change.path.startswith(w + ".") for w in watched):
-                paths = triggered.setdefault(entry.name, [])
-                if change.path not in paths:
-                    paths.append(change.path)
+    triggered = gates_for_changes(diff_manifests(baseline, candidate, gate_watches()))
     planned = []
     for entry in sorted(GATES, key=lambda e: ORDER.index(e.name) if e.name in ORDER else len(ORDER)):
         name, paths = entry.name, tuple(triggered.get(entry.name, ()))
@@ -91,11 +81,6 @@ def plan_gates(
         else:
             watched = ", ".join(entry.metadata.get("watches", ())) or "nothing"
             planned.append(PlannedGate(name, False, f"no watched field changed (watches {watched})"))
-    if not forced:
-        for name, paths in triggered.items():
-            if name not in GATES:
-                why = NOT_GATES_HERE.get(name, f"no gate named {name!r} is installed")
-                planned.append(PlannedGate(name, False, f"{why} (changed: {_summary(paths)})", tuple(paths)))
     return planned
 
 
@@ -146,7 +131,7 @@ def run_check(
     )
     if any(p.run for p in planned):
         ctx.suites()  # a suite that cannot be loaded is a manifest error (exit 2), not a gate failure
-    results: list[GateResult] = []
+    side = _identity(baseline, "reference form" if mode == "reference" else "manifest")
     try:
         ctx.remote = _probe_remote(ctx, planned)
     except RemoteUnavailable as exc:  # nothing can be measured: every gate that would run says why
@@ -157,13 +142,27 @@ def run_check(
             for p in planned
         ]  # fmt: skip
         return GateReport(
-            baseline=_identity(baseline, "reference form" if mode == "reference" else "manifest"),
+            baseline=side,
             candidate=_identity(candidate, "manifest"),
             gates=results,
             mode=mode,
             duration_s=time.perf_counter() - began,
             notes=[f"the candidate's remote could not be measured: {exc}"],
         )
+    results = _run_planned(ctx, planned, pool)
+    return GateReport(
+        baseline=side,
+        candidate=_identity(candidate, "manifest", ctx.remote),
+        gates=results,
+        mode=mode,
+        duration_s=time.perf_counter() - began,
+        notes=_notes(ctx, baseline, evaluated),
+    )
+
+
+def _run_planned(ctx: GateContext, planned: Sequence[PlannedGate], pool: EnginePool) -> list[GateResult]:
+    """Prepare every gate that will run, run each in order (skipped ones say why), then stop what is left."""
+    results: list[GateResult] = []
     try:
         for plan in planned:
             if plan.run:
@@ -188,6 +187,11 @@ def run_check(
             if callable(stop):
                 stop()
         pool.close()
+    return results
+
+
+def _notes(ctx: GateContext, baseline: ServedModel, evaluated: ServedModel) -> list[str]:
+    """What the report says about how the check ran: the remote, the batching of the suites, the cache."""
     notes = []
     if ctx.remote is not None:
         notes.append(
@@ -200,14 +204,7 @@ def run_check(
         )
     if ctx.cache.enabled:
         notes.append(f"baseline cache {ctx.cache.directory}: {ctx.cache.hits} hit(s), {ctx.cache.misses} miss(es)")
-    return GateReport(
-        baseline=_identity(baseline, "reference form" if mode == "reference" else "manifest"),
-        candidate=_identity(candidate, "manifest", ctx.remote),
-        gates=results,
-        mode=mode,
-        duration_s=time.perf_counter() - began,
-        notes=notes,
-    )
+    return notes
 
 
 def _is_runtime_failure(exc: Exception) -> bool:

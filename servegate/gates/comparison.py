@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext, on_remote
 from servegate.gates.evaluation import SuiteData, SuiteItem, SuiteRun
 from servegate.gates.output_length import OutputLength, output_length
-from servegate.gates.result import Verdict, example, worst
+from servegate.gates.result import FLATTEN, OPTIONAL, Verdict, example, worst
 from servegate.gates.statistics import PairedComparison, paired_noninferiority
+
+
+@dataclass(frozen=True)
+class SuiteScores:
+    """One suite in a paired comparison: its size, where the baseline came from, and each metric's test."""
+
+    items: int | None = field(default=None, metadata=OPTIONAL)
+    """Items in the suite (items)."""
+    baseline_from_cache: bool | None = field(default=None, metadata=OPTIONAL)
+    """Whether the baseline's outputs were read from the output cache instead of generated."""
+    candidate_errors: int | None = field(default=None, metadata=OPTIONAL)
+    """Items the candidate answered with an error (items)."""
+    lm_eval_aggregate: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    """lm-eval's own aggregate of each side ({"baseline": ..., "candidate": ...}), for lm-eval suites."""
+    metrics: dict[str, PairedComparison] = field(default_factory=dict, metadata=FLATTEN)
+    """Metric name -> its paired non-inferiority test (scores are fractions 0 to 1); one report key each."""
+    output_length: OutputLength | None = field(default=None, metadata=OPTIONAL)
+    """The output-length guard: mean generated tokens per item of both sides against quality.length_band."""
 
 
 @dataclass
@@ -52,18 +70,16 @@ class QualityComparison:
             f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%}){length}"
         )
 
-    def measurements(self) -> dict[str, Any]:
-        """JSON-ready per-suite statistics."""
-        lengths = {g.suite: asdict(g) for g in self.lengths}
+    def suite_scores(self) -> dict[str, SuiteScores]:
+        """Suite name -> its suite-level numbers and per-metric tests, in the order the suites were tested."""
+        lengths = {g.suite: g for g in self.lengths}
         return {
-            "suites": {
-                suite: {
-                    **self.suites.get(suite, {}),
-                    **{c.metric: c.to_dict() for s, c in self.tests if s == suite},
-                    **({"output_length": lengths[suite]} if suite in lengths else {}),
-                }
-                for suite in dict.fromkeys(s for s, _ in self.tests)
-            }
+            suite: SuiteScores(
+                **self.suites.get(suite, {}),
+                metrics={c.metric: c for s, c in self.tests if s == suite},
+                output_length=lengths.get(suite),
+            )
+            for suite in dict.fromkeys(s for s, _ in self.tests)
         }
 
 

@@ -14,10 +14,12 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
@@ -32,8 +34,8 @@ from servegate.gates.contract_probes import (
     variant_manifest,
 )
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult
-from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
+from servegate.gates.result import OPTIONAL, GateResult, Measurements
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
 READY_TIMEOUT_S = 120.0
@@ -149,9 +151,27 @@ async def _wait_ready(client: Any, timeout_s: float = READY_TIMEOUT_S) -> None:
         await asyncio.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class ContractMeasurements(Measurements):
+    """What the contract gate probed: over HTTP (the probes and codes), or on the engine alone."""
+
+    remote: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    """The identity a remote reported, when it differs from the manifest (the drift failure)."""
+    http_checked: bool | None = field(default=None, metadata=OPTIONAL)
+    """False when servegate.server was unavailable and only the engine-level checks ran."""
+    probes: int | None = field(default=None, metadata=OPTIONAL)
+    """HTTP probes sent, one per catalogued behaviour and variant (probes)."""
+    codes_provoked: list[str] | None = field(default=None, metadata=OPTIONAL)
+    """Catalogue error codes the probes provoked."""
+    not_provokable: list[str] | None = field(default=None, metadata=OPTIONAL)
+    """Catalogue error codes no request can provoke from outside (e.g. an internal error)."""
+    prompts_checked: int | None = field(default=None, metadata=OPTIONAL)
+    """Prompts whose outputs were checked for validity, streaming and seeding (prompts)."""
+
+
 @register_gate(
     "contract",
-    watches=("preprocess", "postprocess", "failure_policy", "runtime.warmup", "runtime.seed", "weights"),
+    watches=GATE_WATCHES["contract"],
     purpose="Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree.",
 )
 class ContractGate(Gate):
@@ -166,8 +186,8 @@ class ContractGate(Gate):
         prompts = [item.prompt for data in ctx.suites() for item in data.items[:4]] or ["1+1="]
         drift = remote_drift(ctx.candidate, ctx.remote)
         if drift:
-            return self.result("fail", f"{drift[0]} ({len(drift)} problem(s))", {"remote": ctx.remote.to_dict()},
-                               [{"problem": p} for p in drift])  # fmt: skip
+            seen = ContractMeasurements(remote=ctx.remote.to_dict())
+            return self.result("fail", f"{drift[0]} ({len(drift)} problem(s))", seen, [{"problem": p} for p in drift])
         if create_app is None:
             return self._engine_only(ctx, prompts)
         server_log = logging.getLogger("servegate.server")
@@ -182,13 +202,13 @@ class ContractGate(Gate):
                                [{"problem": p} for p in problems])  # fmt: skip
         return self.result(
             "pass",
-            f"{measurements['probes']} probes answered as declared; stream == non-stream; same seed, same output",
+            f"{measurements.probes} probes answered as declared; stream == non-stream; same seed, same output",
             measurements,
         )
 
     async def _http(
         self, ctx: GateContext, create_app: AppFactory, prompts: list[str]
-    ) -> tuple[list[str], dict[str, Any]]:
+    ) -> tuple[list[str], ContractMeasurements]:
         servers = _Servers(ctx, create_app)
         problems: list[str] = []
         probes = probes_for(ctx.candidate, prompts[0])
@@ -211,12 +231,12 @@ class ContractGate(Gate):
         missing = sorted(set(CATALOGUE) - set(covered))
         if missing:
             problems.append(f"catalogue codes with no probe: {', '.join(missing)}")
-        return problems, {
-            "probes": len(probes),
-            "codes_provoked": sorted({p.code for p in probes}),
-            "not_provokable": NOT_PROVOKABLE,
-            "prompts_checked": len(prompts),
-        }
+        return problems, ContractMeasurements(
+            probes=len(probes),
+            codes_provoked=sorted({p.code for p in probes}),
+            not_provokable=NOT_PROVOKABLE,
+            prompts_checked=len(prompts),
+        )
 
     async def _outputs(self, served: ServedModel, client: Any, prompts: list[str]) -> list[str]:
         problems = []
@@ -272,7 +292,7 @@ class ContractGate(Gate):
 
         if isinstance(whole, FinishEvent) and asyncio.run(stream()) != whole.text:
             problems.append("streamed text differs from generated text")
-        measurements = {"http_checked": False, "prompts_checked": 1}
+        measurements = ContractMeasurements(http_checked=False, prompts_checked=1)
         if problems:
             return self.result("fail", problems[0], measurements)
         return self.result(

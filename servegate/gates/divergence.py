@@ -28,7 +28,7 @@ def load_lm(served: ServedModel) -> tuple[Any, Any]:
     if served.runtime.backend != "reference":
         raise DivergenceUnavailable("the endpoint backend exposes no full next-token distributions")
     try:
-        from servegate.runtime.weights import load_causal_lm
+        from servegate.runtime.model.weights import load_causal_lm
     except ImportError:  # the runtime's loader is optional here: plain transformers does the same
         load_causal_lm = None
     if load_causal_lm is not None:
@@ -44,9 +44,9 @@ def load_lm(served: ServedModel) -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     if served.runtime.quantization.method != "none":
         try:
-            from servegate.runtime.quantization import quantize_model  # type: ignore[import-not-found]
+            from servegate.runtime.model.quantization import quantize_model  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise DivergenceUnavailable(f"servegate.runtime.quantization is not available: {exc}") from None
+            raise DivergenceUnavailable(f"servegate.runtime.model.quantization is not available: {exc}") from None
         quantize_model(model, served.runtime.quantization)  # in place; returns a report
     model.eval()
     return model, tokenizer

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Suite
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.contracts.quality_section import Suite
+from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 Progress = Callable[[int], None]
 """Called with the number of items just finished."""
@@ -269,7 +269,7 @@ _METRICS: dict[str, Any] = {}
 
 def _metric(name: str) -> Any:
     if name not in _METRICS:
-        from servegate.zoo.eval_metrics import load_metric
+        from servegate.zoo.evaluate_modules import load_metric
 
         try:
             _METRICS[name] = load_metric(name)

@@ -8,20 +8,22 @@ overload and forced deadlines are routed to it, marked `fallback_used`, and no r
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE, ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
-from servegate.gates.comparison import QualityComparison, compare_runs
+from servegate.gates.comparison import QualityComparison, SuiteScores, compare_runs
 from servegate.gates.evaluation import SuiteRun, burst, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, Verdict, worst
-from servegate.gates.statistics import boundary_check
-from servegate.runtime.api import ErrorEvent, FinishEvent
+from servegate.gates.result import GateResult, Measurements, Verdict, worst
+from servegate.gates.statistics import BoundaryCheck, boundary_check
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent
 
 FORCED_REQUESTS = 16
 
@@ -50,9 +52,43 @@ def load_fallback(served: ServedModel) -> ServedModel:
         raise GateSetupError(f"the fallback manifest {path} does not load: {exc}") from None
 
 
+@dataclass(frozen=True)
+class ForcedRouting:
+    """Requests sent while one trigger (overload, a missed deadline) was forced on the primary."""
+
+    sent: int
+    """Requests sent (requests)."""
+    answered: int
+    """Requests that ended in an answer or a catalogued error (requests)."""
+    routed_to_fallback: int
+    """Answers the fallback gave (requests)."""
+    errors: dict[str, int]
+    """Error code -> requests that ended with it."""
+    errors_after_first_token: int
+    """Trigger errors on streams that had already sent tokens, where switching models is not allowed (requests)."""
+
+
+@dataclass(frozen=True)
+class FallbackMeasurements(Measurements):
+    """The declared fallback, its output contract and boundary per suite, and how forced failures were routed."""
+
+    fallback: str
+    """The fallback manifest's name."""
+    triggers: list[str]
+    """failure_policy.fallback.triggers: the failures it takes over (overload, timeout)."""
+    boundary: dict[str, float]
+    """failure_policy.fallback.boundary: metric -> the floor the fallback's score must keep (fraction, 0 to 1)."""
+    contract: dict[str, SuiteScores]
+    """Suite name -> paired tests of the validity metrics, the fallback against the primary."""
+    boundaries: dict[str, BoundaryCheck]
+    """`suite/metric` -> the fallback's score against its declared floor."""
+    routing: dict[str, ForcedRouting]
+    """Trigger (overload, timeout) -> how the forced requests ended; empty with no suite items to send."""
+
+
 @register_gate(
     "fallback",
-    watches=("failure_policy.fallback",),
+    watches=GATE_WATCHES["fallback"],
     purpose="The fallback keeps the primary's output contract and its declared quality boundary, and takes over "
     "overload and deadlines without losing a request.",
 )
@@ -67,18 +103,13 @@ class FallbackGate(Gate):
             return self.result("pass", "no fallback declared: failures end in their catalogued errors")
         fallback = load_fallback(primary)
         checks: list[tuple[Verdict, str]] = []
-        measurements: dict[str, Any] = {
-            "fallback": fallback.name,
-            "triggers": list(policy.triggers),
-            "boundary": dict(policy.boundary),
-        }
 
         schema = primary.postprocess.output_schema
         if schema is not None and fallback.postprocess.output_schema != schema:
             checks.append(("fail", "the fallback declares a different postprocess.output_schema than the primary"))
 
         contract = QualityComparison()
-        boundaries: dict[str, Any] = {}
+        boundaries: dict[str, BoundaryCheck] = {}
         boundary_checks: list[tuple[Verdict, str]] = []
         for data in ctx.suites(primary):
             base = ctx.run_suite(ctx.baseline, data, role="baseline")
@@ -105,20 +136,25 @@ class FallbackGate(Gate):
                     check = boundary_check(
                         fb.scores[metric], floor, confidence=primary.quality.confidence, metric=metric
                     )
-                    boundaries[f"{data.name}/{metric}"] = check.to_dict()
+                    boundaries[f"{data.name}/{metric}"] = check
                     boundary_checks.append((check.verdict, f"{data.name}: {check.reason}"))
         if contract.tests:  # the contract first: it is what the primary's clients parse
             checks.append((contract.verdict, f"output contract: {contract.reason()}"))
         checks.extend(boundary_checks)
-        measurements["contract"] = contract.measurements()["suites"]
-        measurements["boundaries"] = boundaries
         unmatched = [m for m in policy.boundary if not any(k.endswith(f"/{m}") for k in boundaries)]
         if unmatched:
             checks.append(("warn", f"boundary metric(s) {', '.join(unmatched)} are computed on no suite"))
 
-        routing = self._routing(ctx, primary, policy.triggers)
-        measurements["routing"] = routing
-        checks.extend(routing.pop("checks"))
+        routing, routing_checks = self._routing(ctx, primary, policy.triggers)
+        checks.extend(routing_checks)
+        measurements = FallbackMeasurements(
+            fallback=fallback.name,
+            triggers=list(policy.triggers),
+            boundary=dict(policy.boundary),
+            contract=contract.suite_scores(),
+            boundaries=boundaries,
+            routing=routing,
+        )
 
         verdict = worst(v for v, _ in checks) if checks else "pass"
         reason = next((r for v, r in checks if v == verdict), "fallback keeps the contract and its boundary")
@@ -126,7 +162,9 @@ class FallbackGate(Gate):
             reason = f"contract kept, boundary met, overload/deadline routed ({len(checks)} checks)"
         return self.result(verdict, reason, measurements, contract.evidence)
 
-    def _routing(self, ctx: GateContext, primary: ServedModel, triggers: list[str]) -> dict[str, Any]:
+    def _routing(
+        self, ctx: GateContext, primary: ServedModel, triggers: list[str]
+    ) -> tuple[dict[str, ForcedRouting], list[tuple[Verdict, str]]]:
         """Force overload (a queue of 1) and missed deadlines (a 1 ms request_timeout_s) on the primary.
 
         The deadline is the primary's manifest setting, not the requests' own, so a request handed to the
@@ -134,11 +172,12 @@ class FallbackGate(Gate):
         """
         suites = ctx.suites(primary)
         if not suites or not suites[0].items:
-            return {"checks": [("warn", "no suite items to send as forced requests")]}
+            return {}, [("warn", "no suite items to send as forced requests")]
         data = suites[0]
         items = [data.items[i % len(data.items)] for i in range(FORCED_REQUESTS)]
         policy = primary.failure_policy.model_dump(mode="python")
-        out: dict[str, Any] = {"checks": []}
+        out: dict[str, ForcedRouting] = {}
+        checks: list[tuple[Verdict, str]] = []
         for trigger, code, change in (
             ("overload", "overloaded", {"max_queue": 1}),
             ("timeout", "deadline_exceeded", {"request_timeout_s": 0.001}),
@@ -159,30 +198,28 @@ class FallbackGate(Gate):
                 isinstance(d.result, ErrorEvent) and d.result.error.code == code and not d.streamed for d in ended
             )
             provoked = routed + errors.get(code, 0)
-            out[trigger] = {
-                "sent": len(requests),
-                "answered": len(ended),
-                "routed_to_fallback": routed,
-                "errors": errors,
-                "errors_after_first_token": errors.get(code, 0) - unrouted,
-            }
+            out[trigger] = ForcedRouting(
+                sent=len(requests),
+                answered=len(ended),
+                routed_to_fallback=routed,
+                errors=errors,
+                errors_after_first_token=errors.get(code, 0) - unrouted,
+            )
             uncatalogued = [c for c in errors if c not in CATALOGUE]
             if len(ended) != len(requests) or uncatalogued:
                 lost = len(requests) - len(ended)
-                out["checks"].append(
-                    ("fail", f"forced {trigger}: {lost} request(s) lost, uncatalogued errors {uncatalogued}")
-                )
+                checks.append(("fail", f"forced {trigger}: {lost} request(s) lost, uncatalogued errors {uncatalogued}"))
             elif provoked == 0:
-                out["checks"].append(("warn", f"forced {trigger} was not provoked: every request finished normally"))
+                checks.append(("warn", f"forced {trigger} was not provoked: every request finished normally"))
             elif trigger in triggers and unrouted:
-                out["checks"].append(
+                checks.append(
                     ("fail", f"{unrouted} {code} error(s) before any token although failure_policy.fallback.triggers "
                      f"includes {trigger}")
                 )  # fmt: skip
             elif trigger not in triggers and routed:
-                out["checks"].append(
+                checks.append(
                     ("fail", f"{routed} request(s) routed to the fallback on {trigger}, which is not declared")
                 )
             else:
-                out["checks"].append(("pass", f"forced {trigger}: {routed} routed, {errors.get(code, 0)} {code}"))
-        return out
+                checks.append(("pass", f"forced {trigger}: {routed} routed, {errors.get(code, 0)} {code}"))
+        return out, checks

@@ -22,7 +22,7 @@ import httpx
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine
+from servegate.runtime.engine.interface import Engine
 
 READY_TIMEOUT_S = 600.0
 """How long the in-process server may take to load its model and pass its warm-up."""

@@ -19,7 +19,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from servegate.contracts.errors import ServegateError
-from servegate.runtime.api import (
+from servegate.runtime.engine.interface import (
     Engine,
     ErrorEvent,
     FinishEvent,

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LM_EVAL_INSTALL, LmEvalTask, Suite, lm_eval_installed
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.quality_section import LM_EVAL_INSTALL, LmEvalTask, Suite, lm_eval_installed
 from servegate.gates.evaluation import ItemOutput, Progress, SuiteData, SuiteItem, load_suite_data, run_items
-from servegate.runtime.api import Engine, FinishEvent, PromptLogprobs
+from servegate.runtime.engine.interface import Engine, FinishEvent, PromptLogprobs
 
 log = logging.getLogger("servegate.gates")
 

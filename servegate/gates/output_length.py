@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servegate.contracts.evaluation import LengthBand
+from servegate.contracts.quality_section import LengthBand
 from servegate.gates.evaluation import ItemOutput
 from servegate.gates.result import Verdict
 

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.comparison import compare_on_suites
+from servegate.gates.comparison import SuiteScores, compare_on_suites
 from servegate.gates.divergence import next_token_report
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult
+from servegate.gates.result import GateResult, Measurements
+
+
+@dataclass(frozen=True)
+class QualityMeasurements(Measurements):
+    """What the quality gate compared: the fields taken from the candidate, each suite's tests, divergence."""
+
+    compared_fields: list[str]
+    """The changed fields the isolated candidate took from the candidate (`(whole candidate)` when forced)."""
+    suites: dict[str, SuiteScores]
+    """Suite name -> its items and per-metric paired tests."""
+    next_token: dict[str, Any]
+    """Suite name -> next-token agreement (fraction) and KL divergence (nats), or {"unavailable": why}."""
 
 
 @register_gate(
     "quality",
-    watches=(
-        "weights",
-        "preprocess.chat_template",
-        "runtime.backend",
-        "runtime.endpoint_url",
-        "runtime.compile",
-        "quality",
-    ),
+    watches=GATE_WATCHES["quality"],
     purpose="New weights, templates or backends keep every suite metric within its non-inferiority margin.",
 )
 class QualityGate(Gate):
@@ -33,6 +42,9 @@ class QualityGate(Gate):
             return self.result("pass", "only quality settings changed: no served behaviour to compare")
         candidate = ctx.isolated(paths) if paths else ctx.candidate
         comparison = compare_on_suites(ctx, ctx.baseline, candidate)
-        measurements = {"compared_fields": paths or ["(whole candidate)"], **comparison.measurements()}
-        measurements["next_token"] = next_token_report(ctx, candidate)
+        measurements = QualityMeasurements(
+            compared_fields=paths or ["(whole candidate)"],
+            suites=comparison.suite_scores(),
+            next_token=next_token_report(ctx, candidate),
+        )
         return self.result(comparison.verdict, comparison.reason(), measurements, comparison.evidence)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 
 if TYPE_CHECKING:
@@ -114,6 +115,12 @@ def register_class(registry: Registry[Any], name: str, cls: type) -> None:
 
 GATES: Registry[type[Gate]] = Registry("gate", group=ENTRY_POINT_GROUP)
 """Every gate `gate check` can run: built-in ones and those of installed plugins."""
+
+
+def gate_watches() -> dict[str, tuple[str, ...]]:
+    """The trigger table `gate check` and `gate diff` use: the built-in gates' (GATE_WATCHES, in the order
+    they run), then every other registered gate's own watches (plugins)."""
+    return {**GATE_WATCHES, **{entry.name: tuple(entry.metadata.get("watches", ())) for entry in GATES}}
 
 
 def register_gate(name: str, *, watches: tuple[str, ...], purpose: str) -> Callable[[type[Gate]], type[Gate]]:

@@ -159,7 +159,7 @@ def junit_xml(
         if gate in failed:
             failure = ET.SubElement(case, "failure", message=gate.reason, type=gate.verdict)
             failure.text = json.dumps(
-                {"measurements": gate.measurements, "evidence": gate.evidence}, indent=2, default=str
+                {"measurements": gate.measurements.to_dict(), "evidence": gate.evidence}, indent=2, default=str
             )
         elif gate in errored:
             ET.SubElement(case, "error", message=gate.reason, type="unavailable")

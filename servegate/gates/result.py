@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -20,6 +20,56 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return max(verdicts, key=_SEVERITY.__getitem__, default="skipped")
 
 
+OPTIONAL: dict[str, bool] = {"omit_if_none": True}
+"""Field metadata: a measurement only some runs make, left out of the report when it was not made."""
+FLATTEN: dict[str, bool] = {"flatten": True}
+"""Field metadata: a mapping whose keys go into the report beside the other fields (e.g. one per metric)."""
+
+
+def to_json(value: Any) -> Any:
+    """A measured value as JSON-ready data: objects by their `to_dict`, containers element by element."""
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return fields_to_json(value)
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(item) for item in value]
+    return value
+
+
+def fields_to_json(record: Any) -> dict[str, Any]:
+    """A dataclass as the report writes it: one key per field in order, OPTIONAL ones only when set."""
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if value is None and f.metadata.get("omit_if_none"):
+            continue
+        if f.metadata.get("flatten"):
+            out.update(to_json(value))
+        else:
+            out[f.name] = to_json(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What a gate measured. Each gate subclasses it beside its own code, one field per number, the unit in
+    the field's docstring; the report's JSON keys are the field names (`to_dict`)."""
+
+    ran_on: str | None = field(default=None, kw_only=True, metadata=OPTIONAL)
+    """Where a remote candidate ran (engine, version, model, URL); absent for the reference runtime."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form in reports (`ran_on` last, as the remote label is added after the gate ran)."""
+        out = fields_to_json(self)
+        if "ran_on" in out:
+            out["ran_on"] = out.pop("ran_on")
+        return out
+
+
 @dataclass
 class GateResult:
     """One gate's verdict with the reason, what it measured and public-safe failure examples."""
@@ -28,8 +78,8 @@ class GateResult:
     verdict: Verdict
     reason: str
     """One line a release engineer can act on; the JUnit failure message."""
-    measurements: dict[str, Any] = field(default_factory=dict)
-    """Numbers with their units in the key (e.g. `mismatch_rate`, `tokens_lost_mean`)."""
+    measurements: Measurements = field(default_factory=Measurements)
+    """What the gate measured (the gate's own Measurements type; its fields' docstrings give the units)."""
     evidence: list[dict[str, Any]] = field(default_factory=list)
     """Failure examples: full text only from public suites, otherwise ids and lengths."""
     triggered_by: list[str] = field(default_factory=list)
@@ -42,7 +92,9 @@ class GateResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used in reports."""
-        return asdict(self)
+        data = asdict(replace(self, measurements=Measurements()))
+        data["measurements"] = self.measurements.to_dict()
+        return data
 
 
 @dataclass

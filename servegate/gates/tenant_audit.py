@@ -28,7 +28,7 @@ from typing import Literal
 
 from scipy.stats import mannwhitneyu, norm
 
-from servegate.contracts.evaluation import CacheAudit
+from servegate.contracts.quality_section import CacheAudit
 from servegate.gates.http_probe import HttpProbe, chars_per_token, prompt_budget, random_text
 from servegate.gates.result import Verdict
 

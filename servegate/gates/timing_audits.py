@@ -17,7 +17,7 @@ from servegate.gates.evaluation import SuiteData, SuiteItem
 from servegate.gates.http_probe import ProbeError, served_over_http
 from servegate.gates.result import Verdict
 from servegate.gates.tenant_audit import TenantTiming, audit_tenants
-from servegate.runtime.api import Engine
+from servegate.runtime.engine.interface import Engine
 
 AUDIT_TENANTS = ("servegate-audit-a", "servegate-audit-b")
 

@@ -51,7 +51,7 @@ def workload_shape(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
     workload = served.capacity.workload
     source = "capacity.workload"
     if workload is None and evidence.bench and isinstance(evidence.bench.get("workload"), dict):
-        from servegate.contracts.evaluation import Workload
+        from servegate.contracts.capacity_section import Workload
 
         workload, source = Workload.model_validate(evidence.bench["workload"]), "the bench's workload"
     if workload is None:
@@ -185,7 +185,7 @@ def _bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
 def supported_statements(bench: dict[str, Any] | None) -> list[str]:
     """What the measured figures support, in words: p50 and p99 of each latency with its interval and floors,
     and what the bench found about its own run (failures, the workload's shape, a client that fell behind)."""
-    from servegate.capacity.percentiles import describe
+    from servegate.capacity.bench.percentiles import describe
 
     if not bench:
         return []

@@ -16,8 +16,8 @@ _SERIES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "
 
 def exported_metrics() -> list[dict[str, str]]:
     """The server's Prometheus metrics (name, series as exported, type, help), read from its own registry."""
-    from servegate.runtime.api import EngineStats
-    from servegate.server.metrics import ServerMetrics
+    from servegate.runtime.engine.interface import EngineStats
+    from servegate.server.prometheus_metrics import ServerMetrics
 
     registry = ServerMetrics(lambda: EngineStats()).registry
     return [

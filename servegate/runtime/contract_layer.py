@@ -24,8 +24,9 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SamplingParams
-from servegate.runtime.failure import overloaded
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+from servegate.runtime.engine.part_types import PromptEncoder
+from servegate.runtime.failure_policy.outcomes import on_arrival, overloaded, timeout_of
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
 
@@ -76,7 +77,7 @@ def check_params(served: ServedModel, params: SamplingParams) -> None:
             raise ServingError("invalid_request", param=param, detail=detail)
 
 
-def admit(served: ServedModel, preprocessor: Any, request: GenerationRequest) -> AdmittedRequest:
+def admit(served: ServedModel, preprocessor: PromptEncoder, request: GenerationRequest) -> AdmittedRequest:
     """Validate and encode a request as the manifest says (raises ServingError for a bad request)."""
     check_params(served, request.params)
     encoded = preprocessor.encode(request)
@@ -90,7 +91,7 @@ def admit(served: ServedModel, preprocessor: Any, request: GenerationRequest) ->
     kv = served.runtime.kv_cache
     salt = (request.tenant or "") if kv is None or kv.cache_scope == "tenant" else ""
     arrival = request.arrival_time if request.arrival_time is not None else time.monotonic()
-    timeout = request.timeout_s if request.timeout_s is not None else served.failure_policy.request_timeout_s
+    timeout = timeout_of(served.failure_policy, request.timeout_s)
     return AdmittedRequest(
         request=request,
         token_ids=prompt,
@@ -121,14 +122,14 @@ def trim_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
 class ContractParts:
     """The manifest's contract pieces an engine core is wrapped in."""
 
-    preprocessor: Any
-    """Has encode(request) -> EncodedPrompt(token_ids, truncated_tokens)."""
+    preprocessor: PromptEncoder
+    """Turns requests into prompt tokens (preprocess.Preprocessor, or one a caller gave)."""
     validator: OutputValidator | None
     """output_schema checker, when the manifest declares one."""
     response_cache: ResponseCache | None
 
 
-def contract_parts(served: ServedModel, tokenizer: Any, preprocessor: Any = None) -> ContractParts:
+def contract_parts(served: ServedModel, tokenizer: Any, preprocessor: PromptEncoder | None = None) -> ContractParts:
     """The preprocessor, output validator and response cache the manifest declares."""
     from servegate.runtime.preprocess import Preprocessor
 
@@ -180,11 +181,12 @@ class AdmissionQueue:
             if self._running < self.slots and not self._waiting:
                 self._running += 1
                 return
-            if len(self._waiting) >= self.policy.max_queue:
-                if self.policy.overload != "shed-oldest" or not self._waiting:
-                    raise overloaded(self.policy)
-                victim = self._waiting.popleft()
-                victim.loop.call_soon_threadsafe(_fail_future, victim.future, overloaded(self.policy))
+            arrival = on_arrival(self.policy, len(self._waiting), lambda: self._waiting[0] if self._waiting else None)
+            if not arrival.admitted:
+                raise overloaded(self.policy)
+            if arrival.shed is not None:
+                self._waiting.remove(arrival.shed)
+                arrival.shed.loop.call_soon_threadsafe(_fail_future, arrival.shed.future, overloaded(self.policy))
             waiter = _Waiter(asyncio.get_running_loop(), asyncio.get_running_loop().create_future())
             self._waiting.append(waiter)
         try:

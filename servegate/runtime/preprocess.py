@@ -15,7 +15,7 @@ from typing import Any
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest
+from servegate.runtime.engine.interface import GenerationRequest
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from servegate.contracts.sections import ResponseCache as ResponseCacheConfig
-from servegate.runtime.api import FinishEvent, GenerationRequest
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest
 
 
 class ResponseCache:

@@ -5,6 +5,6 @@ with a draining shutdown.
 """
 
 from servegate.server.app import create_app
-from servegate.server.runner import serve
+from servegate.server.uvicorn_runner import serve
 
 __all__ = ["create_app", "serve"]

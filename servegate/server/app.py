@@ -18,11 +18,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine
+from servegate.runtime.engine.interface import Engine
 from servegate.server.async_results import AsyncResults
 from servegate.server.guard import BodyGuard
-from servegate.server.metrics import ServerMetrics
 from servegate.server.openapi import openapi_document
+from servegate.server.prometheus_metrics import ServerMetrics
 from servegate.server.routes import router
 from servegate.server.state import ServerState, error_response, internal_error
 from servegate.server.tokenizer_routes import router as tokenizer_router
@@ -32,9 +32,11 @@ log = logging.getLogger("servegate.server")
 
 
 def _build_engine(served: ServedModel) -> Engine:
+    """The manifest's engine, recording its steps where SERVEGATE_STEP_TRACE asks (`gate profile`'s server)."""
     from servegate.runtime import build  # the reference runtime is imported only when no engine is given
+    from servegate.runtime.engine.step_trace import open_step_trace
 
-    return build(served)  # type: ignore[no-any-return]
+    return build(served, step_trace=open_step_trace())  # type: ignore[no-any-return]
 
 
 async def bring_up(state: ServerState) -> None:

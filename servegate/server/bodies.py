@@ -23,7 +23,7 @@ from servegate.contracts.responses import (
     FinishReason,
     UsageBody,
 )
-from servegate.runtime.api import FinishEvent, TokenEvent, Usage
+from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
 
 
 def finish_reason(event: FinishEvent) -> FinishReason:

@@ -18,13 +18,10 @@ from typing import Any
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from servegate.runtime.failure_policy.outcomes import deadline_exceeded, gateway_deadline
 from servegate.server.bodies import BodyBuilder, token_texts
 from servegate.server.state import ServerState, internal_error, normalize
-
-# The engine enforces the deadline itself and says why; the server's own timer is a safety net that
-# fires slightly later, so the engine's more precise error wins when it has one.
-_DEADLINE_SLACK_S = 0.25
 
 
 def _choice_seed(served: ServedModel, request: CompletionRequest | ChatCompletionRequest, choice: int) -> int | None:
@@ -93,8 +90,8 @@ class EngineRun:
 
     @property
     def deadline(self) -> float:
-        """time.monotonic() after which the server answers deadline_exceeded."""
-        return self.arrival + self.state.served.failure_policy.request_timeout_s + _DEADLINE_SLACK_S
+        """time.monotonic() after which the server answers deadline_exceeded (a safety net behind the engine's)."""
+        return gateway_deadline(self.state.served.failure_policy, self.arrival)
 
     async def next(self) -> TokenEvent | FinishEvent:
         """The next event; a ServingError for an engine error, a passed deadline or an engine fault."""
@@ -107,8 +104,7 @@ class EngineRun:
             event = await asyncio.wait_for(anext(self._events), remaining)
         except asyncio.TimeoutError:  # an alias of TimeoutError from Python 3.11 on
             await self.close()
-            timeout = self.state.served.failure_policy.request_timeout_s
-            raise ServingError("deadline_exceeded", timeout_s=timeout) from None
+            raise deadline_exceeded(self.state.served.failure_policy.request_timeout_s) from None
         except StopAsyncIteration:
             raise internal_error(RuntimeError("the engine ended a request without a result")) from None
         except ServingError as error:

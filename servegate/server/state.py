@@ -13,9 +13,9 @@ from starlette.responses import JSONResponse
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine, EngineStats
+from servegate.runtime.engine.interface import Engine, EngineStats
 from servegate.server.async_results import AsyncResults
-from servegate.server.metrics import ServerMetrics
+from servegate.server.prometheus_metrics import ServerMetrics
 
 log = logging.getLogger("servegate.server")
 

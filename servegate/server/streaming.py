@@ -19,7 +19,7 @@ from starlette.responses import StreamingResponse
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
-from servegate.runtime.api import FinishEvent, TokenEvent, Usage
+from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
 from servegate.server.bodies import BodyBuilder, finish_reason
 from servegate.server.generation import EngineRun, cache_state, first_failure
 from servegate.server.state import ServerState

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 log = logging.getLogger("servegate.server")
 

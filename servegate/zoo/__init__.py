@@ -7,8 +7,8 @@
 
 from servegate.zoo.catalog import ZooModelInfo, checksum_mismatches, list_models, zoo_model_path
 from servegate.zoo.errors import ZooError
-from servegate.zoo.eval_metrics import METRICS, load_metric, metric_path
 from servegate.zoo.eval_suites import SPLITS, SUITES, json_output_schema, load_suite, suite_path
+from servegate.zoo.evaluate_modules import METRICS, load_metric, metric_path
 from servegate.zoo.tasks import MAX_NEW_TOKENS, SAFE_MAX_INPUT_TOKENS, TIGHT_MAX_INPUT_TOKENS
 
 __all__ = [

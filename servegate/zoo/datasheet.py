@@ -63,10 +63,6 @@ def _boundary_lines(metrics: dict[str, Any]) -> list[str]:
 def render_datasheet(metrics: dict[str, Any]) -> str:
     """The Markdown datasheet of one trained zoo model."""
     recipe = metrics["recipe"]
-    arch = recipe["architecture"]
-    limits = metrics["limits"]
-    lengths = metrics["prompt_tokens"]
-    exact = metrics["exact_match"]
     lines = [
         f"# {metrics['model']}: datasheet",
         "",
@@ -75,6 +71,19 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         "servegate can check a real served model on a machine with no model hub. It knows three tasks and "
         "nothing else. Every figure below was measured by `gate zoo build` and is stored in `metrics.json`.",
         "",
+        *_architecture_section(metrics),
+        *_tasks_section(metrics),
+        *_quality_section(metrics),
+        *_training_section(metrics),
+    ]
+    return "\n".join(lines)
+
+
+def _architecture_section(metrics: dict[str, Any]) -> list[str]:
+    """The architecture, tokenizer and output-contract sections."""
+    arch = metrics["recipe"]["architecture"]
+    limits = metrics["limits"]
+    return [
         "## Architecture",
         "",
         *_table(
@@ -104,6 +113,15 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         "The completion is the answer followed by `<eos>`. `json` completions are validated by "
         "`servegate/zoo/suites/json.schema.json` (an object with exactly one key `sum`, four digits).",
         "",
+    ]
+
+
+def _tasks_section(metrics: dict[str, Any]) -> list[str]:
+    """The suites and the truncation limits."""
+    limits = metrics["limits"]
+    lengths = metrics["prompt_tokens"]
+    exact = metrics["exact_match"]
+    return [
         "## Tasks and suites",
         "",
         *_table(
@@ -142,6 +160,13 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         "",
         "`left@N` keeps the last N tokens (`<bos>` counted, and dropped when cut), `right@N` the first N.",
         "",
+    ]
+
+
+def _quality_section(metrics: dict[str, Any]) -> list[str]:
+    """Quality per quantization variant and the boundary lines."""
+    exact = metrics["exact_match"]
+    return [
         "## Quality per quantization variant",
         "",
         f"Exact match on the full test splits ({metrics['items']['arith']} items per suite), greedy, "
@@ -171,6 +196,13 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         ),
         "",
         *_boundary_lines(metrics),
+    ]
+
+
+def _training_section(metrics: dict[str, Any]) -> list[str]:
+    """Training, how to reproduce it, and the limitations."""
+    recipe = metrics["recipe"]
+    return [
         "## Training",
         "",
         *_table(
@@ -211,4 +243,3 @@ def render_datasheet(metrics: dict[str, Any]) -> str:
         "with noise. Use it to check serving, never to answer questions.",
         "",
     ]
-    return "\n".join(lines)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from servegate.runtime.vllm_process import VLLM_PYTHON_ENV, find_vllm_python
+from servegate.runtime.remote.vllm_process import VLLM_PYTHON_ENV, find_vllm_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = REPO_ROOT / "benchmarks"

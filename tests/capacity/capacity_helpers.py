@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servegate.capacity.latency_model import LatencyModel
+from servegate.capacity.latency.model import LatencyModel
 from servegate.contracts.manifest import ServedModel
 
 TINY_LLAMA = {

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.bench import run_bench
-from servegate.capacity.bench_plots import write_plots
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.local_server import free_port
-from servegate.capacity.metrics import SLO
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.capacity.bench.load_generator import run_bench
+from servegate.capacity.bench.local_server import free_port
+from servegate.capacity.bench.plots import write_plots
+from servegate.capacity.bench.run_metrics import SLO
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
 def workload(**kw: object) -> Workload:

@@ -8,16 +8,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.synthetic_server import Delays, Faults, SyntheticServer
 from typer.testing import CliRunner
 
-from servegate.capacity.bench import run_bench
-from servegate.capacity.bench_targets import HttpTarget, PromptFactory
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.synthetic_server import Delays, Faults, SyntheticServer
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.load_generator import run_bench
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.targets import HttpTarget, PromptFactory
+from servegate.capacity.bench.workload import RequestSpec
 from servegate.cli.app import app
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
 class CharTokenizer:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from capacity_helpers import STEP_MODEL, TINY_LLAMA, manifest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.latency_model import hardware_id
-from servegate.capacity.prediction import profile_key
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.capacity.latency.model import hardware_id
+from servegate.capacity.latency.prediction import profile_key
 
 LLAMA2_7B = {**TINY_LLAMA, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32}  # fmt: skip
@@ -91,7 +91,7 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     served = manifest(model_dir)
     model = STEP_MODEL
     model.key, model.hardware = profile_key(served), hardware_id()
-    from servegate.capacity.latency_model import profile_path
+    from servegate.capacity.latency.model import profile_path
     from servegate.contracts.loading import load_manifest
 
     key = profile_key(load_manifest(path))
@@ -110,7 +110,7 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
 
 
 def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> None:
-    from servegate.capacity.latency_model import profile_path
+    from servegate.capacity.latency.model import profile_path
     from servegate.contracts.loading import load_manifest
 
     path = tmp_path / "m.yaml"
@@ -156,7 +156,7 @@ def test_plan_profile_profiles_first_and_plans_with_what_it_measured(
     """`--profile` runs `gate profile`'s own step (measured: 623 s on the quickstart, so replaced here), then plans."""
     from typer.testing import CliRunner
 
-    from servegate.capacity.latency_model import profile_path
+    from servegate.capacity.latency.model import profile_path
     from servegate.cli import profile as profile_cli
     from servegate.cli.app import app
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from capacity_helpers import manifest
 
-from servegate.capacity.latency_model import (
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.latency.model import (
     FEATURES,
     LatencyModel,
     StepSample,
@@ -15,9 +16,8 @@ from servegate.capacity.latency_model import (
     profile_path,
     profiles_dir,
 )
-from servegate.capacity.metrics import RequestRecord
-from servegate.capacity.prediction import profile_key
-from servegate.capacity.profile import ProfileLimits, calibrate, step_grid
+from servegate.capacity.latency.prediction import profile_key
+from servegate.capacity.latency.profile import ProfileLimits, calibrate, step_grid
 
 TRUE = {
     "c_step": 0.004,
@@ -89,7 +89,7 @@ def test_saved_model_round_trips_and_is_keyed_by_manifest_and_machine(tmp_path, 
 
 
 def test_serving_fit_recovers_step_costs_the_admission_and_answer_costs_and_keeps_the_mean() -> None:
-    from servegate.capacity.latency_model import ServingStep, fit_serving_steps
+    from servegate.capacity.latency.model import ServingStep, fit_serving_steps
 
     rng = np.random.default_rng(1)
     truth = LatencyModel(TRUE)
@@ -116,17 +116,17 @@ def test_serving_fit_recovers_step_costs_the_admission_and_answer_costs_and_keep
 
 
 def test_serving_fit_refuses_too_few_steps() -> None:
-    from servegate.capacity.latency_model import ServingStep, fit_serving_steps
+    from servegate.capacity.latency.model import ServingStep, fit_serving_steps
 
     with pytest.raises(ValueError, match="need at least 32 serving steps"):
         fit_serving_steps([ServingStep(((1, 10),), 0.01, 0)] * 5)
 
 
 def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
-    from servegate.capacity.load_fit import fit_admission_delay
-    from servegate.capacity.serving_trace import TracedRun
-    from servegate.capacity.simulate import SimSetup, simulate
-    from servegate.capacity.workload import RequestSpec
+    from servegate.capacity.bench.workload import RequestSpec
+    from servegate.capacity.latency.load_fit import fit_admission_delay
+    from servegate.capacity.latency.serving_trace import TracedRun
+    from servegate.capacity.latency.simulate import SimSetup, simulate
 
     model = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.0001, "c_decode_seq": 0.0008}, request_overhead_s=0.003)
     setup = SimSetup("continuous", 16, 0.0, 1024, False, num_blocks=512, block_size=16)
@@ -143,10 +143,10 @@ def test_admission_delay_is_recovered_from_runs_that_show_it() -> None:
 
 
 def test_step_scale_and_load_slowdown_are_recovered_from_runs_at_two_rates() -> None:
-    from servegate.capacity.load_fit import fit_load_response, scaled_steps
-    from servegate.capacity.serving_trace import TracedRun
-    from servegate.capacity.simulate import SimSetup, simulate
-    from servegate.capacity.workload import RequestSpec
+    from servegate.capacity.bench.workload import RequestSpec
+    from servegate.capacity.latency.load_fit import fit_load_response, scaled_steps
+    from servegate.capacity.latency.serving_trace import TracedRun
+    from servegate.capacity.latency.simulate import SimSetup, simulate
 
     model = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.0001, "c_decode_seq": 0.0008}, request_overhead_s=0.003)
     setup = SimSetup("continuous", 16, 0.0, 1024, False, num_blocks=512, block_size=16)

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 from typer.testing import CliRunner
 
-from servegate.capacity.percentiles import conservative_estimate, overlatency_allowed
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.capacity.bench.percentiles import conservative_estimate, overlatency_allowed
 from servegate.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]

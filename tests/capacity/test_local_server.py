@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from capacity_helpers import manifest
 
-from servegate.capacity.local_server import LocalServer
+from servegate.capacity.bench.local_server import LocalServer
 from servegate.contracts.errors import ServegateError
 
 

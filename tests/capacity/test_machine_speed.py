@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from servegate.capacity.machine_speed import (
+from servegate.capacity.bench.machine_speed import (
     STEADY_SPREAD,
     MachineSpeed,
     MachineSpeedMonitor,
@@ -78,7 +78,7 @@ def test_samplers_exit_when_the_process_that_started_them_dies(tmp_path: Path) -
     # a crash of gate profile or gate bench must not leave samplers spinning on every core
     script = (
         "import os, time\n"
-        "from servegate.capacity.machine_speed import MachineSpeedMonitor\n"
+        "from servegate.capacity.bench.machine_speed import MachineSpeedMonitor\n"
         "m = MachineSpeedMonitor(); m.start(); time.sleep(0.3)\n"
         "print(' '.join(str(p.pid) for _, p, _ in m._procs), flush=True)\n"
         "os._exit(3)\n"

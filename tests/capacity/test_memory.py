@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from servegate.capacity.memory_plan import plan_memory
-from servegate.capacity.weights_memory import read_config, weights_memory
-from servegate.runtime.kv_memory import DTYPE_BYTES, kv_dims_from_config
+from servegate.capacity.memory.plan import plan_memory
+from servegate.capacity.memory.weights import read_config, weights_memory
+from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config
 
 LLAMA2_7B = {
     "model_type": "llama",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servegate.capacity.metrics import SLO, RequestRecord, percentile, summarize
+from servegate.capacity.bench.run_metrics import SLO, RequestRecord, percentile, summarize
 
 
 def trace() -> list[RequestRecord]:

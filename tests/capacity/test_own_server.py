@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.own_server import RemoteServer, bench_own_server, own_server, resolve_workload
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.capacity.bench.own_server import RemoteServer, bench_own_server, own_server, resolve_workload
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 from servegate.contracts.manifest import ServedModel
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from servegate.capacity.percentiles import (
+from servegate.capacity.bench.percentiles import (
     bound_holds,
     conservative_estimate,
     early_stopping_floor,

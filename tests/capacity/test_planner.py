@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
-from servegate.capacity.memory_plan import manifest_memory
-from servegate.capacity.plan_report import plan_json, write_batching, write_plan
-from servegate.capacity.planner import Plan, plan
+from servegate.capacity.memory.plan import manifest_memory
+from servegate.capacity.planning.planner import Plan, plan
+from servegate.capacity.planning.report import plan_json, write_batching, write_plan
 from servegate.contracts.loading import load_manifest
 
 # every request: 32 prompt tokens, 8 output tokens. Served alone it takes
@@ -99,8 +99,8 @@ def test_a_memory_target_sizes_the_kv_pool(model_dir: Path) -> None:
 
 
 def test_closed_loop_regime_depends_on_how_many_wait(model_dir: Path) -> None:
-    from servegate.capacity.planner import _regime
-    from servegate.contracts.evaluation import Workload
+    from servegate.capacity.planning.planner import _regime
+    from servegate.contracts.capacity_section import Workload
 
     served = manifest(model_dir)
     one = Workload.model_validate({**WORKLOAD, "arrival": "closed", "concurrency": 1})

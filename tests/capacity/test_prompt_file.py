@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 from pydantic import ValidationError
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.prompt_file import load_prompt_file, with_prompts
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
-from servegate.capacity.workload import make_requests
+from servegate.capacity.bench.prompt_file import load_prompt_file, with_prompts
+from servegate.capacity.bench.workload import make_requests
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Workload
 
 ROWS = [
     {"prompt": "the first prompt", "max_tokens": 3},

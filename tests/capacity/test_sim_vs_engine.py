@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from servegate.capacity.bench import run_open_loop
-from servegate.capacity.bench_targets import EngineTarget, PromptFactory
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.metrics import summarize
-from servegate.capacity.profile import (
+from servegate.capacity.bench.load_generator import run_open_loop
+from servegate.capacity.bench.run_metrics import summarize
+from servegate.capacity.bench.targets import EngineTarget, PromptFactory
+from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.profile import (
     ProfileLimits,
     calibrate,
     fit_runner,
@@ -29,12 +30,11 @@ from servegate.capacity.profile import (
     step_grid,
     time_steps,
 )
-from servegate.capacity.simulate import SimSetup, simulate
-from servegate.capacity.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SeqChunk
-from servegate.runtime.engine import ReferenceEngine
+from servegate.runtime.engine.interface import GenerationRequest, SeqChunk
+from servegate.runtime.engine.reference import ReferenceEngine
 
 TRUTH = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.00005, "c_decode_seq": 0.0006})
 VOCAB = 16

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servegate.capacity.bench import run_open_loop
-from servegate.capacity.bench_targets import EngineTarget, PromptFactory
-from servegate.capacity.metrics import summarize
-from servegate.capacity.prediction import sim_setup
-from servegate.capacity.profile import (
+from servegate.capacity.bench.load_generator import run_open_loop
+from servegate.capacity.bench.run_metrics import summarize
+from servegate.capacity.bench.targets import EngineTarget, PromptFactory
+from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.prediction import sim_setup
+from servegate.capacity.latency.profile import (
     ProfileLimits,
     calibrate,
     fit_runner,
@@ -23,9 +24,8 @@ from servegate.capacity.profile import (
     step_grid,
     time_steps,
 )
-from servegate.capacity.simulate import simulate
-from servegate.capacity.workload import make_requests
-from servegate.contracts.evaluation import Workload
+from servegate.capacity.latency.simulate import simulate
+from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.simulate import SimSetup, simulate
-from servegate.capacity.workload import RequestSpec
+from servegate.capacity.bench.workload import RequestSpec
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.simulate import SimSetup, simulate
 
 # a step costs 10 ms + 1 ms per prefill token + 2 ms per decoding sequence; 5 ms before a request
 # reaches the scheduler, 1 ms from its last token to the end of its response

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
-from servegate.capacity.latency_model import LatencyModel
-from servegate.capacity.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
 def test_a_machine_at_its_profiled_speed_gets_one_line() -> None:
@@ -65,8 +65,8 @@ def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir:
 
 
 def test_the_machine_line_compares_the_benchs_loop_time_with_the_profiles() -> None:
-    from servegate.capacity.machine_speed import MachineSpeed
-    from servegate.capacity.speed_check import machine_comparison, machine_comparison_lines
+    from servegate.capacity.bench.machine_speed import MachineSpeed
+    from servegate.capacity.latency.speed_check import machine_comparison, machine_comparison_lines
 
     def bench(probe_us: float, fastest_us: float, slowest_us: float) -> dict[str, object]:
         """A bench report's machine_speed: its median and its fastest and slowest half-second medians."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servegate.capacity.workload import load_workload, make_requests, sample_lengths, with_rate
+from servegate.capacity.bench.workload import load_workload, make_requests, sample_lengths, with_rate
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ManifestError
-from servegate.contracts.evaluation import LengthDistribution, Workload
 
 
 def gaps(workload: Workload) -> np.ndarray:
@@ -66,7 +66,7 @@ def test_workload_file_standalone_or_inside_a_manifest(tmp_path) -> None:
 
 
 def test_prompt_lengths_from_a_zoo_suite() -> None:
-    from servegate.capacity.workload import suite_prompt_lengths
+    from servegate.capacity.bench.workload import suite_prompt_lengths
     from servegate.zoo import load_suite
 
     items = load_suite("arith", "test", 5)

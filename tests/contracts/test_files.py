@@ -40,3 +40,12 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_partial(tmp_path: Path, m
         write_atomic(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["note.md"]
+
+
+def test_a_mode_sets_the_permissions_of_the_written_file(tmp_path: Path) -> None:
+    import stat
+
+    script = write_atomic(tmp_path / "probe.py", "print(1)\n", mode=0o755)
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    plain = write_atomic(tmp_path / "notes.md", "x\n")
+    assert stat.S_IMODE(plain.stat().st_mode) & 0o111 == 0

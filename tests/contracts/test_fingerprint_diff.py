@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
+import pydantic
 import pytest
 
-from servegate.contracts.diff import GATE_TRIGGERS, diff_manifests, diff_report, gates_for_path
+from servegate.contracts.diff import GATE_WATCHES, diff_manifests, diff_report, gates_for_path
 from servegate.contracts.loading import load_manifest
-from servegate.contracts.manifest import SIX_ELEMENTS
+from servegate.contracts.manifest import SIX_ELEMENTS, ServedModel
 
 A = """name: a
 weights: {source: zoo:tiny-primary}
@@ -89,7 +91,7 @@ def test_diff_lists_changed_fields_and_gates(tmp_path: Path) -> None:
     changes = {c.path: c for c in diff_manifests(a, b)}
     assert changes["runtime.quantization.method"].old == "none"
     assert changes["runtime.quantization.method"].new == "int4-weight"
-    assert changes["runtime.quantization.method"].gates == ("quantization",)
+    assert changes["runtime.quantization.method"].gates == ("quantization", "capacity")
     assert "truncation" in changes["preprocess.truncation"].gates
     assert changes["card.public_name"].gates == ()
     report = diff_report(a, b)
@@ -111,12 +113,31 @@ def test_identical_manifests_have_no_diff(tmp_path: Path) -> None:
     assert diff_report(a, a)["same_behaviour"] is True
 
 
-def test_every_behaviour_element_triggers_some_gate() -> None:
-    for element in SIX_ELEMENTS:
-        assert gates_for_path(f"{element}.anything"), element
-    assert gates_for_path("runtime.kv_cache.cache_scope") == ("caching",)
+def _leaves(model: type[pydantic.BaseModel], prefix: str) -> list[str]:
+    """Every leaf field of a manifest section, dotted (sub-sections opened)."""
+    out = []
+    for name, info in model.model_fields.items():
+        kinds = typing.get_args(info.annotation) or (info.annotation,)
+        sections = [k for k in kinds if isinstance(k, type) and issubclass(k, pydantic.BaseModel)]
+        out += [leaf for k in sections for leaf in _leaves(k, f"{prefix}.{name}")] or [f"{prefix}.{name}"]
+    return out
+
+
+def test_every_field_of_the_six_elements_triggers_some_gate() -> None:
+    leaves = [leaf for e in SIX_ELEMENTS for leaf in _leaves(ServedModel.model_fields[e].annotation, e)]
+    assert len(leaves) > 50
+    assert [leaf for leaf in leaves if not gates_for_path(leaf)] == []
+    assert gates_for_path("runtime.kv_cache.cache_scope") == ("caching", "batching", "capacity")
     assert gates_for_path("card.public_name") == ()
-    assert all(gates for gates in GATE_TRIGGERS.values())
+    assert all(prefixes for prefixes in GATE_WATCHES.values())
+
+
+def test_a_change_triggers_every_gate_watching_it_or_a_field_above_it() -> None:
+    assert gates_for_path("weights.dtype") == ("contract", "quantization", "quality")
+    assert gates_for_path("runtime.compile_batch_sizes") == ("batching", "quality", "capacity")
+    assert gates_for_path("runtime.compiled") == ()  # a prefix matches whole names only
+    plugin = {**GATE_WATCHES, "toxicity": ("postprocess.stop",)}
+    assert gates_for_path("postprocess.stop", plugin) == ("contract", "toxicity")
 
 
 def test_reference_form_switches_every_optimization_off(tmp_path: Path) -> None:

@@ -31,4 +31,5 @@ def test_tensor_parallelism_changes_behaviour_and_triggers_quality_and_capacity(
         "capacity": ["runtime.parallelism.tensor_parallel_size"],
     }
     assert gates_for_path("runtime.parallelism.pipeline_parallel_size") == ("quality", "capacity")
+    assert gates_for_path("runtime.parallelism.tensor_parallel_size") == ("quality", "capacity")
     assert gates_for_path("runtime.parallelism.data_parallel_size") == ("capacity",)  # whole copies

@@ -71,9 +71,9 @@ def test_every_field_vllm_lacks_is_listed_with_its_enforcer(target: str) -> None
     for quiet in ("runtime.cpu_linear", "runtime.device", "batching.max_wait_ms", "capacity.targets"):
         assert by_field[quiet].enforced_by == "nowhere"
     # which gate still covers each: the table `gate diff` uses
-    assert by_field["preprocess.truncation"].gates == ("truncation", "contract")
-    assert by_field["runtime.quantization.method"].gates == ("quantization",)
-    assert by_field["postprocess.response_cache"].gates == ("caching",)
+    assert by_field["preprocess.truncation"].gates == ("contract", "truncation")
+    assert by_field["runtime.quantization.method"].gates == ("quantization", "capacity")
+    assert by_field["postprocess.response_cache"].gates == ("contract", "caching")
 
 
 def test_residual_files_say_the_same_as_the_plan(tmp_path: Path) -> None:

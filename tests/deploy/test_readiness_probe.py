@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from fake_engine import EngineState, fake_engine
+from support.fake_deployment import EngineState, fake_engine
 
 from servegate.contracts.manifest import ServedModel
 from servegate.deploy.probe_script import readiness_probe_script
+from servegate.runtime.remote.vllm_process import free_port
 
 SERVED = ServedModel.model_validate(
     {
@@ -37,9 +37,7 @@ def test_the_probe_passes_only_when_the_warmup_outputs_match(tmp_path: Path) -> 
     with fake_engine(replace(EngineState(), completions={"12+34=": "47"})) as url:
         wrong = _probe(script, url)
     assert wrong.returncode == 1 and "gave '47', the manifest expects '46'" in wrong.stdout
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     down = _probe(script, f"http://127.0.0.1:{port}")
     assert down.returncode == 2 and "cannot be reached" in down.stdout
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from deploy_paths import ROOT
-from fake_engine import EngineState, fake_engine
+from support.fake_deployment import EngineState, fake_engine
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.deploy.deployment_facts import expected_kv_blocks
 from servegate.deploy.verify import verify_deployment
+from servegate.runtime.remote.vllm_process import free_port
 
 MANIFEST = """\
 name: verify-me
@@ -99,7 +99,7 @@ def test_each_drift_is_named_by_its_manifest_field(case: str, manifest: Path) ->
         report = verify_deployment(load_manifest(manifest), url, engine_version="0.32.0")
     assert report.drift == fields
     failed = next(c for c in report.checks if c.name == fields[0])
-    assert failed.measurements["declared"] != failed.measurements["observed"]
+    assert failed.measurements.declared != failed.measurements.observed
 
 
 def test_a_gateway_must_serve_this_manifest(manifest: Path) -> None:
@@ -118,9 +118,7 @@ def test_declared_truncation_changes_the_expected_status(manifest: Path) -> None
 
 
 def test_an_unreachable_url_is_a_usage_error(manifest: Path) -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     with pytest.raises(ServegateError, match="cannot reach"):
         verify_deployment(load_manifest(manifest), f"http://127.0.0.1:{port}", timeout_s=2)
 
@@ -149,8 +147,6 @@ def test_cli_exit_codes_json_and_junit(manifest: Path, tmp_path: Path) -> None:
     assert suite is not None and suite.get("name") == "gate verify verify-me" and suite.get("failures") == "2"
     failed = sorted(c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None)
     assert failed == ["runtime.engine.version", "runtime.warmup[0].expect"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     down = gate("verify", str(manifest), "--url", f"http://127.0.0.1:{port}", "--timeout", "2")
     assert down.returncode == 2 and "cannot reach" in down.stderr

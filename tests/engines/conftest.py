@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from engines_support import READY_ANSWER, READY_PROMPT, READY_TIMEOUT_S, SERVED_NAME, launch_for
 
-from servegate.runtime.vllm_process import VLLM_PYTHON_ENV, VllmLaunchError, VllmServer, find_vllm_python
+from servegate.runtime.remote.vllm_process import VLLM_PYTHON_ENV, VllmLaunchError, VllmServer, find_vllm_python
 from servegate.zoo import zoo_model_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

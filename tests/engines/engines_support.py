@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servegate.contracts.loading import load_manifest
+from support.manifests import manifest_file
+
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.vllm_process import VllmLaunch, VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
 
 SERVED_NAME = "tiny-primary"
 """The name the vLLM server serves zoo:tiny-primary under (`--served-model-name`)."""
@@ -31,15 +32,9 @@ def launch_for(python: Path, model: Path, name: str, workdir: Path, **options: o
     )
 
 
-def write_manifest(path: Path, text: str) -> ServedModel:
-    """Write a manifest file and load it the way `gate` does."""
-    path.write_text(text, encoding="utf-8")
-    return load_manifest(path)
-
-
 def endpoint_manifest(directory: Path, server: VllmServer, weights: str = "zoo:tiny-primary") -> ServedModel:
     """An endpoint manifest pointing at a running vLLM server (the shape a user writes for a remote)."""
-    return write_manifest(
+    return manifest_file(
         directory / "vllm-endpoint.yaml",
         f"""name: vllm-endpoint
 weights:
@@ -61,7 +56,7 @@ failure_policy:
 
 def reference_manifest(directory: Path, weights: str = "zoo:tiny-primary") -> ServedModel:
     """servegate's reference runtime on the same weights, fp32, no quantization or caching."""
-    return write_manifest(
+    return manifest_file(
         directory / "reference.yaml",
         f"""name: reference
 weights:

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from engines_support import READY_TIMEOUT_S, write_manifest
+from engines_support import READY_TIMEOUT_S
 from ruamel.yaml import YAML
+from support.manifests import manifest_file
 
 from servegate.gates.check import check_manifest
 from servegate.gates.output_cache import OutputCache
-from servegate.runtime.vllm_process import VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VllmServer, free_port
 
 pytestmark = pytest.mark.engines
 
@@ -95,7 +96,7 @@ def test_the_exported_vllm_config_serves_what_was_gated(vllm_python: Path, tmp_p
     server.start()
     try:
         server.wait_ready("the model 123+456=", max_tokens=8, expect="0579", timeout_s=READY_TIMEOUT_S)
-        endpoint = write_manifest(
+        endpoint = manifest_file(
             tmp_path / "endpoint.yaml",
             MANIFEST.replace(
                 "runtime:\n",

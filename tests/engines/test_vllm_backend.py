@@ -9,13 +9,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from engines_support import MAX_MODEL_LEN, SERVED_NAME, write_manifest
+from engines_support import MAX_MODEL_LEN, SERVED_NAME
+from support.manifests import manifest_file
 
-from servegate.capacity.local_server import LocalServer
+from servegate.capacity.bench.local_server import LocalServer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache
-from servegate.runtime.vllm_process import VllmServer
+from servegate.runtime.remote.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines
 
@@ -24,7 +25,7 @@ TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
 
 
 def test_gate_check_starts_vllm_from_the_manifest_gates_it_and_stops_it(vllm_python: Path, tmp_path: Path) -> None:
-    reference = write_manifest(
+    reference = manifest_file(
         tmp_path / "reference.yaml",
         f"""name: tiny
 weights: {{source: zoo:tiny-primary, dtype: float32}}
@@ -70,7 +71,7 @@ def _is_vllm_of(cmdline: Path, tmp_path: Path) -> bool:
 
 def test_gate_serve_in_front_of_vllm_with_the_openai_client(vllm_server: VllmServer, tmp_path: Path) -> None:
     (tmp_path / "chat.jinja").write_text(TEMPLATE)
-    served = write_manifest(
+    served = manifest_file(
         tmp_path / "gateway.yaml",
         f"""name: gateway
 weights: {{source: zoo:tiny-primary}}

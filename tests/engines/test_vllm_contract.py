@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engines_support import MAX_MODEL_LEN, SERVED_NAME, write_manifest
+from engines_support import MAX_MODEL_LEN, SERVED_NAME
+from support.manifests import manifest_file
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import check_manifest, run_check
 from servegate.gates.output_cache import OutputCache
 from servegate.runtime import build
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
-from servegate.runtime.vllm_process import VllmServer
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.remote.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines
 
@@ -33,7 +34,7 @@ LONG = "the model " + "+".join(str(i) for i in range(1, 40)) + "="  # ~110 token
 
 def endpoint(directory: Path, server: VllmServer, extra: str = "", name: str = "vllm-endpoint") -> ServedModel:
     """An endpoint manifest at the session's vLLM, with YAML `extra` appended (sections it adds or replaces)."""
-    return write_manifest(
+    return manifest_file(
         directory / f"{name}.yaml",
         f"""name: {name}
 weights: {{source: zoo:tiny-primary}}
@@ -101,7 +102,7 @@ def test_gates_on_a_vllm_endpoint_measure_vllm(vllm_server: VllmServer, tmp_path
     report = check(base, same, "quality")
     [quality] = [g for g in report.gates if g.name == "quality"]
     assert quality.verdict == "pass", quality.reason  # vLLM's greedy text is the reference's
-    assert quality.measurements["ran_on"].startswith("vllm 0.32.0")
+    assert quality.measurements.ran_on.startswith("vllm 0.32.0")
     assert report.candidate["remote"]["version"] == "0.32.0"
 
     # a planted fault: a context limit that cuts recall's key (the code sits at the start of the prompt)
@@ -114,7 +115,7 @@ def test_gates_on_a_vllm_endpoint_measure_vllm(vllm_server: VllmServer, tmp_path
 
 def reference_with_suites(directory: Path) -> ServedModel:
     """servegate's reference runtime on the same weights, with the suites the gates run."""
-    return write_manifest(
+    return manifest_file(
         directory / "reference-suites.yaml",
         f"""name: reference
 weights: {{source: zoo:tiny-primary, dtype: float32}}

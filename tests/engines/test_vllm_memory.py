@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from servegate.runtime.kv_memory import num_kv_blocks
-from servegate.runtime.vllm_process import VllmServer
+from servegate.runtime.model.kv_memory import num_kv_blocks
+from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.zoo import zoo_model_path
 
 pytestmark = pytest.mark.engines

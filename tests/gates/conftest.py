@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gate_fakes import Faults, fake_factory
+from support.oracle_engine import Faults, fake_factory
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel

@@ -17,14 +17,14 @@ import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour
 from support.long_context import long_context_manifest, save_long_context_llama
 
-from servegate.contracts.evaluation import CacheAudit
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.quality_section import CacheAudit
 from servegate.gates.cache_audit import judge_repeats
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache
 from servegate.gates.result import GateResult
 from servegate.gates.tenant_audit import detectable_shift_sd, judge_tenants, samples_per_side
-from servegate.runtime.api import Event, FinishEvent, GenerationRequest
+from servegate.runtime.engine.interface import Event, FinishEvent, GenerationRequest
 
 # --- the statistics on planted samples -------------------------------------------------------------------
 
@@ -94,12 +94,12 @@ def test_an_endpoint_with_a_hidden_global_response_cache_fails_and_its_twin_pass
         hidden = caching(endpoint(remote.url))
     assert hidden.verdict == "fail", hidden.reason
     assert "an undeclared response cache answers exact repeats" in hidden.reason
-    found = hidden.measurements["timing_audits"]["response_cache"]
+    found = hidden.measurements.to_dict()["timing_audits"]["response_cache"]
     assert found["finding"] == "cache" and found["speedup"] > 1.5 and found["header_hits"] == 0
     with FakeRemote(RemoteBehaviour(delay_s=0.06)) as remote:
         clean = caching(endpoint(remote.url))
     assert clean.verdict == "pass", clean.reason
-    assert clean.measurements["timing_audits"]["response_cache"]["finding"] == "no_cache"
+    assert clean.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] == "no_cache"
 
 
 TENANTS = {
@@ -131,11 +131,11 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
         leaky = caching(tenant_endpoint(remote.url))
     assert leaky.verdict == "fail", leaky.reason
     assert "a prompt cache is shared across tenants" in leaky.reason
-    assert leaky.measurements["tenant_b_extra_hits"] == 0  # the counters saw nothing: only the clock did
+    assert leaky.measurements.to_dict()["tenant_b_extra_hits"] == 0  # the counters saw nothing: only the clock did
     with prefix_remote("salted") as remote:
         salted = caching(tenant_endpoint(remote.url))
     assert salted.verdict == "pass", salted.reason
-    assert salted.measurements["timing_audits"]["isolation"]["finding"] == "isolated"
+    assert salted.measurements.to_dict()["timing_audits"]["isolation"]["finding"] == "isolated"
     assert all("cache_salt" in body for body in remote.bodies)
 
 
@@ -143,7 +143,7 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
 def test_the_tenant_audit_at_the_papers_250_per_side_finds_the_shared_cache() -> None:
     with prefix_remote("shared") as remote:
         leaky = caching(tenant_endpoint(remote.url, samples=250))
-    found = leaky.measurements["timing_audits"]["isolation"]
+    found = leaky.measurements.to_dict()["timing_audits"]["isolation"]
     assert leaky.verdict == "fail" and found["samples"] == 250 and found["p_cross_faster"] < 1e-20
 
 
@@ -199,7 +199,7 @@ def test_a_hidden_response_cache_in_the_reference_engine_fails_and_the_real_engi
     assert "an undeclared response cache" in planted.reason
     real = caching(served)
     assert real.verdict == "pass", real.reason
-    assert real.measurements["timing_audits"]["response_cache"]["finding"] != "cache"
+    assert real.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] != "cache"
 
 
 @pytest.fixture(scope="module")
@@ -211,11 +211,11 @@ def test_a_prefix_cache_shared_across_tenants_on_the_reference_backend_shows_in_
     """760-token prompts: a prefill of 30-60 ms against 8 ms from the prefix cache on a loaded 2-core machine."""
     audit = {"cache_audit": {"repeat_samples": 8, "tenant_samples": 16}}
     shared = caching(ServedModel.model_validate(long_context_manifest(long_model, "global", **audit)))
-    found = shared.measurements["timing_audits"]["isolation"]
+    found = shared.measurements.to_dict()["timing_audits"]["isolation"]
     assert shared.verdict == "fail" and found["finding"] == "shared", found["reason"]
     assert "timing shows it: a prompt cache is shared across tenants" in shared.reason
     isolated = caching(ServedModel.model_validate(long_context_manifest(long_model, "tenant", **audit)))
-    found = isolated.measurements["timing_audits"]["isolation"]
+    found = isolated.measurements.to_dict()["timing_audits"]["isolation"]
     assert isolated.verdict == "pass", isolated.reason
     assert found["finding"] == "isolated", found["reason"]
     assert found["prompt_tokens"] > 700

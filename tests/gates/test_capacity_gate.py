@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.registry import GATES
@@ -17,7 +17,7 @@ from servegate.gates.registry import GATES
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """A load average of 0: the verdicts below must not depend on what else runs on the test machine."""
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
 
@@ -69,8 +69,8 @@ def test_targets_that_hold_pass(gate_class: type) -> None:
     assert "3 target(s) met at 250 requests/s" in result.reason
     assert few.verdict == "warn" and "e2e_ms.p99" in few.reason and "p50" not in few.reason
     assert "0 of 12 requests over" in few.reason and "447 more requests, all within it, would pass it" in few.reason
-    assert result.measurements["e2el_ms"]["p50"] >= 35  # 20 ms + 3 x 5 ms, measured
-    assert all(t["met"] for t in result.measurements["targets"])
+    assert result.measurements.e2el_ms["p50"] >= 35  # 20 ms + 3 x 5 ms, measured
+    assert all(t["met"] for t in result.measurements.targets)
 
 
 def test_a_missed_latency_target_and_throughput_floor_fail_with_the_numbers(gate_class: type) -> None:
@@ -79,7 +79,7 @@ def test_a_missed_latency_target_and_throughput_floor_fail_with_the_numbers(gate
     assert result.verdict == "fail"
     assert "e2e_ms.p99 " in result.reason and "against 30 ms (12 of 12 requests over" in result.reason
     assert "throughput.requests/s" in result.reason
-    missed = {t["name"]: t for t in result.measurements["targets"] if not t["met"]}
+    missed = {t["name"]: t for t in result.measurements.targets if not t["met"]}
     assert missed["e2e_ms.p99"]["missed_by"] > 40
 
 
@@ -164,8 +164,8 @@ def test_memory_is_the_peak_of_the_server_process_it_ran(gate_class: type, peak_
         ctx.prepared["capacity"] = Measured(server, peak_mib * 2**20)
         result = gate_class().run(ctx)
     assert result.verdict == verdict, result.reason
-    assert result.measurements["peak_memory_bytes"] == peak_mib * 2**20
-    memory = next(t for t in result.measurements["targets"] if t["name"] == "memory")
+    assert result.measurements.peak_memory_bytes == peak_mib * 2**20
+    memory = next(t for t in result.measurements.targets if t["name"] == "memory")
     assert memory["predicted"] == peak_mib * 2**20 and memory["met"] == (verdict == "pass")
     if verdict == "pass":
         assert "peak resident memory of the server process" in result.reason
@@ -177,9 +177,9 @@ def test_an_endpoints_memory_is_never_the_manifests_plan(gate_class: type) -> No
     with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:  # a remote whose memory nothing reports
         result = run(gate_class, server.url, {"e2e_ms": {"p50": 1000}, "memory": "512MiB"})
     assert result.verdict == "warn", result.reason
-    assert result.measurements["peak_memory_bytes"] is None
+    assert result.measurements.peak_memory_bytes is None
     assert "memory target not checked" in result.reason and "planned" not in result.reason
-    assert all(t["name"] != "memory" for t in result.measurements["targets"])
+    assert all(t["name"] != "memory" for t in result.measurements.targets)
 
 
 class ShakyMachine:
@@ -192,30 +192,30 @@ class ShakyMachine:
         pass
 
     def summary(self, began: float | None = None, ended: float | None = None) -> Any:
-        from servegate.capacity.machine_speed import MachineSpeed
+        from servegate.capacity.bench.machine_speed import MachineSpeed
 
         return MachineSpeed(265.0, {0: 265.0}, 200.0, 330.0, samples=80, seconds=4.0)
 
 
 def test_a_miss_measured_while_the_machine_moved_says_so(gate_class: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     with SyntheticServer(Delays(ttft_ms=60, itl_ms=5)) as server:
         steady = run(gate_class, server.url, {"e2e_ms": {"p99": 30}})
         monkeypatch.setattr(bench_module, "MachineSpeedMonitor", ShakyMachine)
         shaky = run(gate_class, server.url, {"e2e_ms": {"p99": 30}})
     assert steady.verdict == "fail" and shaky.verdict == "fail"
-    assert shaky.measurements["machine_speed"]["spread"] == pytest.approx(1.65)
+    assert shaky.measurements.machine_speed["spread"] == pytest.approx(1.65)
     assert "machine's speed moved by 1.65x during the bench" in shaky.reason and "steady machine" in shaky.reason
-    assert steady.measurements["machine_speed"]["probe_us"] > 0
-    assert ("speed moved" in steady.reason) == (not steady.measurements["machine_speed"]["steady"])
+    assert steady.measurements.machine_speed["probe_us"] > 0
+    assert ("speed moved" in steady.reason) == (not steady.measurements.machine_speed["steady"])
 
 
 def test_a_miss_on_an_oversubscribed_machine_is_a_warning_that_says_so(
     gate_class: type, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Load average 9 on 2 CPUs: other work shared the cores, so a single manifest's miss is inconclusive."""
-    import servegate.capacity.bench as bench_module
+    import servegate.capacity.bench.load_generator as bench_module
 
     monkeypatch.setattr(bench_module.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
     monkeypatch.setattr(bench_module.os, "sched_getaffinity", lambda pid: {0, 1})
@@ -223,4 +223,4 @@ def test_a_miss_on_an_oversubscribed_machine_is_a_warning_that_says_so(
         result = run(gate_class, server.url, {"e2e_ms": {"p50": 30}})
     assert result.verdict == "warn", result.reason
     assert "oversubscribed during the bench (load average 9.0 on 2 CPUs)" in result.reason
-    assert result.measurements["targets"][0]["machine_oversubscribed"] is True
+    assert result.measurements.targets[0]["machine_oversubscribed"] is True

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.interleaved import Ratio
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from servegate.capacity.bench.interleaved import Ratio
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.capacity_paired import RatioCheck
@@ -62,10 +62,10 @@ def test_both_sides_get_the_same_prompts_in_the_same_order_in_alternating_rounds
     with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as base, SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as cand:
         result = change(gate, base, cand)
         seen_base, seen_cand = base.prompts[1:], cand.prompts[1:]  # after each side's probe
-    assert result.measurements["paired"] is True
+    assert result.measurements.paired is True
     assert len(seen_base) == 40 and seen_base == seen_cand
     assert len(set(seen_base)) == 40  # fresh text per request: no cache answers a repeat
-    ratio = next(t for t in result.measurements["targets"] if t.get("kind") == "ratio")
+    ratio = next(t for t in result.measurements.targets if t.get("kind") == "ratio")
     assert ratio["name"] == "e2e_ms.p50" and ratio["low"] <= ratio["ratio"] <= ratio["high"]
 
 
@@ -75,7 +75,7 @@ def test_a_change_that_changes_nothing_does_not_fail_beside_a_cpu_hog(gate: Any,
         result = change(gate, base, cand, targets={"e2e_ms": {"p50": 2000}, "throughput": {"value": 5}})
     assert cpu_hog.poll() is None  # the hog spun throughout
     assert result.verdict != "fail", result.reason
-    ratios = {t["name"]: t for t in result.measurements["targets"] if t.get("kind") == "ratio"}
+    ratios = {t["name"]: t for t in result.measurements.targets if t.get("kind") == "ratio"}
     assert set(ratios) == {"e2e_ms.p50", "throughput.requests/s"}
     assert 0.8 < ratios["e2e_ms.p50"]["ratio"] < 1.2
 
@@ -90,7 +90,7 @@ def test_a_planted_regression_fails_beside_a_cpu_hog(gate: Any, cpu_hog: Any) ->
     assert cpu_hog.poll() is None
     assert result.verdict == "fail", result.reason
     assert "e2e_ms.p50 candidate/baseline" in result.reason and "worse beyond the tolerance" in result.reason
-    ratio = next(t for t in result.measurements["targets"] if t.get("kind") == "ratio")
+    ratio = next(t for t in result.measurements.targets if t.get("kind") == "ratio")
     assert ratio["low"] > 1.1 and ratio["tolerance"] == 0.10
 
 
@@ -120,7 +120,7 @@ def test_a_target_the_baseline_misses_too_on_this_machine_is_a_warning_not_a_fai
         result = change(gate, base, cand, targets={"e2e_ms": {"p50": 30}})
     assert result.verdict == "warn", result.reason
     assert "e2e_ms.p50" in result.reason and "the baseline misses it too" in result.reason
-    absolute = next(t for t in result.measurements["targets"] if t.get("kind") != "ratio")
+    absolute = next(t for t in result.measurements.targets if t.get("kind") != "ratio")
     assert absolute["baseline_misses_too"] is True and absolute["over"] == 40
 
 
@@ -139,8 +139,8 @@ def test_the_quickstart_gated_against_itself_beside_a_cpu_hog(gate: Any, cpu_hog
     planted = gate.run(GateContext(base, one_at_a_time, mode="change"))
     assert safe.verdict != "fail", safe.reason
     assert planted.verdict == "fail", planted.reason
-    failed = [t for t in planted.measurements["targets"] if t.get("kind") == "ratio" and t["verdict"] == "fail"]
-    assert failed, planted.measurements["targets"]
+    failed = [t for t in planted.measurements.targets if t.get("kind") == "ratio" and t["verdict"] == "fail"]
+    assert failed, planted.measurements.targets
 
 
 def test_gate_check_on_a_change_exits_1_for_the_regression_and_0_for_the_harmless_one(

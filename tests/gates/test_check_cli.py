@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from gate_fakes import fake_factory
+from support.oracle_engine import fake_factory
 
 import servegate.gates.base as gates_base
 from servegate.cli.app import main

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gate_fakes import gate_result
+from support.oracle_engine import gate_result
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.gates.contract import ContractGate
@@ -32,7 +32,7 @@ def test_a_server_that_keeps_the_contract_passes(load, check, monkeypatch: pytes
     monkeypatch.setattr(ContractGate, "app_factory", staticmethod(create_app))
     result = gate_result(check(load("reject.yaml"), gates=("contract",)), "contract")
     assert result.verdict == "pass", result.reason
-    assert set(result.measurements["codes_provoked"]) == set(CATALOGUE) - set(NOT_PROVOKABLE)
+    assert set(result.measurements.codes_provoked) == set(CATALOGUE) - set(NOT_PROVOKABLE)
 
 
 def test_a_server_drifted_from_its_manifest_fails(load, check, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001

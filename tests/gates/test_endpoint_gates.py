@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
 from servegate.gates.output_cache import OutputCache
@@ -56,7 +56,7 @@ def test_the_quality_gate_runs_on_the_remote_and_passes_when_it_answers_like_the
     report = check(reference(), candidate(same_model.url), "quality")
     [quality] = [g for g in report.gates if g.name == "quality"]
     assert quality.verdict == "pass", quality.reason
-    assert "vllm 0.32.0 serving remote" in quality.measurements["ran_on"]
+    assert "vllm 0.32.0 serving remote" in quality.measurements.ran_on
     assert len(same_model.bodies) >= 160  # every suite item went to the remote
     assert report.candidate["remote"]["engine"] == "vllm"
 
@@ -129,7 +129,7 @@ def test_memory_of_a_vllm_remote_is_not_checked_and_the_gate_says_why() -> None:
     [capacity] = [g for g in report.gates if g.name == "capacity"]
     assert capacity.verdict == "warn"
     assert "memory target not checked" in capacity.reason and "API process only" in capacity.reason
-    assert all(t["name"] != "memory" for t in capacity.measurements["targets"])
+    assert all(t["name"] != "memory" for t in capacity.measurements.targets)
 
 
 def test_memory_a_servegate_remote_reports_is_checked() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.evaluation import Suite
+from servegate.contracts.quality_section import Suite
 from servegate.gates.evaluation import ItemOutput, SuiteItem, load_suite_data, make_suite_data, score_run
 from servegate.gates.output_cache import OutputCache, cache_dir
 

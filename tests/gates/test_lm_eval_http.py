@@ -18,7 +18,7 @@ pytest.importorskip("lm_eval")
 
 from test_lm_eval_suites import write_manifests  # noqa: E402
 
-from servegate.capacity.local_server import free_port  # noqa: E402
+from servegate.capacity.bench.local_server import free_port  # noqa: E402
 from servegate.contracts.loading import load_manifest  # noqa: E402
 from servegate.gates.base import GateContext  # noqa: E402
 from servegate.gates.lm_eval_suites import task_manager  # noqa: E402

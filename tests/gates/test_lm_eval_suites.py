@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from servegate.contracts.errors import ManifestError
-from servegate.contracts.evaluation import LM_EVAL_INSTALL, Suite
 from servegate.contracts.loading import load_manifest
+from servegate.contracts.quality_section import LM_EVAL_INSTALL, Suite
 
 BASE = """\
 apiVersion: servegate/v1

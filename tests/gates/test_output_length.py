@@ -11,9 +11,9 @@ import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour
 
 from servegate.contracts.errors import ManifestError
-from servegate.contracts.evaluation import LengthBand
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.quality_section import LengthBand
 from servegate.contracts.schema import manifest_json_schema
 from servegate.gates.check import run_check
 from servegate.gates.evaluation import ItemOutput
@@ -95,7 +95,7 @@ def test_a_cut_output_cap_that_keeps_exact_match_fails_on_the_reference_backend(
     cut = quality_of(reference_manifest(32), reference_manifest(4), cache)
     assert cut.verdict == "fail", cut.reason
     assert "output length changed although the metrics hold" in cut.reason and "ratio 0.800" in cut.reason
-    arith = cut.measurements["suites"]["arith"]
+    arith = cut.measurements.to_dict()["suites"]["arith"]
     assert arith["exact_match"]["verdict"] == "pass"  # the metric alone would have passed it
     assert arith["output_length"]["verdict"] == "fail" and arith["output_length"]["candidate_mean_tokens"] == 4.0
     safe = quality_of(reference_manifest(32), reference_manifest(8), cache)

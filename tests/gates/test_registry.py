@@ -69,6 +69,40 @@ def test_a_broken_plugin_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) 
         registry.names()
 
 
+def test_a_plugin_gate_runs_for_the_fields_it_watches_and_gate_diff_names_it(load) -> None:  # noqa: ANN001
+    from servegate.contracts.diff import diff_report
+    from servegate.gates.registry import gate_watches
+
+    GATES.add("toxicity", _PluginGate, watches=_PluginGate.watches, purpose=_PluginGate.purpose)
+    try:
+        base = load("base.yaml")
+        changed = base.with_changes(postprocess={**base.postprocess.model_dump(mode="python"), "stop": ["\n\n"]})
+        planned = {p.name: p for p in plan_gates(base, changed)}
+        assert planned["toxicity"].run and planned["toxicity"].changed_paths == ("postprocess.stop",)
+        assert diff_report(base, changed, gate_watches())["gates"]["toxicity"] == ["postprocess.stop"]
+    finally:
+        GATES.remove("toxicity")
+
+
+def test_the_built_in_gates_watch_the_one_trigger_table() -> None:
+    from servegate.contracts.diff import GATE_WATCHES
+    from servegate.gates.quantization import PRECISION_FIELDS
+    from servegate.gates.truncation import TRUNCATION_FIELDS
+
+    assert {name: GATES.entry(name).metadata["watches"] for name in GATE_WATCHES} == GATE_WATCHES
+    assert set(PRECISION_FIELDS) <= set(GATE_WATCHES["quantization"])  # what the gate isolates, it watches
+    assert set(TRUNCATION_FIELDS) <= set(GATE_WATCHES["truncation"])
+
+
+def test_gate_check_runs_exactly_the_gates_gate_diff_names(load) -> None:  # noqa: ANN001
+    from servegate.contracts.diff import diff_report
+
+    base, tight = load("base.yaml"), load("tight.yaml")
+    named = diff_report(base, tight)["gates"]
+    planned = {p.name: list(p.changed_paths) for p in plan_gates(base, tight) if p.run}
+    assert planned == named and named
+
+
 def test_plan_says_why_each_gate_runs_or_is_skipped(load) -> None:  # noqa: ANN001
     base, tight = load("base.yaml"), load("tight.yaml")
     planned = {p.name: p for p in plan_gates(base, tight)}

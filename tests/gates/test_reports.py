@@ -5,14 +5,23 @@ from __future__ import annotations
 import io
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn
 
 from servegate.gates.reports import RichProgress, json_text, junit_xml, markdown, print_table, transient_progress
-from servegate.gates.result import GateReport, GateResult, example, worst
+from servegate.gates.result import GateReport, GateResult, Measurements, example, worst
 
 IDENTITY = {"name": "m", "version": "1", "fingerprint": "ab" * 32, "form": "reference form", "source": ""}
+
+
+@dataclass(frozen=True)
+class LimitMeasurements(Measurements):
+    """A gate's measurement type as the reports see it."""
+
+    limit_tokens: int
+    """The limit (tokens)."""
 
 
 def _report() -> GateReport:
@@ -20,7 +29,7 @@ def _report() -> GateReport:
         "truncation",
         "fail",
         'recall/exact_match: inferior <by> "a lot" & more',
-        {"limit_tokens": 24},
+        LimitMeasurements(limit_tokens=24),
         [example("r1", True, suite="recall", prompt="key=AB", baseline="AB", candidate="ZZ", reference="AB")],
         ["changed: preprocess.max_input_tokens"],
         1.25,

@@ -24,7 +24,7 @@ from cuda_cases import (
     run_engine,
 )
 
-from servegate.runtime.api import GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 
 pytestmark = gpu
 ROOT_MANIFEST = "examples/quickstart/manifest.yaml"
@@ -111,7 +111,7 @@ def zoo_sets(zoo: str, mode: str, dtype: str) -> list[str]:
 def zoo_engine_and_reference(zoo: str, mode: str, dtype: str) -> tuple[list[list[int]], list[list[int]], Any]:
     """(the engine's tokens, transformers' greedy tokens, the reference model) for ZOO_PROMPTS on CUDA."""
     from servegate.contracts.loading import load_manifest
-    from servegate.runtime.engine import ReferenceEngine
+    from servegate.runtime.engine.reference import ReferenceEngine
 
     served = load_manifest(ROOT_MANIFEST, zoo_sets(zoo, mode, dtype), check_fallback=False)
     requests = [

@@ -1,7 +1,7 @@
 """torchao quantization on CUDA: the real kernels where torchao has them, not the simulated forms, and the
 quantization gate's verdicts on the quickstart served on the GPU.
 
-Which torchao form each method takes on CUDA (servegate/runtime/quantization.py):
+Which torchao form each method takes on CUDA (servegate/runtime/model/quantization.py):
 int8-weight: Int8WeightOnlyConfig (int8 weights, per-channel scales); int8-dynamic: Int8DynamicActivation-
 Int8WeightConfig (int8 x int8 products through torch._int_mm); int4-weight in bfloat16: Int4WeightOnlyConfig
 in tinygemm's tile layout (torch's _weight_int4pack_mm kernel); fp8-weight: Float8WeightOnlyConfig
@@ -23,7 +23,7 @@ import torch
 from cuda_cases import DEVICE, REHEARSAL, IdsOnly, gpu, id_manifest, id_requests, random_llama, run_engine
 
 from servegate.contracts.sections import Quantization
-from servegate.runtime.quantization import quantize_model
+from servegate.runtime.model.quantization import quantize_model
 
 pytestmark = gpu
 ROOT = Path(__file__).parents[2]

@@ -118,7 +118,7 @@ def make_bench() -> dict[str, Any]:
 
 
 def make_plan() -> dict[str, Any]:
-    """A capacity plan in the shape `gate plan --json` writes (servegate.capacity.plan_report.plan_json)."""
+    """A capacity plan in the shape `gate plan --json` writes (servegate.capacity.planning.report.plan_json)."""
     return {
         "kv_bytes_per_token": 4096,
         "weights_bytes": 5_000_000,

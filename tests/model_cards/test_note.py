@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -106,12 +107,14 @@ def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tm
 
 
 def test_write_note_takes_a_gate_report_object(served: ServedModel, tmp_path: Path) -> None:
+    from servegate.gates.caching import CachingMeasurements
     from servegate.gates.result import GateReport, GateResult
 
+    measured = CachingMeasurements(caches=["prefix cache"], tenants_identified=True, shared_across_tenants=[])
     report = GateReport(
         baseline={"name": served.name, "fingerprint": "x", "form": "reference"},
         candidate={"name": served.name, "version": served.version, "fingerprint": served.fingerprint},
-        gates=[GateResult("caching", "pass", "no cross-tenant hits", {"cross_tenant_hits": 0})],
+        gates=[GateResult("caching", "pass", "no cross-tenant hits", replace(measured, tenant_b_extra_hits=0))],
     )
     note = write_note(served, report, tmp_path / "SERVING.md")
     assert note.verdict == "pass"
@@ -166,7 +169,7 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
 
 def test_the_note_says_in_words_what_the_bench_figures_support(served: ServedModel, tmp_path: Path) -> None:
     """A bench's intervals and floors become sentences: p99 of 60 requests is not estimable below 662."""
-    from servegate.capacity.percentiles import interval_fields
+    from servegate.capacity.bench.percentiles import interval_fields
 
     bench = make_bench()
     bench["e2el_ms"].update(interval_fields([70.0 + i for i in range(60)], (50, 95, 99)))

@@ -1,4 +1,4 @@
-"""The note written from real `gate check` reports (the gates run on the gate tests' fake engine).
+"""The note written from real `gate check` reports (the gates run on the oracle engine of tests/support).
 
 A private suite whose prompts carry a planted secret is evaluated like any other: its items are sent
 as requests, int2 quantization makes them fail, and the quantization gate keeps failure examples of
@@ -7,14 +7,12 @@ them. None of that text may reach the note; the public suites' numbers and examp
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from note_evidence import quickstart_sets
+from support.oracle_engine import fake_factory
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
@@ -22,20 +20,6 @@ from servegate.model_cards.note import twin_path
 from servegate.model_cards.note_files import write_note
 
 SECRET = "SECRET-TICKET-5521"
-FAKES = Path(__file__).resolve().parents[1] / "gates" / "gate_fakes.py"
-
-
-def _gate_fakes() -> ModuleType:
-    if "gate_fakes" in sys.modules:
-        return sys.modules["gate_fakes"]
-    if not FAKES.is_file():
-        pytest.skip(f"{FAKES} (the gates' fake engine) is not in this checkout")
-    spec = importlib.util.spec_from_file_location("gate_fakes", FAKES)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gate_fakes"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -71,7 +55,7 @@ def test_note_from_a_real_check_report_keeps_private_text_out(
         served,
         mode="reference",
         forced=("quantization",),
-        engine_factory=_gate_fakes().fake_factory(),
+        engine_factory=fake_factory(),
         cache=OutputCache(tmp_path / "cache"),
     )
     raw = json.dumps(report.to_dict())

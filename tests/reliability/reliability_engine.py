@@ -101,8 +101,8 @@ def reference_engine(served: ServedModel, *, step_delay_s: float = 0.0, per_toke
 
     if step_delay_s <= 0 and per_token_s <= 0:
         return build(served)
-    from servegate.runtime.engine import ReferenceEngine
-    from servegate.runtime.engine_setup import build_parts
+    from servegate.runtime.engine.parts import build_parts
+    from servegate.runtime.engine.reference import ReferenceEngine
 
     parts = build_parts(served)
     return ReferenceEngine(

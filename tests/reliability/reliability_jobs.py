@@ -24,13 +24,13 @@ import uvicorn  # noqa: F401
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: F401
 
 import servegate.cli.app  # noqa: F401
-import servegate.runtime.engine  # noqa: F401
-import servegate.runtime.model_runner  # noqa: F401
-import servegate.runtime.offline  # noqa: F401
+import servegate.runtime.engine.offline  # noqa: F401
+import servegate.runtime.engine.reference  # noqa: F401
+import servegate.runtime.model.model_runner  # noqa: F401
+import servegate.runtime.model.sampling  # noqa: F401
+import servegate.runtime.model.weights  # noqa: F401
 import servegate.runtime.postprocess  # noqa: F401
 import servegate.runtime.preprocess  # noqa: F401
-import servegate.runtime.sampling  # noqa: F401
-import servegate.runtime.weights  # noqa: F401
 import servegate.server  # noqa: F401
 import servegate.zoo  # noqa: F401
 

@@ -9,7 +9,7 @@ import reliability_jobs
 from support.manifests import write_manifest
 from support.servers import ServerProcess
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 
 
 def start_server(folder: Path, manifest: dict[str, Any], step_delay_s: float = 0.0) -> ServerProcess:

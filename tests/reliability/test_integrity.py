@@ -25,10 +25,10 @@ from reliability_engine import MODEL_NAME, manifest_data, model_source
 from support.manifests import write_manifest
 from support.servers import ServerProcess
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.errors import ManifestError, ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.weights import resolve_weights_dir, sha256_of
+from servegate.runtime.model.weights import resolve_weights_dir, sha256_of
 
 pytestmark = pytest.mark.reliability
 

@@ -29,7 +29,7 @@ from reliability_engine import MODEL_NAME, SlowRunner, manifest_data, model_sour
 from reliability_server import start_server
 from support.servers import ServerProcess
 
-from servegate.contracts.evaluation import LengthDistribution, Workload
+from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
 
 pytestmark = pytest.mark.reliability
@@ -59,9 +59,9 @@ def overload_manifest(folder: Path) -> dict[str, Any]:
 
 def predicted_capacity_rps(served: ServedModel) -> tuple[float, dict[str, Any]]:
     """The planner's requests/s for this manifest, from a latency model fitted on the slowed runner."""
-    from servegate.capacity.prediction import saturation_throughput, sim_setup
-    from servegate.capacity.profile import ProfileLimits, fit_runner, step_grid, time_steps
-    from servegate.runtime.engine_setup import build_parts
+    from servegate.capacity.latency.prediction import saturation_throughput, sim_setup
+    from servegate.capacity.latency.profile import ProfileLimits, fit_runner, step_grid, time_steps
+    from servegate.runtime.engine.parts import build_parts
 
     runner = SlowRunner(build_parts(served).runner, STEP_DELAY_S)
     limits = ProfileLimits(

@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import GenerationRequest, SamplingParams, SeqChunk
-from servegate.runtime.engine import ReferenceEngine
-from servegate.runtime.kv_blocks import KVBlockManager
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams, SeqChunk
+from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.engine.step_trace import StepTrace
+from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, SchedulerOutput, make_scheduler
 from servegate.runtime.scheduling import Sequence as Seq
 from servegate.runtime.scheduling.base import Scheduler
@@ -261,7 +262,12 @@ def toy_manifest(**sections: Any) -> ServedModel:
 
 
 def toy_engine(
-    served: ServedModel | None = None, *, num_blocks: int = 256, runner: ToyRunner | None = None, fallback=None
+    served: ServedModel | None = None,
+    *,
+    num_blocks: int = 256,
+    runner: ToyRunner | None = None,
+    fallback=None,
+    step_trace: StepTrace | None = None,
 ) -> ReferenceEngine:
     """A started reference engine over the toy runner (block size from the manifest)."""
     served = served or toy_manifest()
@@ -270,6 +276,7 @@ def toy_engine(
     engine = ReferenceEngine(
         served,
         fallback=fallback,
+        step_trace=step_trace,
         runner=runner or GatedRunner(num_blocks, block_size),
         tokenizer=ToyTokenizer(),
         preprocessor=ToyPreprocessor(),
@@ -289,20 +296,3 @@ def token_requests(seqs: Sequence[Seq], **params: Any) -> list[GenerationRequest
         )
         for s in seqs
     ]
-
-
-def tiny_llama(seed: int = 0) -> Any:
-    """A random 2-layer float32 Llama (hidden 64, GQA 4/2 heads, vocab 101, untied head), in eval mode."""
-    import transformers as hf
-
-    torch.manual_seed(seed)
-    config = hf.LlamaConfig(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    return hf.LlamaForCausalLM(config).eval()

@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from runtime_factories import tiny_llama
+from support.models import tiny_llama
 from threadpoolctl import threadpool_info
 
 from servegate.contracts.sections import Quantization
-from servegate.runtime import cpu_linear
-from servegate.runtime.cpu_linear import (
+from servegate.runtime.model import cpu_linear
+from servegate.runtime.model.cpu_linear import (
     AUTO_MIN_WEIGHT_BYTES,
     apply_cpu_linear,
     cpu_vendor,
     resolve_cpu_linear,
     route_linears,
 )
-from servegate.runtime.quantization import quantize_model
+from servegate.runtime.model.quantization import quantize_model
 
 pytestmark = pytest.mark.skipif(cpu_linear.numpy_blas() != "openblas", reason="numpy is not built on OpenBLAS")
 
@@ -131,8 +131,8 @@ def test_apply_gives_the_threads_to_blas_and_one_to_torch() -> None:
 
 def test_the_manifest_setting_decides_the_engines_kernel() -> None:
     from servegate.contracts.manifest import ServedModel
-    from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
-    from servegate.runtime.engine import ReferenceEngine
+    from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+    from servegate.runtime.engine.reference import ReferenceEngine
 
     prompts = ["12+30=", "recall: apple kiwi plum; 2nd?", '{"name": "ada", "age":']
     outputs, routed = {}, {}

@@ -10,8 +10,8 @@ import torch
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime import cpu_linear
-from servegate.runtime.embedding import EmbeddingModel, Pooling, pool, read_pooling
+from servegate.runtime.model import cpu_linear
+from servegate.runtime.model.embedding import EmbeddingModel, Pooling, pool, read_pooling
 
 TEXTS = [
     "A man is playing a guitar.",

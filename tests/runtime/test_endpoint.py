@@ -5,12 +5,21 @@ from __future__ import annotations
 import asyncio
 import time
 
-from servegate.capacity.local_server import free_port
-from servegate.capacity.synthetic_server import Delays, SyntheticServer
+from support.synthetic_server import Delays, SyntheticServer
+
+from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
-from servegate.runtime.endpoint import EndpointEngine, _error_from_status
+from servegate.runtime.engine.interface import (
+    Engine,
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
+from servegate.runtime.remote.completions_stream import error_from_status
+from servegate.runtime.remote.endpoint import EndpointEngine
 
 
 def served_at(url: str, timeout_s: float = 30.0) -> ServedModel:
@@ -69,8 +78,8 @@ def test_deadline_and_unreachable_server_become_catalogued_errors() -> None:
 
 
 def test_remote_statuses_map_to_the_catalogue() -> None:
-    assert _error_from_status(429, "{}").code == "overloaded"
+    assert error_from_status(429, "{}").code == "overloaded"
     body = '{"error": {"code": "input_too_long", "message": "too long"}}'
-    assert _error_from_status(400, body).code == "input_too_long"
-    assert _error_from_status(400, "bad").code == "invalid_request"
-    assert _error_from_status(503, "down").code == "model_unavailable"
+    assert error_from_status(400, body).code == "input_too_long"
+    assert error_from_status(400, "bad").code == "invalid_request"
+    assert error_from_status(503, "down").code == "model_unavailable"

@@ -12,8 +12,8 @@ from support.fake_remote import FakeRemote, RemoteBehaviour
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
-from servegate.runtime.endpoint import EndpointEngine
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.remote.endpoint import EndpointEngine
 
 LONG_PROMPT = "1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20+21+22+23+24+25+26+27+28+29+30="
 

@@ -15,7 +15,14 @@ from runtime_factories import (
     toy_manifest,
 )
 
-from servegate.runtime.api import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from servegate.runtime.engine.interface import (
+    Engine,
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
 
 MODES = {
     "none": {"batching": {"mode": "none"}, "runtime": {"kv_cache": None}},
@@ -233,7 +240,7 @@ def test_a_generation_engine_serves_no_embeddings_and_vice_versa() -> None:
 def test_the_model_is_loaded_on_the_thread_that_runs_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from servegate.runtime import engine as engine_module
+    from servegate.runtime.engine import reference as engine_module
 
     loaded_on: list[str] = []
     real_build = engine_module.build_parts
@@ -264,7 +271,7 @@ def test_the_model_is_loaded_on_the_thread_that_runs_its_steps(monkeypatch: pyte
 
 def test_a_model_that_fails_to_load_fails_start_with_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from servegate.contracts.errors import ServegateError
-    from servegate.runtime import engine as engine_module
+    from servegate.runtime.engine import reference as engine_module
 
     def failing_build(*args, **kwargs):
         raise ServegateError("weights.sha256 mismatch for model.safetensors")

@@ -15,10 +15,10 @@ import torch
 import transformers
 from runtime_factories import ToyPreprocessor, ToyTokenizer, toy_manifest
 
-from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
-from servegate.runtime.engine import ReferenceEngine
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.reference import ReferenceEngine
 
-model_runner = pytest.importorskip("servegate.runtime.model_runner")
+model_runner = pytest.importorskip("servegate.runtime.model.model_runner")
 
 VOCAB, EOS, MAX_LEN, BLOCK = 96, 2, 96, 4
 ARCHS = {
@@ -81,7 +81,7 @@ def greedy(logits: torch.Tensor, params: list[SamplingParams], generators: list[
 
 def sampler() -> Any:
     try:
-        from servegate.runtime.sampling import sample_batch
+        from servegate.runtime.model.sampling import sample_batch
     except ImportError:
         return greedy
     return sample_batch
@@ -128,7 +128,7 @@ def arch_case(request: pytest.FixtureRequest, one_thread: None) -> dict[str, Any
 @pytest.fixture(scope="module")
 def routed_case(one_thread: None) -> dict[str, Any]:
     """The Llama case with its linear layers routed through OpenBLAS (`runtime.cpu_linear: openblas`)."""
-    from servegate.runtime.cpu_linear import numpy_blas, route_linears
+    from servegate.runtime.model.cpu_linear import numpy_blas, route_linears
 
     if numpy_blas() != "openblas":
         pytest.skip("numpy is not built on OpenBLAS")

@@ -8,8 +8,8 @@ import time
 
 from runtime_factories import GatedRunner, ToyPreprocessor, ToyTokenizer, toy_engine, toy_manifest, toy_sampler
 
-from servegate.runtime.api import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
-from servegate.runtime.engine import ReferenceEngine
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.reference import ReferenceEngine
 
 
 def request(rid: str, max_tokens: int = 4, **kw: object) -> GenerationRequest:
@@ -177,7 +177,7 @@ def test_overload_goes_to_the_fallback_and_is_marked() -> None:
     assert results.final("q2").fallback_used is True
     assert results.final("q1").fallback_used is False
     assert engine.stats().fallback_uses == 1
-    assert backup._closed  # the primary started its fallback and shut it down with itself
+    assert backup.closed  # the primary started its fallback and shut it down with itself
 
 
 def test_timeout_and_error_triggers_go_to_the_fallback() -> None:
@@ -242,7 +242,7 @@ def test_shutdown_fails_what_is_left_with_model_unavailable() -> None:
 def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) -> None:
     from servegate.contracts.loading import load_manifest
     from servegate.runtime import build
-    from servegate.runtime.endpoint import EndpointEngine
+    from servegate.runtime.remote.endpoint import EndpointEngine
 
     (tmp_path / "backup.yaml").write_text("name: backup\nweights: {source: zoo:tiny-fallback}\n")
     (tmp_path / "primary.yaml").write_text(
@@ -251,10 +251,10 @@ def test_build_wires_the_fallback_manifest_and_the_endpoint_backend(tmp_path) ->
     )
     engine = build(load_manifest(tmp_path / "primary.yaml"))
     assert isinstance(engine, ReferenceEngine) and engine.served.name == "primary"
-    route = engine._fallback
+    route = engine.fallback_route
     assert route is not None and route.engine.served.name == "backup" and route.triggers == {"overload", "timeout"}
     alone = build(load_manifest(tmp_path / "primary.yaml"), fallback=False)
-    assert alone._fallback is None
+    assert alone.fallback_route is None
     (tmp_path / "remote.yaml").write_text(
         "name: remote\nweights: {source: zoo:tiny-primary}\n"
         "runtime: {backend: endpoint, endpoint_url: 'http://127.0.0.1:9/v1'}\n"

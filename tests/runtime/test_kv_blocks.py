@@ -6,8 +6,8 @@ import pytest
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.kv_blocks import KVBlockManager, blocks_for_budget, pool_size
-from servegate.runtime.kv_memory import KVDims
+from servegate.runtime.model.kv_blocks import KVBlockManager, blocks_for_budget, pool_size
+from servegate.runtime.model.kv_memory import KVDims
 from servegate.runtime.scheduling import Sequence
 
 

@@ -10,7 +10,7 @@ import pytest
 from runtime_factories import toy_engine, toy_manifest
 
 from servegate.contracts.errors import ServegateError
-from servegate.runtime.offline import run_file
+from servegate.runtime.engine.offline import run_file
 
 LINES = [
     {"id": i if i % 2 else f"s{i}", "prompt": "abc" * (1 + i % 5), "max_tokens": 3 + i % 7, "temperature": 0}

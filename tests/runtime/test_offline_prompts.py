@@ -6,7 +6,7 @@ import pytest
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.offline import InputLine, to_generation_request
+from servegate.runtime.engine.offline import InputLine, to_generation_request
 
 SERVED = ServedModel.model_validate({"name": "m", "weights": {"source": "zoo:tiny-primary"}})
 

@@ -10,7 +10,7 @@ import torch
 
 from servegate.contracts.loading import load_manifest
 from servegate.runtime import build
-from servegate.runtime.api import ErrorEvent, GenerationRequest, PromptLogprobs, PromptScorer
+from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, PromptScorer
 
 MANIFEST = """\
 apiVersion: servegate/v1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from servegate.contracts.sections import ResponseCache as Config
-from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams, Usage
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams, Usage
 from servegate.runtime.response_cache import ResponseCache
 
 

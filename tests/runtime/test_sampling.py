@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from servegate.runtime.api import SamplingParams
-from servegate.runtime.sampling import (
+from servegate.runtime.engine.interface import SamplingParams
+from servegate.runtime.model.sampling import (
     apply_top_k,
     apply_top_p,
     logits_to_probs,

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from servegate.contracts.loading import load_fallback, load_manifest
-from servegate.runtime import build, cpu_linear, shared_cores
-from servegate.runtime.shared_cores import beside_primary, fallback_threads
+from servegate.runtime import build
+from servegate.runtime.failure_policy import shared_cores
+from servegate.runtime.failure_policy.shared_cores import beside_primary, fallback_threads
+from servegate.runtime.model import cpu_linear
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples/quickstart/manifest.yaml"
 

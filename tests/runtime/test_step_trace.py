@@ -1,4 +1,5 @@
-"""The engine's optional step trace: one line per step, only when SERVEGATE_STEP_TRACE asks for it."""
+"""The engine's optional step trace: one line per step, only when one is handed to it (the server opens it from
+SERVEGATE_STEP_TRACE)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine
+from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine, toy_manifest
 
-from servegate.runtime.step_trace import ENV, read_step_trace
+from servegate.runtime.engine.step_trace import ENV, StepTrace, read_step_trace
 
 
-def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path) -> None:
     trace = tmp_path / "steps.jsonl"
-    monkeypatch.setenv(ENV, str(trace))
     seqs = create_sequences(6, prompt_lens=(3, 20), max_tokens=(2, 6), seed=3)
-    engine = toy_engine()
+    engine = toy_engine(step_trace=StepTrace(trace))
     try:
         results = engine.generate(token_requests(seqs))
     finally:
@@ -35,7 +35,7 @@ def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path, monkeypatch: 
 
 
 def test_a_step_answering_requests_is_charged_to_the_step_that_follows_it_at_once() -> None:
-    from servegate.capacity.serving_trace import serving_steps
+    from servegate.capacity.latency.serving_trace import serving_steps
 
     def step(began: float, ended: float, completed: int) -> dict[str, object]:
         return {"began": began, "ended": ended, "chunks": [[1, 9]], "arrivals": 0, "completed": completed}
@@ -49,14 +49,26 @@ def test_a_step_answering_requests_is_charged_to_the_step_that_follows_it_at_onc
 
 
 def test_an_untraced_engine_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(ENV, str(tmp_path / "steps.jsonl"))  # the engine itself never reads the variable
     monkeypatch.chdir(tmp_path)
     engine = toy_engine()
     try:
         engine.generate(token_requests(create_sequences(2, prompt_lens=(3, 5), max_tokens=(2, 3), seed=1)))
     finally:
         engine.shutdown_sync()
-    assert engine._trace is None and list(tmp_path.iterdir()) == []
+    assert engine.step_trace is None and list(tmp_path.iterdir()) == []
+
+
+def test_the_server_opens_the_trace_the_variable_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from servegate.server.app import _build_engine
+
+    trace = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(ENV, str(trace))
+    engine = _build_engine(toy_manifest())
+    assert isinstance(engine.step_trace, StepTrace)
+    engine.step_trace.close()
+    monkeypatch.delenv(ENV)
+    assert _build_engine(toy_manifest()).step_trace is None
 
 
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.vllm_backend import find_python, launch_key, vllm_arguments, vllm_launch
+from servegate.runtime.remote.vllm_backend import find_python, launch_key, vllm_arguments, vllm_launch
 
 
 def vllm_manifest(**sections: Any) -> ServedModel:

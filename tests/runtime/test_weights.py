@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as hf
+from support.models import char_llama
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.weights import (
+from servegate.runtime.model.weights import (
     load_causal_lm,
     resolve_dtype,
     resolve_weights_dir,
@@ -22,26 +23,9 @@ from servegate.runtime.weights import (
 from servegate.zoo.tokenizer import build_char_tokenizer
 
 
-def tiny_llama() -> hf.LlamaForCausalLM:
-    """A random tiny Llama over the zoo's character vocabulary."""
-    torch.manual_seed(0)
-    config = hf.LlamaConfig(
-        vocab_size=len(build_char_tokenizer()),
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    return hf.LlamaForCausalLM(config).eval()
-
-
 @pytest.fixture(scope="module")
 def original() -> hf.LlamaForCausalLM:
-    return tiny_llama()
+    return char_llama()
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_harness import start_fake_server
 from support.models import save_tiny_llama
-from support.servers import ServerProcess
+from support.servers import ServerProcess, start_fake_server
 
 
 @pytest.fixture(scope="session")

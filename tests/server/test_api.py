@@ -18,8 +18,8 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_harness import real_manifest, start_gate_serve
-from support.servers import ServerProcess
+from support.manifests import real_manifest
+from support.servers import ServerProcess, start_gate_serve
 
 TENANT = {"X-Tenant": "tenant-a"}
 MODEL = "tiny"

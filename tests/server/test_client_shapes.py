@@ -2,7 +2,7 @@
 several choices, the tokenizer routes, cache marks, sampling without a seed, logprob token names.
 
 One `gate serve` on the reference engine (tiny model, response cache on, logprobs offered) for the module;
-policy variants run on the fake engine (tests/server/server_fakes.py), which starts in a second.
+policy variants run on the fake engine (tests/support/fault_engine.py), which starts in a second.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_harness import ServerProcess, fake_manifest, real_manifest, start_gate_serve
+from support.manifests import fake_manifest, real_manifest
+from support.servers import ServerProcess, start_gate_serve
 
 MODEL = "tiny"
 

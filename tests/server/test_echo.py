@@ -7,11 +7,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_harness import ServerProcess, fake_manifest, real_manifest, start_fake_server, start_gate_serve
+from support.manifests import fake_manifest, real_manifest
+from support.servers import ServerProcess, start_fake_server, start_gate_serve
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.api import GenerationRequest
+from servegate.runtime.engine.interface import GenerationRequest
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from server_harness import start_gate_serve
-from support.servers import ServerProcess
+from support.servers import ServerProcess, start_gate_serve
 
 MODEL = "minilm"
 

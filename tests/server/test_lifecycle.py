@@ -11,10 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from server_fakes import fake_text
-from server_harness import GATE, fake_manifest, real_manifest, start_fake_server, start_gate_serve
-from support.manifests import write_manifest
-from support.servers import ServerProcess
+from support.fault_engine import fake_text
+from support.manifests import fake_manifest, real_manifest, write_manifest
+from support.servers import GATE, ServerProcess, start_fake_server, start_gate_serve
 
 MODEL = "fake-model"
 TTL_S = 1.5

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from server_harness import fake_manifest, start_fake_server
-from support.servers import ServerProcess
+from support.manifests import fake_manifest
+from support.servers import ServerProcess, start_fake_server
 
 MODEL = "fake-model"
 JSON = {"Content-Type": "application/json"}

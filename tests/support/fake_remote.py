@@ -22,7 +22,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from servegate.capacity.local_server import free_port
+from servegate.capacity.bench.local_server import free_port
 
 PREFIX_BLOCK = 16
 """Tokens per block of the fake's prefix cache."""
@@ -177,7 +177,7 @@ def reference_answer(manifest: dict[str, Any]) -> Answer:
     """The reference engine's greedy text for the prompt ids: a remote that serves the same model."""
     from servegate.contracts.manifest import ServedModel
     from servegate.runtime import build
-    from servegate.runtime.api import FinishEvent, GenerationRequest, SamplingParams
+    from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
     engine = build(ServedModel.model_validate(manifest), fallback=False)
     lock = threading.Lock()

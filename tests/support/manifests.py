@@ -1,4 +1,4 @@
-"""Manifests written to disk for tests that start servers and subprocesses."""
+"""Manifests for tests: factories of the common shapes, and writing them to disk for servers and subprocesses."""
 
 from __future__ import annotations
 
@@ -7,8 +7,55 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.files import write_atomic
+from servegate.contracts.loading import load_manifest
+from servegate.contracts.manifest import ServedModel
 
 
-def write_manifest(folder: Path, data: dict[str, Any], name: str = "manifest.json") -> Path:
-    """Write a manifest dict as JSON (manifests may be YAML or JSON), atomically, and return its path."""
-    return write_atomic(folder / name, json.dumps(data, indent=2))
+def write_manifest(folder: Path, data: dict[str, Any] | str, name: str = "manifest.json") -> Path:
+    """Write a manifest (a dict as JSON, or YAML text as it is), atomically, and return its path."""
+    return write_atomic(folder / name, data if isinstance(data, str) else json.dumps(data, indent=2))
+
+
+def manifest_file(path: Path, text: str) -> ServedModel:
+    """Write manifest text to `path` and load it the way `gate` does."""
+    return load_manifest(write_manifest(path.parent, text, path.name))
+
+
+def _override(data: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return data
+
+
+def real_manifest(weights: str, **sections: Any) -> dict[str, Any]:
+    """A manifest for the reference engine: continuous batching over a paged KV cache, small limits."""
+    data: dict[str, Any] = {
+        "apiVersion": "servegate/v1",
+        "kind": "ServedModel",
+        "name": "tiny",
+        "weights": {"source": weights},
+        "preprocess": {"chat_template": "none", "max_input_tokens": 64, "max_payload_bytes": 4096},
+        "runtime": {
+            "max_model_len": 128,
+            "threads": 1,
+            "kv_cache": {"block_size": 16, "memory_budget": "4MiB"},
+        },
+        "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 256},
+        "postprocess": {"max_output_tokens": 32, "logprobs": True},
+        "failure_policy": {"max_queue": 64, "request_timeout_s": 30},
+    }
+    return _override(data, sections)
+
+
+def fake_manifest(**sections: Any) -> dict[str, Any]:
+    """A manifest for the fault engine (the weights are never loaded); sections override the defaults."""
+    data: dict[str, Any] = {
+        "apiVersion": "servegate/v1",
+        "kind": "ServedModel",
+        "name": "fake-model",
+        "weights": {"source": "zoo:tiny-primary"},
+        "preprocess": {"max_input_tokens": 64, "max_payload_bytes": 4096},
+        "runtime": {"max_model_len": 128},
+        "postprocess": {"max_output_tokens": 32, "logprobs": True},
+    }
+    return _override(data, sections)

@@ -1,17 +1,25 @@
-"""A server process under test on 127.0.0.1: a subprocess (`gate serve`, the fake-engine server) or a job forked
+"""A server process under test on 127.0.0.1: a subprocess (`gate serve`, the fault-engine server) or a job forked
 by the reliability tests' fork server; its stdout and stderr go to a log file the tests read."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
+
+from servegate.runtime.remote.vllm_process import free_port
+from support.manifests import write_manifest
+
+GATE = Path(sys.executable).with_name("gate")
+"""The `gate` command of the interpreter running the tests."""
 
 
 class ServerProcess:
@@ -113,3 +121,21 @@ class ServerProcess:
         if self._log_file is not None:
             self._log_file.close()
         return self.exit_code()
+
+
+def start_fake_server(folder: Path, manifest: dict[str, Any], behaviour: dict[str, Any] | None = None) -> ServerProcess:
+    """The fault-engine server (support/serve_fault_engine.py) on a free port: the same app and runner as
+    `gate serve`, with the faults `behaviour` names (FakeBehaviour's fields)."""
+    path = write_manifest(folder, manifest)
+    port = free_port()
+    script = Path(__file__).with_name("serve_fault_engine.py")
+    command = [sys.executable, str(script), str(path), str(port), json.dumps(behaviour or {})]
+    return ServerProcess.spawn(command, folder / "server.log", port)
+
+
+def start_gate_serve(folder: Path, manifest: dict[str, Any], *extra: str) -> ServerProcess:
+    """`gate serve MANIFEST --port N` on a free port."""
+    path = write_manifest(folder, manifest)
+    port = free_port()
+    command = [str(GATE), "serve", str(path), "--host", "127.0.0.1", "--port", str(port), *extra]
+    return ServerProcess.spawn(command, folder / "server.log", port)

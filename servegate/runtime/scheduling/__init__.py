@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servegate.runtime.kv_blocks import KVBlockManager
+from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.base import Scheduler, SchedulerConfig
 from servegate.runtime.scheduling.continuous import ContinuousScheduler
 from servegate.runtime.scheduling.dynamic import DynamicScheduler

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.api import SeqChunk
-from servegate.runtime.kv_blocks import KVBlockManager
+from servegate.runtime.engine.interface import SeqChunk
+from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput
 from servegate.runtime.scheduling.sequence import SeqStatus, Sequence
 

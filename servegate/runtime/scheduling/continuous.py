@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servegate.runtime.api import SeqChunk
+from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.scheduling.base import Scheduler
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput
 from servegate.runtime.scheduling.sequence import Sequence

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from servegate.runtime.kv_blocks import KVBlockManager
+from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.base import SchedulerConfig
 from servegate.runtime.scheduling.request_level import RequestLevelScheduler
 

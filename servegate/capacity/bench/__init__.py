@@ -1,0 +1,1 @@
+"""The bench: workloads, the load generator, what it sends to, run metrics and their intervals, the own server."""

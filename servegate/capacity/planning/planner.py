@@ -1,0 +1,392 @@
+"""`gate plan`: from request shape, load, latency targets and memory budget to a batching policy.
+
+The search. Candidate policies are the batching modes with a grid of their numbers (max_batch_size,
+max_wait_ms, max_num_batched_tokens, chunked prefill); each is checked against the manifest's own
+rules, given the KV pool the runtime would allocate, and simulated under the workload with the
+latency model fitted on this machine. A candidate is feasible when every declared target holds.
+The KV pool (its blocks) is sized to the memory target when one is declared, and runtime.max_model_len
+to the longest request the contract accepts.
+
+The regime. If one request at a time could carry the load (offered load x single-request service
+time well below 1), single-request latency decides: the deployment is latency-bound and the plan
+picks the feasible policy with the lowest predicted latency. Otherwise batch efficiency decides: it
+is throughput-bound and the plan picks the feasible policy that sustains the most requests/s.
+
+When nothing is feasible, the plan keeps the candidate closest to feasible and says, per missed target,
+the prediction, the target and by how much it is missed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.prediction import Prediction, predict, saturation_throughput, sim_setup
+from servegate.capacity.memory.plan import MemoryPlan
+from servegate.contracts.capacity_section import Targets, Workload
+from servegate.contracts.errors import ServegateError
+from servegate.contracts.manifest import ServedModel
+from servegate.contracts.units import format_bytes
+
+THROUGHPUT_BOUND_LOAD = 0.7
+"""Offered load (x single-request service time) above which one-at-a-time serving queues too much."""
+
+_LATENCY_KEYS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2el_ms"}
+
+
+@dataclass
+class TargetCheck:
+    """One declared target against its prediction."""
+
+    name: str
+    """e.g. `e2e_ms.p99`, `throughput.requests/s`, `memory`."""
+    target: float
+    predicted: float
+    unit: str
+    upper: bool = True
+    """True when the target is a ceiling (latency, memory), False for a floor (throughput)."""
+
+    @property
+    def ratio(self) -> float:
+        """predicted / target for ceilings, target / predicted for floors: > 1 means missed."""
+        if self.upper:
+            return self.predicted / self.target
+        return self.target / self.predicted if self.predicted > 0 else float("inf")
+
+    @property
+    def met(self) -> bool:
+        """Whether the target holds."""
+        return self.ratio <= 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form with the miss spelled out."""
+        miss = self.predicted - self.target if self.upper else self.target - self.predicted
+        return {
+            "name": self.name,
+            "target": self.target,
+            "predicted": self.predicted,
+            "unit": self.unit,
+            "met": self.met,
+            "missed_by": max(0.0, miss),
+            "missed_by_pct": max(0.0, 100.0 * (self.ratio - 1.0)),
+        }
+
+    def sentence(self) -> str:
+        """One line a human reads."""
+        kind = "at most" if self.upper else "at least"
+
+        def show(x: float) -> str:
+            return format_bytes(x) if self.unit == "bytes" else f"{x:.4g} {self.unit}"
+
+        verdict = "met" if self.met else f"MISSED by {show(abs(self.predicted - self.target))}"
+        return f"{self.name}: predicted {show(self.predicted)}, target {kind} {show(self.target)} ({verdict})"
+
+
+@dataclass
+class Candidate:
+    """One batching policy with its prediction."""
+
+    batching: dict[str, Any]
+    served: ServedModel
+    prediction: Prediction
+    checks: list[TargetCheck]
+    num_blocks: int
+    """KV blocks in the pool the runtime would allocate for this policy."""
+    capacity_rps: float | None = None
+    """Requests/s this policy sustains with requests always waiting."""
+
+    @property
+    def feasible(self) -> bool:
+        """Every target met."""
+        return all(c.met for c in self.checks)
+
+    @property
+    def worst_ratio(self) -> float:
+        """The largest predicted/target ratio (how far from feasible)."""
+        return max((c.ratio for c in self.checks), default=0.0)
+
+
+@dataclass
+class Plan:
+    """The planner's answer."""
+
+    regime: str
+    regime_reason: str
+    recommended: Candidate
+    feasible: bool
+    binding: dict[str, Any]
+    memory: MemoryPlan
+    single_request_ms: float
+    candidates: list[Candidate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    """When infeasible: per missed target, the miss and what would change it."""
+
+
+def candidate_policies(served: ServedModel) -> list[dict[str, Any]]:
+    """The batching sections to try (before the manifest's rules prune them)."""
+    max_in = served.preprocess.max_input_tokens
+    batches = [b for b in (2, 4, 8, 16, 32, 64) if b <= max(2, served.batching.max_batch_size * 4)]
+    out: list[dict[str, Any]] = [{"mode": "none", "max_batch_size": 1}]
+    for b in batches:
+        for wait in (2.0, 10.0):
+            out.append({"mode": "dynamic", "max_batch_size": b, "max_wait_ms": wait})
+        out.append({"mode": "static", "max_batch_size": b, "max_wait_ms": 10.0})
+    if served.runtime.kv_cache is not None:
+        token_budgets = sorted({max_in, 2 * max_in, 4 * max_in, served.batching.max_num_batched_tokens})
+        for b in batches:
+            for tokens in token_budgets:
+                out.append({"mode": "continuous", "max_batch_size": b, "max_num_batched_tokens": tokens})
+            out.append(
+                {"mode": "continuous", "max_batch_size": b, "max_num_batched_tokens": max_in, "chunked_prefill": True}
+            )
+    return out
+
+
+def check_targets(targets: Targets | None, summary: dict[str, Any], memory_bytes: float | None) -> list[TargetCheck]:
+    """Each declared target against a predicted (or measured) summary; the memory target against `memory_bytes`
+    (a plan's total or a measured peak; None: the memory target is not checked)."""
+    checks: list[TargetCheck] = []
+    if targets is None:
+        return checks
+    for field_name, key in _LATENCY_KEYS.items():
+        pct = getattr(targets, field_name)
+        if pct is None:
+            continue
+        for p in ("p50", "p95", "p99"):
+            value = getattr(pct, p)
+            if value is not None:
+                checks.append(TargetCheck(f"{field_name}.{p}", value, float(summary[key][p]), "ms"))
+    if targets.throughput is not None:
+        unit = targets.throughput.unit
+        got = summary["throughput"]["requests_per_s" if unit == "requests/s" else "output_tokens_per_s"]
+        checks.append(TargetCheck(f"throughput.{unit}", targets.throughput.value, float(got), unit, upper=False))
+    if targets.memory is not None and memory_bytes is not None:
+        checks.append(TargetCheck("memory", float(targets.memory), float(memory_bytes), "bytes"))
+    return checks
+
+
+def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tuple[str, str, float]:
+    """Latency- or throughput-bound, why, and the single-request service time in seconds."""
+    p, o = workload.input_tokens.mean, workload.output_tokens.mean
+    service = model.request_overhead_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
+    service += model.finish_overhead_s
+    ms = 1000 * service
+    if workload.arrival == "closed":
+        # a closed loop of C keeps C - 1 requests waiting behind the one a batch of one serves
+        load = float((workload.concurrency or 1) - 1)
+        what = f"{workload.concurrency} requests kept in flight ({load:.0f} waiting behind one served alone)"
+    else:
+        load = (workload.rate_rps or 0.0) * service
+        what = f"{workload.rate_rps:g} requests/s offered x {ms:.1f} ms per request served alone"
+    targets = served.capacity.targets
+    floor = targets.throughput if targets else None
+    if floor is not None:
+        floor_rps = floor.value if floor.unit == "requests/s" else floor.value / max(o, 1)
+        if floor_rps * service > load:
+            load = floor_rps * service
+            what = f"a throughput floor of {floor.value:g} {floor.unit} x {ms:.1f} ms per request served alone"
+    if load >= THROUGHPUT_BOUND_LOAD:
+        why = "one request at a time cannot keep up, batch efficiency decides"
+        return "throughput-bound", f"{what} = load {load:.2f} >= {THROUGHPUT_BOUND_LOAD}: {why}", service
+    why = "requests rarely overlap, single-request latency decides"
+    return "latency-bound", f"{what} = load {load:.2f} < {THROUGHPUT_BOUND_LOAD}: {why}", service
+
+
+def _binding(best: Candidate, memory: MemoryPlan) -> dict[str, Any]:
+    """The constraint closest to limiting the recommended policy."""
+    s = best.prediction.summary
+    run_max = s["running"]["max"]
+    if s["preemptions"] > 0 or (s["kv_blocks_used"]["max"] >= 0.95 * best.num_blocks):
+        return {"name": "kv_memory", "detail": f"the KV pool ran full ({s['preemptions']} preemptions predicted)"}
+    # the KV pool is sized to fill a memory target, so memory binds only when it is missed
+    ranked = [c for c in best.checks if c.name != "memory" or not c.met]
+    if ranked:
+        tight = max(ranked, key=lambda c: c.ratio)
+        return {"name": tight.name, "detail": tight.sentence(), "ratio": tight.ratio}
+    if run_max >= best.batching.get("max_batch_size", 1) and s["queue_length"]["max"] > 0:
+        return {"name": "max_batch_size", "detail": "batches ran full while requests queued"}
+    return {"name": "none", "detail": "no target declared and nothing saturated"}
+
+
+def _fit_max_model_len(served: ServedModel, notes: list[str]) -> ServedModel:
+    """runtime.max_model_len at the smallest value that admits every request the contract accepts.
+
+    Paged KV memory is taken per token, so a longer max_model_len never buys throughput; it only lets a
+    sequence grow beyond what preprocess and postprocess allow, and (without runtime.kv_cache) sizes each
+    request-level slot of the pool. The contract needs max_input_tokens + max_output_tokens.
+    """
+    need = served.preprocess.max_input_tokens + served.postprocess.max_output_tokens
+    declared = served.runtime.max_model_len
+    if need >= declared:
+        return served
+    try:
+        fitted = served.with_changes(runtime={**served.runtime.model_dump(mode="python"), "max_model_len": need})
+    except ValidationError:
+        return served
+    notes.append(
+        f"runtime.max_model_len {need} tokens (max_input_tokens + max_output_tokens; declared {declared}): "
+        "no request the contract accepts is longer, and paged KV memory is taken per token"
+    )
+    return fitted
+
+
+def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> tuple[ServedModel, MemoryPlan]:
+    """With a memory target, give the KV pool everything the weights and runtime leave (the runtime's block count)."""
+    targets, kv = served.capacity.targets, served.runtime.kv_cache
+    if targets is None or targets.memory is None or kv is None:
+        return served, memory
+    pool = targets.memory - memory.fixed_bytes
+    if pool <= 0 or pool == kv.memory_budget:
+        return served, memory
+    runtime = served.runtime.model_dump(mode="python")
+    runtime["kv_cache"] = {**runtime["kv_cache"], "memory_budget": pool}
+    try:
+        sized = served.with_changes(runtime=runtime)
+    except ValidationError:
+        return served, memory
+    memory = memory.with_kv_pool(pool)
+    notes.append(
+        f"KV pool sized to the memory target: runtime.kv_cache.memory_budget {pool:,} bytes "
+        f"({memory.num_kv_blocks:,} blocks; declared {kv.memory_budget:,} bytes)"
+    )
+    return sized, memory
+
+
+def plan(
+    served: ServedModel,
+    workload: Workload,
+    model: LatencyModel,
+    memory: MemoryPlan,
+    *,
+    num_requests: int = 300,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> Plan:
+    """Search the batching policies and recommend one (see the module notes)."""
+    targets = served.capacity.targets
+    regime, reason, service = _regime(served, workload, model)
+    policies = candidate_policies(served)
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    if served.runtime.kv_cache is None:
+        notes.append("continuous batching not searched: the manifest declares no runtime.kv_cache")
+    then, now = model.fit.get("load_average_1m"), os.getloadavg()[0]
+    if then is not None and abs(now - then) > max(1.0, 0.5 * then):
+        notes.append(
+            f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
+            "step times, so predictions hold for the conditions of the profile (re-run gate profile)"
+        )
+    if memory.fallback_bytes:
+        notes.append(
+            f"the fallback manifest's engine runs in the same server: its {format_bytes(memory.fallback_bytes)} "
+            "(weights, runtime overhead, KV pool) count in the memory total"
+        )
+    if memory.compiled_weights_bytes:
+        notes.append(
+            f"runtime.compile: decode holds a second copy of the linear weights in the compiled graph: "
+            f"{format_bytes(memory.compiled_weights_bytes)} count in the memory total"
+        )
+    served = _fit_max_model_len(served, notes)
+    served, memory = _size_kv_pool(served, memory, notes)
+    n = min(num_requests, workload.num_requests)
+    for i, batching in enumerate(policies):
+        if progress:
+            progress(i, len(policies))
+        try:
+            candidate_served = served.with_changes(batching=batching)
+            setup = sim_setup(candidate_served)
+        except (ValidationError, ServegateError, ValueError):
+            continue  # the manifest's own rules (or its KV pool) rule this policy out
+        prediction = predict(setup, model, workload, n, seed)
+        checks = check_targets(targets, prediction.summary, memory.total_bytes)
+        cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
+        needs_capacity = regime == "throughput-bound" or (targets is not None and targets.throughput is not None)
+        latency_ok = all(c.met for c in checks if c.unit == "ms")
+        if needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
+            cand.capacity_rps = saturation_throughput(setup, model, workload, seed=seed)
+        candidates.append(cand)
+    if progress:
+        progress(len(policies), len(policies))
+    if not candidates:
+        raise ServegateError("no batching policy fits this manifest's rules and KV pool: check runtime.kv_cache")
+
+    def latency_score(c: Candidate) -> float:
+        keyed = [ch.ratio for ch in c.checks if ch.unit == "ms"]
+        return max(keyed) if keyed else float(c.prediction.summary["e2el_ms"]["p99"])
+
+    feasible = [c for c in candidates if c.feasible]
+    if feasible:
+        if regime == "throughput-bound":
+            best = max(feasible, key=lambda c: (c.capacity_rps or 0.0, -latency_score(c)))
+        else:
+            best = min(feasible, key=lambda c: (round(latency_score(c), 3), c.batching.get("max_batch_size", 1)))
+    else:
+        best = min(candidates, key=lambda c: (c.worst_ratio, latency_score(c)))
+    if best.capacity_rps is None:
+        best.capacity_rps = saturation_throughput(sim_setup(best.served), model, workload, seed=seed)
+    ranked = sorted(candidates, key=lambda c: (not c.feasible, c.worst_ratio))
+    why = [] if feasible else explain_misses(best, model, workload, memory)
+    return Plan(
+        why=why,
+        regime=regime,
+        regime_reason=reason,
+        recommended=best,
+        feasible=bool(feasible),
+        binding=_binding(best, memory),
+        memory=memory,
+        single_request_ms=1000 * service,
+        candidates=ranked,
+        notes=notes,
+    )
+
+
+def alone_ms(model: LatencyModel, workload: Workload) -> dict[str, float]:
+    """Predicted TTFT, TPOT and end-to-end latency of a mean-shaped request served alone, in ms."""
+    p, o = workload.input_tokens.mean, workload.output_tokens.mean
+    ttft = model.request_overhead_s + model.prefill_time(p)
+    tpot = model.decode_time(1, p + o // 2)
+    return {
+        "ttft_ms": 1000 * ttft,
+        "tpot_ms": 1000 * tpot,
+        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.finish_overhead_s),
+    }
+
+
+def explain_misses(best: Candidate, model: LatencyModel, workload: Workload, memory: MemoryPlan) -> list[str]:
+    """Why the closest policy still misses: each missed target, by how much, and what would change it."""
+    alone = alone_ms(model, workload)
+    lines: list[str] = []
+    for check in best.checks:
+        if check.met:
+            continue
+        line = check.sentence()
+        if check.unit == "ms":
+            floor = alone[check.name.split(".")[0]]
+            if floor > check.target:
+                line += (
+                    f"; even served alone a request takes {floor:.4g} ms here, so no batching policy can meet it: "
+                    "use faster hardware, a smaller or quantized model, or shorter prompts/outputs"
+                )
+            else:
+                line += (
+                    f"; served alone it would take {floor:.4g} ms, the rest is queueing at this load: "
+                    "add replicas, lower the load, or relax the target"
+                )
+        elif check.name.startswith("throughput"):
+            cap = best.capacity_rps or 0.0
+            line += f"; the best policy sustains {cap:.4g} requests/s on one replica"
+            if cap > 0 and check.unit == "requests/s":
+                line += f": {int(-(-check.target // cap))} replicas would"
+        elif check.name == "memory":
+            line += (
+                f"; weights {memory.weights_bytes:,} + runtime {memory.runtime_overhead_bytes:,} + KV pool "
+                f"{memory.kv_pool_bytes:,} bytes: lower runtime.kv_cache.memory_budget or quantize the weights"
+            )
+        lines.append(line)
+    return lines

@@ -1,0 +1,155 @@
+"""What `gate plan` prints and writes: the plan as JSON, as a table, and back into the manifest.
+
+`write_plan` edits only what the plan decides (the `batching` section, `runtime.max_model_len`, and the
+KV pool's `memory_budget`) through ruamel.yaml's round trip, so every comment, key order and quoting
+elsewhere in the file stays as the author wrote it.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.planning.planner import Plan
+from servegate.contracts.errors import ManifestError
+from servegate.contracts.files import write_atomic
+from servegate.contracts.units import format_bytes
+
+PERCENTILE_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+
+
+def _section(parent: CommentedMap, key: str) -> CommentedMap:
+    """parent[key] as a mapping, created when absent."""
+    section = parent.get(key)
+    if not isinstance(section, CommentedMap):
+        section = CommentedMap()
+        parent[key] = section
+    return section
+
+
+def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerprint: str) -> dict[str, Any]:
+    """The plan as JSON: memory, regime, recommended policy, predicted figures, targets, binding constraint."""
+    best = plan.recommended
+    s = best.prediction.summary
+    mem = plan.memory.as_dict()
+    return {
+        "fingerprint": fingerprint,
+        "kv_bytes_per_token": plan.memory.kv_bytes_per_token,
+        "weights_bytes": plan.memory.weights_bytes,
+        "max_concurrent_sequences": plan.memory.max_concurrent_sequences,
+        "memory": mem,
+        "workload": workload,
+        "regime": plan.regime,
+        "regime_reason": plan.regime_reason,
+        "single_request_ms": plan.single_request_ms,
+        "feasible": plan.feasible,
+        "recommended": {
+            "batching": best.served.batching.model_dump(mode="json"),
+            "kv_cache": best.served.runtime.kv_cache.model_dump(mode="json") if best.served.runtime.kv_cache else None,
+            "kv_blocks": best.num_blocks,
+            "max_model_len": best.served.runtime.max_model_len,
+        },
+        "predicted": {
+            **{k: s[k] for k in PERCENTILE_KEYS},
+            "throughput": s["throughput"],
+            "capacity_requests_per_s": best.capacity_rps,
+            "queue_length": s["queue_length"],
+            "kv_blocks_used": s["kv_blocks_used"],
+            "running": s["running"],
+            "preemptions": s["preemptions"],
+        },
+        "targets": [c.as_dict() for c in best.checks],
+        "binding_constraint": plan.binding,
+        "why": plan.why,
+        "notes": plan.notes,
+        "latency_model": {
+            "coefficients_s": model.coefficients,
+            "request_overhead_s": model.request_overhead_s,
+            "finish_overhead_s": model.finish_overhead_s,
+            "arrival_overhead_s": model.arrival_overhead_s,
+            "completion_overhead_s": model.completion_overhead_s,
+            "load_slowdown_per_rps": model.load_slowdown_per_rps,
+            "admission_delay_per_running_s": model.admission_delay_per_running_s,
+            "step_jitter": model.step_jitter,
+            "hardware": model.hardware,
+            "fit": model.fit,
+        },
+        "candidates": [
+            {
+                "batching": c.batching,
+                "feasible": c.feasible,
+                "worst_target_ratio": c.worst_ratio,
+                "e2el_ms_p99": c.prediction.summary["e2el_ms"]["p99"],
+                "capacity_requests_per_s": c.capacity_rps,
+            }
+            for c in plan.candidates[:12]
+        ],
+    }
+
+
+def plan_lines(data: dict[str, Any]) -> list[str]:
+    """The plan for a terminal, one fact per line, every number with its unit."""
+    b = data["recommended"]["batching"]
+    policy = ", ".join(f"{k}={v}" for k, v in b.items())
+    p = data["predicted"]
+    lines = [
+        f"regime: {data['regime']} ({data['regime_reason']})",
+        f"recommended batching: {policy}",
+        f"feasible: {'yes' if data['feasible'] else 'NO'}",
+        f"binding constraint: {data['binding_constraint']['name']} - {data['binding_constraint']['detail']}",
+    ]
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2el_ms", "E2EL")):
+        v = p[key]
+        lines.append(f"predicted {label}: p50 {v['p50']:.1f} ms, p95 {v['p95']:.1f} ms, p99 {v['p99']:.1f} ms")
+    lines.append(
+        f"predicted throughput: {p['throughput']['requests_per_s']:.2f} requests/s, "
+        f"{p['throughput']['output_tokens_per_s']:.1f} output tokens/s; sustains up to "
+        f"{(p['capacity_requests_per_s'] or 0):.2f} requests/s"
+    )
+    for t in data["targets"]:
+
+        def show(x: float, unit: str = t["unit"]) -> str:
+            return format_bytes(x) if unit == "bytes" else f"{x:.4g} {unit}"
+
+        lines.append(
+            f"target {t['name']}: predicted {show(t['predicted'])} vs {show(t['target'])} - "
+            + ("met" if t["met"] else f"MISSED by {show(t['missed_by'])} ({t['missed_by_pct']:.1f}%)")
+        )
+    lines += [f"why: {w}" for w in data["why"]]
+    lines += [f"note: {n}" for n in data["notes"]]
+    return lines
+
+
+def write_batching(path: Path, batching: dict[str, Any]) -> None:
+    """Set the manifest file's `batching` keys to `batching`, keeping comments and everything else (atomic)."""
+    write_plan(path, batching)
+
+
+def write_plan(
+    path: Path, batching: dict[str, Any], max_model_len: int | None = None, kv_memory_budget: int | None = None
+) -> None:
+    """Write a plan into the manifest file: the `batching` section, and when given `runtime.max_model_len` and
+    `runtime.kv_cache.memory_budget`; comments, key order and everything else stay as written (atomic)."""
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    text = path.read_text(encoding="utf-8")
+    data = yaml.load(io.StringIO(text))
+    if not isinstance(data, CommentedMap):
+        raise ManifestError([f"{path}: the manifest must be a mapping of sections"])
+    section = _section(data, "batching")
+    for key in [k for k in section if k not in batching]:
+        del section[key]  # a key the new policy does not set would otherwise keep its old value
+    for key, value in batching.items():
+        section[key] = value
+    if max_model_len is not None:
+        _section(data, "runtime")["max_model_len"] = max_model_len
+    if kv_memory_budget is not None:
+        _section(_section(data, "runtime"), "kv_cache")["memory_budget"] = kv_memory_budget
+    out = io.StringIO()
+    yaml.dump(data, out)
+    write_atomic(path, out.getvalue())

@@ -1,0 +1,220 @@
+"""The engine interface every caller uses: the HTTP server, the gates, the bench and `gate run`.
+
+Plain dataclasses so tests assert on plain data. An engine is built from a ServedModel by
+`servegate.runtime.build(served)`; the reference engine runs in process, the endpoint engine forwards
+to any OpenAI-compatible server. Both satisfy `Engine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.manifest import ServedModel
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are chosen for one request (temperature 0 is greedy)."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    seed: int | None = None
+    """Per-request seed: same seed, same output. None: the manifest's runtime.seed."""
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    """Return the log-probability of each chosen token."""
+    top_logprobs: int = 0
+    """Also return the top-N alternatives per position (0: none)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS (benchmarks that need exact output lengths)."""
+
+
+@dataclass
+class GenerationRequest:
+    """One request as the engine sees it, after the HTTP layer or file reader has parsed it."""
+
+    id: str
+    prompt: str | None = None
+    """Completion prompt text (exactly one of prompt, messages, prompt_token_ids)."""
+    messages: list[dict[str, Any]] | None = None
+    """Chat messages [{"role", "content"}], rendered with the manifest's chat template."""
+    prompt_token_ids: list[int] | None = None
+    """Pre-tokenized prompt (bench and tests)."""
+    params: SamplingParams = field(default_factory=SamplingParams)
+    tenant: str | None = None
+    """Tenant id; scopes the prefix and response caches. Never logged."""
+    arrival_time: float | None = None
+    """time.monotonic() at arrival (None: when submitted); the deadline counts from it."""
+    timeout_s: float | None = None
+    """Overrides failure_policy.request_timeout_s for this request."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request; truncated_tokens is never hidden."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    truncated_tokens: int = 0
+    """Prompt tokens dropped by the truncation policy."""
+
+    @property
+    def total_tokens(self) -> int:
+        """prompt + completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New output text for a request (one or more tokens)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    text: str
+    """Text delta since the previous event (stop strings already trimmed)."""
+    logprobs: tuple[float, ...] | None = None
+    time: float = 0.0
+    """time.monotonic() when the tokens were produced."""
+    cached: bool = False
+    """The whole output, replayed from the response cache (its FinishEvent follows at once)."""
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    """A request's final result."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: Literal["stop", "length", "eos"]
+    usage: Usage
+    logprobs: tuple[float, ...] | None = None
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+    fallback_used: bool = False
+    """Served by the fallback model."""
+    cached: bool = False
+    """Served from the response cache."""
+    output_valid: bool | None = None
+    """Whether the text satisfied output_schema (None: no schema declared)."""
+    ttft_s: float | None = None
+    """Seconds from arrival to first token."""
+    e2e_s: float | None = None
+    """Seconds from arrival to finish."""
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """A request's final catalogued error (it never also gets a FinishEvent)."""
+
+    request_id: str
+    error: ServingError
+
+
+Event = TokenEvent | FinishEvent | ErrorEvent
+Result = FinishEvent | ErrorEvent
+Sink = Callable[[Event], None]
+"""Receives one request's events, in order."""
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """The log-probability of every prompt token given the tokens before it (one prefill, nothing sampled)."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    """The prompt as the model saw it: after the chat template and the truncation policy."""
+    logprobs: tuple[float | None, ...]
+    """log p(token_i | tokens_<i) per token; None for the first token (nothing precedes it)."""
+    greedy: tuple[bool, ...]
+    """Whether each token was the most likely one at its position (the first token: True)."""
+    truncated_tokens: int = 0
+    """Prompt tokens dropped by the truncation policy (the kept ones are scored)."""
+    top: tuple[dict[int, float], ...] = ()
+    """Per position, the most likely tokens {token id: log-probability}, as many as the request's
+    params.top_logprobs (at least 1); empty for the first position, and where a remote did not say."""
+
+
+ScoreResult = PromptLogprobs | ErrorEvent
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """Live counters, exported as metrics by the server."""
+
+    queue_depth: int = 0
+    running: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_free: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_misses: int = 0
+    response_cache_hits: int = 0
+    fallback_uses: int = 0
+    preemptions: int = 0
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the server, gates and bench call. Every submitted request ends in exactly one Result."""
+
+    served: ServedModel
+
+    async def start(self) -> None:
+        """Load weights, allocate the KV pool and start the scheduling loop."""
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, finish in-flight work within grace_s, release resources."""
+
+    def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Queue a request; iterate its TokenEvents, ending with one FinishEvent or ErrorEvent."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
+        """Synchronous convenience: run all requests (batched per the manifest), results in input order."""
+
+    async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
+        """Embedding vectors (task: embed only)."""
+
+    def stats(self) -> EngineStats:
+        """Current counters."""
+
+
+@runtime_checkable
+class PromptScorer(Protocol):
+    """An engine that also scores prompts (log-likelihood evaluation: lm-eval's multiple-choice tasks)."""
+
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities of each request's prompt (sampling parameters are ignored), in order."""
+
+
+# --- the model runner: what the engine's scheduler hands the model each step ------------------------
+
+
+@dataclass(frozen=True)
+class SeqChunk:
+    """The tokens of one sequence computed in one step (a prefill chunk, or one decode token)."""
+
+    seq_id: int
+    token_ids: tuple[int, ...]
+    """New tokens fed this step; token_ids[0] sits at position start_pos."""
+    start_pos: int
+    """Tokens of this sequence already in the KV cache (computed earlier, or prefix-cache hits)."""
+    block_table: tuple[int, ...]
+    """KV block ids covering positions [0, start_pos + len(token_ids)), in order."""
+
+
+class ModelRunner(Protocol):
+    """Runs one step of a model over a ragged batch, reading and writing the paged KV pool."""
+
+    block_size: int
+    num_blocks: int
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+
+    def execute(self, chunks: Sequence[SeqChunk]) -> Any:
+        """Write the chunks' KV into their blocks and return float32 logits [len(chunks), vocab]
+        at each chunk's last token."""

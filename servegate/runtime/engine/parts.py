@@ -1,0 +1,137 @@
+"""What the reference engine is made of, built from a manifest: model runner, tokenizer, scheduler, caches.
+
+Parts given explicitly (a toy runner in tests, a preloaded model in benchmarks) are used as they are;
+everything else is loaded from the manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.contract_layer import contract_parts
+from servegate.runtime.engine.interface import ModelRunner
+from servegate.runtime.engine.part_types import Embedder, PromptEncoder, Sampler
+from servegate.runtime.model.kv_blocks import KVBlockManager, pool_size
+from servegate.runtime.postprocess import Detokenizer, OutputValidator
+from servegate.runtime.response_cache import ResponseCache
+from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
+
+if TYPE_CHECKING:
+    from servegate.runtime.model.quantization import QuantizationReport
+
+
+@dataclass
+class EngineParts:
+    """Everything a running reference engine uses."""
+
+    runner: ModelRunner | None
+    """The paged model runner (None for task: embed)."""
+    tokenizer: Detokenizer | None
+    """Decodes output tokens (the model's tokenizer; None for task: embed)."""
+    preprocessor: PromptEncoder | None
+    """Turns requests into prompt tokens (preprocess.Preprocessor; None for task: embed)."""
+    sampler: Sampler
+    scheduler: Scheduler | None
+    """The batching mode's scheduler over the runner's KV pool (None for task: embed)."""
+    validator: OutputValidator | None
+    """output_schema checker, when the manifest declares one."""
+    response_cache: ResponseCache | None
+    embedder: Embedder | None = None
+    """EmbeddingModel for task: embed."""
+    device: Any = "cpu"
+    """torch.device the runner computes on (a generator for seeded sampling lives there)."""
+    quantization: QuantizationReport | None = None
+    """What quantization did, when the manifest quantizes the model."""
+
+
+def build_parts(
+    served: ServedModel,
+    *,
+    runner: ModelRunner | None = None,
+    tokenizer: Detokenizer | None = None,
+    preprocessor: PromptEncoder | None = None,
+    sampler: Sampler | None = None,
+    model: Any = None,
+) -> EngineParts:
+    """Load (or take) the model, size the KV pool, and assemble scheduler, caches and validators."""
+    if served.preprocess.task == "embed":
+        from servegate.runtime.model.embedding import EmbeddingModel
+
+        return EngineParts(
+            None,
+            tokenizer,
+            preprocessor,
+            sampler or _default_sampler(),
+            None,
+            None,
+            None,  # embeddings are not cached: an embedding is cheap next to a generation
+            embedder=EmbeddingModel(served),
+        )
+    report = None
+    if runner is None:
+        runner, tokenizer, report = _load_runner(served, model, tokenizer)
+    contract = contract_parts(served, tokenizer, preprocessor)  # the same pieces the endpoint engine uses
+    kv = served.runtime.kv_cache
+    block_manager = KVBlockManager(
+        runner.num_blocks, runner.block_size, prefix_caching=kv is not None and kv.prefix_caching
+    )
+    scheduler = make_scheduler(served.batching.mode, SchedulerConfig.from_manifest(served), block_manager)
+    return EngineParts(
+        runner=runner,
+        tokenizer=tokenizer,
+        preprocessor=contract.preprocessor,
+        sampler=sampler or _default_sampler(),
+        scheduler=scheduler,
+        validator=contract.validator,
+        response_cache=contract.response_cache,
+        device=getattr(runner, "device", "cpu"),
+        quantization=report,
+    )
+
+
+def _load_runner(
+    served: ServedModel, model: Any, tokenizer: Detokenizer | None
+) -> tuple[ModelRunner, Detokenizer, QuantizationReport | None]:
+    """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
+    from servegate.runtime.model.cpu_linear import apply_cpu_linear, use_torch_threads
+    from servegate.runtime.model.kv_memory import kv_dims_from_config
+    from servegate.runtime.model.model_runner import PagedModelRunner
+
+    report = None
+    if model is None:
+        from servegate.runtime.model.weights import load_causal_lm
+
+        loaded = load_causal_lm(served)
+        model, tokenizer = loaded.model, tokenizer or loaded.tokenizer
+        if served.runtime.quantization.method != "none":
+            from servegate.runtime.model.quantization import quantize_model
+
+            report = quantize_model(model, served.runtime.quantization)
+    else:  # load_causal_lm set torch's threads on this thread, the one that runs the steps; a given model too
+        use_torch_threads(served.runtime.threads)
+    runtime = served.runtime
+    if runtime.compile == "off":
+        # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
+        apply_cpu_linear(model, runtime.cpu_linear, runtime.threads)
+    # (compiled, the products are inductor's kernels: routing them would put numpy calls into the graph)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
+    num_blocks, block_size = pool_size(served, kv_dims_from_config(config), compute_dtype)
+    kv = runtime.kv_cache
+    kv_dtype = "fp8" if kv is not None and kv.dtype == "fp8" else "auto"
+    runner = PagedModelRunner(
+        model,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        kv_dtype=kv_dtype,
+        compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
+    )
+    return runner, tokenizer, report
+
+
+def _default_sampler() -> Sampler:
+    from servegate.runtime.model.sampling import sample_batch
+
+    return sample_batch  # type: ignore[no-any-return]

@@ -1,0 +1,74 @@
+"""Prompt-token log-probabilities on the reference engine's own model: one prefill, nothing sampled.
+
+What log-likelihood evaluation needs (lm-eval's multiple-choice tasks, `echo` with `logprobs` over HTTP):
+log p(token_i | tokens_<i) of every prompt token. The prompt goes through the manifest's preprocessor
+first (chat template, input limit, truncation policy), and the model is the engine's own: the manifest's
+weights, quantized as declared. The pass runs on the whole sequence at once under inference mode, outside
+the paged KV pool (no request owns blocks for it), so it neither reads nor fills the prefix cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
+from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
+from servegate.runtime.engine.parts import EngineParts
+
+
+def token_logprobs(
+    model: Any, token_ids: Sequence[int], top_k: int = 1
+) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
+    """log p of each token given the ones before it, whether it was the argmax there, and the top_k tokens
+    at each position (first position: None, True, {})."""
+    import torch  # imported here: the engine module imports this one, and the CLI must start fast
+
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0].float()
+    logp = torch.log_softmax(logits[:-1], dim=-1)
+    targets = ids[0, 1:]
+    chosen = logp.gather(1, targets[:, None])[:, 0]
+    greedy = logp.argmax(dim=-1) == targets
+    values, top_ids = logp.topk(max(1, top_k), dim=-1)
+    top = [dict(zip(i, v, strict=True)) for i, v in zip(top_ids.tolist(), values.tolist(), strict=True)]
+    return [None, *chosen.tolist()], [True, *greedy.tolist()], [{}, *top]
+
+
+def score_on_engine(
+    served: ServedModel, parts: EngineParts, jobs: LoopJobs | None, requests: Sequence[GenerationRequest]
+) -> list[ScoreResult]:
+    """The reference engine's `score`: queued on its loop thread (`jobs`), or here when it runs no loop (embed)."""
+    if jobs is None:  # task: embed; score_requests answers that there is no causal model
+        return score_requests(served, parts, requests)
+    return list(result_of(*jobs.put(lambda: score_requests(served, parts, requests))))
+
+
+def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+    """Score each request's prompt as the manifest encodes it; a request the contract refuses gets its error."""
+    model = getattr(getattr(parts, "runner", None), "model", None)
+    if model is None:
+        error = ServingError("invalid_request", detail="this engine has no causal model to score prompts with")
+        return [ErrorEvent(r.id, error) for r in requests]
+    preprocessor = parts.preprocessor
+    results: list[ScoreResult] = []
+    for request in requests:
+        try:
+            encoded = preprocessor.encode(request)
+            ids = list(encoded.token_ids)
+            if not ids:
+                raise ServingError("invalid_request", param="prompt", detail="the prompt is empty")
+            if len(ids) > served.runtime.max_model_len:
+                raise ServingError("input_too_long", tokens=len(ids), limit=served.runtime.max_model_len)
+        except ServingError as error:
+            results.append(ErrorEvent(request.id, error))
+            continue
+        logprobs, greedy, top = token_logprobs(model, ids, request.params.top_logprobs)
+        results.append(
+            PromptLogprobs(request.id, tuple(ids), tuple(logprobs), tuple(greedy), encoded.truncated_tokens, tuple(top))
+        )
+    return results

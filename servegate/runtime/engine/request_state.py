@@ -1,0 +1,107 @@
+"""One request inside the reference engine: its sequence, output stream, deadline and event delivery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from servegate.contracts.errors import ServingError
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.contract_layer import admit
+from servegate.runtime.engine.delivery import EventDelivery
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
+from servegate.runtime.postprocess import OutputStream, OutputValidator
+from servegate.runtime.scheduling import Sequence
+
+if TYPE_CHECKING:
+    from servegate.runtime.engine.parts import EngineParts
+
+
+@dataclass(eq=False)
+class RequestState:
+    """Everything the engine tracks for one accepted request."""
+
+    request: GenerationRequest
+    delivery: EventDelivery
+    """Sends the request's events to its sink (outside the engine lock), and nothing after the final one."""
+    seq: Sequence
+    output: OutputStream
+    generator: Any
+    """torch.Generator seeded with the request's seed (or runtime.seed)."""
+    arrival: float
+    deadline: float
+    """time.monotonic() past which the request fails with deadline_exceeded."""
+    timeout_s: float
+    truncated_tokens: int
+    flag_invalid: bool
+    """on_invalid_output: flag (True) or error (False)."""
+    first_token_at: float | None = None
+    aborted: bool = False
+    """The caller stopped listening (set under the engine lock; the loop drops it at the next step)."""
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    """Per output token, the top alternatives (only when the request asks for top_logprobs)."""
+
+    @property
+    def params(self) -> SamplingParams:
+        """The request's sampling parameters."""
+        return self.request.params
+
+    def finish_event(self, now: float, validator: OutputValidator | None) -> FinishEvent | ErrorEvent:
+        """The final event: the result, or invalid_output when the schema says so and the policy is error."""
+        out = self.output
+        valid = None
+        if validator is not None:
+            problem = validator.problem(out.text)
+            valid = problem is None
+            if problem is not None and not self.flag_invalid:
+                return ErrorEvent(self.request.id, ServingError("invalid_output", detail=problem))
+        return FinishEvent(
+            request_id=self.request.id,
+            text=out.text,
+            token_ids=tuple(out.token_ids),
+            finish_reason=out.finish_reason or "length",
+            usage=Usage(self.seq.num_prompt_tokens, len(out.token_ids), self.truncated_tokens),
+            logprobs=tuple(out.logprobs) if self.params.logprobs else None,
+            top_logprobs=tuple(self.top_logprobs) if self.params.top_logprobs > 0 else None,
+            output_valid=valid,
+            ttft_s=None if self.first_token_at is None else self.first_token_at - self.arrival,
+            e2e_s=now - self.arrival,
+        )
+
+
+def new_request_state(
+    served: ServedModel, parts: EngineParts, request: GenerationRequest, sink: Sink, seq_id: int
+) -> RequestState:
+    """Validate and encode a request into engine state (raises ServingError for a bad request)."""
+    from servegate.runtime.model.sampling import request_generator
+
+    admitted = admit(served, parts.preprocessor, request)
+    prompt = admitted.token_ids
+    output = OutputStream(
+        parts.tokenizer,
+        max_tokens=admitted.max_tokens,
+        stop=admitted.stop,
+        eos_token_ids=frozenset(parts.runner.eos_token_ids),
+        ignore_eos=request.params.ignore_eos,
+        prompt_token_ids=prompt,
+    )
+    seq = Sequence(
+        seq_id,
+        prompt,
+        admitted.max_tokens,
+        arrival_time=admitted.arrival,
+        cache_salt=admitted.cache_salt,
+        request_id=request.id,
+    )
+    return RequestState(
+        request=request,
+        delivery=EventDelivery(sink),
+        seq=seq,
+        output=output,
+        generator=request_generator(admitted.seed, parts.device),
+        arrival=admitted.arrival,
+        deadline=admitted.deadline,
+        timeout_s=admitted.timeout_s,
+        truncated_tokens=admitted.truncated_tokens,
+        flag_invalid=served.failure_policy.on_invalid_output == "flag",
+    )

@@ -1,0 +1,69 @@
+"""An optional record of every engine step while serving, for calibrating the capacity planner.
+
+`gate profile` starts the manifest's server with SERVEGATE_STEP_TRACE set to a file path; the server
+opens the trace (`open_step_trace`) and hands it to the engine it builds, which then appends one JSON
+line per step: when it began and ended (seconds on the perf_counter clock), the chunks it computed as
+(new tokens, tokens already cached) pairs, how many requests were admitted while it ran and how many it
+answered. Steps measured inside the serving process include what a bare model step does not:
+scheduling, sampling, streaming, and the HTTP work that competes for the same interpreter.
+Unset (the default), the engine records nothing and pays nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+ENV = "SERVEGATE_STEP_TRACE"
+"""Environment variable naming the trace file."""
+
+
+class StepTrace:
+    """Appends step records to a file, one JSON object per line."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open
+
+    def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0) -> None:
+        """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile,
+        requests it answered."""
+        if self._file is None:
+            return
+        chunks = [[c.num_tokens, c.start_pos] for c in plan.chunks]
+        self._file.write(
+            json.dumps(
+                {
+                    "began": began,
+                    "ended": ended,
+                    "chunks": chunks,
+                    "arrivals": arrivals,
+                    "completed": completed,
+                }
+            )
+            + "\n"
+        )
+
+    def close(self) -> None:
+        """Flush and close the file (later records are dropped)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def open_step_trace() -> StepTrace | None:
+    """The trace SERVEGATE_STEP_TRACE asks for, or None."""
+    path = os.environ.get(ENV)
+    return StepTrace(Path(path)) if path else None
+
+
+def read_step_trace(path: Path) -> list[dict[str, Any]]:
+    """The records of a trace file (a torn last line, from a killed server, is skipped)."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records

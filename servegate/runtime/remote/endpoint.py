@@ -1,0 +1,335 @@
+"""`runtime.backend: endpoint`: an OpenAI-compatible server (vLLM, TGI, SGLang, ours) as the engine core,
+wrapped in the manifest's contract exactly as servegate's own engine is (runtime/contract_layer.py).
+
+Here, before the remote sees a request: sampling limits, the chat template, the input limit and truncation
+policy (the remote gets token ids, so it runs what the manifest says it runs), the output cap and stop
+strings, the response cache and the bounded queue (`batching.max_batch_size` in flight, `max_queue`
+waiting, then `overloaded` with Retry-After). After: stop strings, the output schema, logprobs as the
+remote returns them. Around it: the deadline and the fallback. Every request is streamed (usage in the
+last chunk), so TTFT and inter-token times are those a client sees. Errors come back catalogued:
+`overloaded` for 429, `deadline_exceeded` at the deadline, `model_unavailable` when the remote cannot be
+reached or answers 5xx. What the remote is (engine, version, model, context) is read at start
+(`identity`); a remote that cannot be reached at start raises RemoteUnavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from servegate.contracts.errors import RemoteUnavailable, ServingError
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.contract_layer import (
+    AdmissionQueue,
+    AdmittedRequest,
+    ContractParts,
+    admit,
+    contract_parts,
+    salt_token,
+)
+from servegate.runtime.engine.interface import (
+    Engine,
+    EngineStats,
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    Result,
+    ScoreResult,
+    TokenEvent,
+)
+from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.failure_policy.outcomes import (
+    deadline_exceeded,
+    feed_window,
+    past_deadline,
+    trigger_of,
+    unavailable,
+)
+from servegate.runtime.remote.completions_stream import (
+    RemoteReply,
+    completions_body,
+    error_from_status,
+    final_event,
+    read_choice,
+)
+from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
+from servegate.runtime.remote.own_loop import run_on_own_loop
+
+
+class EndpointEngine:
+    """The manifest's contract around a remote OpenAI-compatible server (implements `engine.interface.Engine`)."""
+
+    def __init__(
+        self,
+        served: ServedModel,
+        *,
+        fallback: Engine | None = None,
+        client: httpx.AsyncClient | None = None,
+        tokenizer: Any = None,
+        base_url: str | None = None,
+    ) -> None:
+        """`fallback`: the fallback manifest's engine; `client`, `tokenizer`: given parts (tests); `base_url`:
+        the server's API URL when the manifest does not name one (a server servegate started itself)."""
+        url = base_url or served.runtime.endpoint_url
+        if not url:
+            raise ValueError("the endpoint backend needs runtime.endpoint_url")
+        self.served = served
+        base = url.rstrip("/")
+        self.base_url = base if base.endswith("/v1") else base + "/v1"
+        self.model = served.runtime.endpoint_model or served.name
+        self.identity: RemoteIdentity | None = None
+        """What the remote reported at start: engine, version, models, context length."""
+        self.contract: ContractParts | None = None
+        self.admission = AdmissionQueue(served)
+        self._fallback = (
+            FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+        )
+        self._given_client = client
+        self._tokenizer = tokenizer
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._start_lock = threading.Lock()
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the tokenizer, read the remote's identity (RemoteUnavailable when it cannot be reached)."""
+        await asyncio.to_thread(self.start_sync)
+
+    def start_sync(self) -> None:
+        """start() for synchronous callers; a second call does nothing."""
+        with self._start_lock:
+            if self.contract is not None:
+                return
+            if self._tokenizer is None:
+                from servegate.runtime.model.weights import load_tokenizer
+
+                self._tokenizer = load_tokenizer(self.served)
+            identity = asyncio.run(probe_identity(self.base_url, self.model))
+            self.identity = identity
+            self.contract = contract_parts(self.served, self._tokenizer)
+            if self._fallback is not None:
+                self._fallback.start_sync()
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Wait up to grace_s for requests in flight, then close this loop's connection pool."""
+        end = time.monotonic() + grace_s
+        while self._in_flight and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None and client is not self._given_client:
+            await client.aclose()
+        if self._fallback is not None:
+            await asyncio.to_thread(self._fallback.shutdown_sync, grace_s)
+
+    def _client(self) -> httpx.AsyncClient:
+        """The connection pool of the running event loop (a pool cannot move between loops)."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._clients:
+            self._clients[loop] = self._given_client or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        return self._clients[loop]
+
+    # --- requests -------------------------------------------------------------------------------
+
+    async def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Apply the contract, stream the request from the remote: TokenEvents, then one Finish or ErrorEvent."""
+        if self.contract is None:
+            try:
+                await self.start()
+            except RemoteUnavailable as exc:  # a gateway whose remote is down answers each request with it
+                yield ErrorEvent(request.id, unavailable(str(exc)))
+                return
+        assert self.contract is not None
+        try:
+            admitted = admit(self.served, self.contract.preprocessor, request)
+        except ServingError as error:
+            yield ErrorEvent(request.id, error)
+            return
+        cache = self.contract.response_cache
+        hit = cache.get(request) if cache is not None else None
+        if hit is not None:
+            yield TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True)
+            yield hit
+            return
+        reply = RemoteReply()
+        with self._lock:
+            self._in_flight += 1
+        try:
+            async for event in self._remote(admitted, reply):
+                if isinstance(event, ErrorEvent) and self._to_fallback(event.error, reply.streamed):
+                    async for relayed in self._via_fallback(request):
+                        yield relayed
+                    return
+                yield event
+                reply.streamed = reply.streamed or isinstance(event, TokenEvent)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    async def _remote(self, admitted: AdmittedRequest, reply: RemoteReply) -> AsyncIterator[Event]:
+        """Wait for a slot, then stream from the remote until the deadline: TokenEvents, then the final event."""
+        request = admitted.request
+        if past_deadline(time.monotonic(), admitted.deadline):  # it arrived past its deadline: nothing to send
+            yield ErrorEvent(request.id, deadline_exceeded(admitted.timeout_s))
+            return
+        try:
+            await self.admission.acquire(admitted.deadline)
+        except ServingError as error:
+            yield ErrorEvent(request.id, error)
+            return
+        except (TimeoutError, asyncio.TimeoutError):
+            yield ErrorEvent(request.id, deadline_exceeded(admitted.timeout_s))
+            return
+        queue: asyncio.Queue[Event | BaseException | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for event in self._stream(admitted, reply):
+                    queue.put_nowait(event)
+                queue.put_nowait(None)
+            except BaseException as exc:  # handed to the consumer, which decides what it means
+                queue.put_nowait(exc)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:  # a deadline that works on Python 3.10 (no asyncio.timeout)
+                remaining = admitted.deadline - time.monotonic()
+                item = await asyncio.wait_for(queue.get(), timeout=max(0.0, remaining))
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            yield self._finish(admitted, reply)
+        except (TimeoutError, asyncio.TimeoutError):
+            yield ErrorEvent(request.id, deadline_exceeded(admitted.timeout_s))
+        except ServingError as error:
+            yield ErrorEvent(request.id, error)
+        except (httpx.HTTPError, OSError, json.JSONDecodeError) as exc:
+            yield ErrorEvent(request.id, unavailable(f"cannot reach {self.base_url}: {type(exc).__name__}"))
+        finally:
+            task.cancel()
+            self.admission.release()
+
+    def _body(self, admitted: AdmittedRequest) -> dict[str, Any]:
+        """The completions request the remote gets (vLLM also gets token ids back and the tenant's cache salt)."""
+        vllm = self.identity is not None and self.identity.engine == "vllm"
+        return completions_body(
+            self.model, admitted, salt_token(self.served, admitted.cache_salt) if vllm else None, vllm
+        )
+
+    def _finish(self, admitted: AdmittedRequest, reply: RemoteReply) -> FinishEvent | ErrorEvent:
+        """The final result with the manifest's postprocess applied, cached when the manifest caches."""
+        assert self.contract is not None
+        result = final_event(self.served, self.contract.validator, self._tokenizer, admitted, reply)
+        cache = self.contract.response_cache
+        if cache is not None and isinstance(result, FinishEvent):
+            cache.put(admitted.request, result)
+        return result
+
+    async def _stream(self, admitted: AdmittedRequest, reply: RemoteReply) -> AsyncIterator[Event]:
+        rid = admitted.request.id
+        async with self._client().stream("POST", self.base_url + "/completions", json=self._body(admitted)) as resp:
+            if resp.status_code != 200:
+                raise error_from_status(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    err = chunk["error"]
+                    raise error_from_status(int(err.get("code", 500)) if isinstance(err, dict) else 500, data)
+                if chunk.get("usage"):
+                    reply.usage = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    event = read_choice(rid, choice, reply)
+                    if event is not None:
+                        yield event
+
+    # --- the fallback ---------------------------------------------------------------------------
+
+    def _to_fallback(self, error: ServingError, streamed: bool) -> bool:
+        """Whether the failure policy hands this failure to the fallback engine."""
+        return self._fallback is not None and self._fallback.takes(trigger_of(error), streamed)
+
+    async def _via_fallback(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """The request served whole by the fallback engine (its result marked fallback_used)."""
+        assert self._fallback is not None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._fallback.forward(request, lambda event: loop.call_soon_threadsafe(queue.put_nowait, event))
+        while True:
+            event = await queue.get()
+            yield event
+            if isinstance(event, (FinishEvent, ErrorEvent)):
+                return
+
+    # --- the rest of the Engine interface -------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
+        """Run all requests against the endpoint, at most feed_window() at once; results in input order."""
+        self.start_sync()
+
+        async def one(request: GenerationRequest, window: asyncio.Semaphore) -> Result:
+            async with window:
+                final: Result | None = None
+                async for event in self.submit(request):  # no arrival time: the deadline counts from here
+                    if isinstance(event, (FinishEvent, ErrorEvent)):
+                        final = event
+                assert final is not None
+                return final
+
+        async def all_of() -> list[Result]:
+            window = asyncio.Semaphore(feed_window(self.served))
+            try:
+                return list(await asyncio.gather(*(one(r, window) for r in requests)))
+            finally:
+                client = self._clients.pop(asyncio.get_running_loop(), None)  # the pool dies with this loop
+                if client is not None and client is not self._given_client:
+                    await client.aclose()
+
+        return run_on_own_loop(all_of)
+
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
+        from servegate.runtime.remote.endpoint_scoring import score_on_remote
+
+        self.start_sync()
+        return score_on_remote(self, requests, feed_window(self.served))
+
+    async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
+        """Embeddings from the endpoint's /embeddings."""
+        body: dict[str, Any] = {"model": self.model, "input": list(texts)}
+        if tenant:
+            body["user"] = tenant
+        try:
+            resp = await self._client().post(self.base_url + "/embeddings", json=body)
+        except (httpx.HTTPError, OSError) as exc:
+            raise unavailable(f"cannot reach {self.base_url}: {type(exc).__name__}") from None
+        if resp.status_code != 200:
+            raise error_from_status(resp.status_code, resp.text)
+        return [item["embedding"] for item in sorted(resp.json()["data"], key=lambda d: d["index"])]
+
+    def stats(self) -> EngineStats:
+        """The contract's own counters (the remote's internal queue and caches are not visible from here)."""
+        cache = self.contract.response_cache if self.contract is not None else None
+        return EngineStats(
+            queue_depth=self.admission.queued,
+            running=self.admission.running,
+            response_cache_hits=cache.hits if cache is not None else 0,
+            fallback_uses=self._fallback.uses if self._fallback is not None else 0,
+        )
+
+
+__all__ = ["EndpointEngine"]
