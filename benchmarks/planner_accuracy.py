@@ -1,19 +1,31 @@
-"""Planner accuracy: predicted against measured end-to-end latency at three loads (low, near the knee, overload).
+"""Planner accuracy, taken apart: simulator, step costs, end to end (raw and at the machine's measured speed),
+and the coverage of the prediction interval, for TTFT and end-to-end latency at three loads.
 
 1. The latency model of the manifest on this machine (`gate profile`; loaded if saved, --reprofile to redo).
 2. The knee: the requests/s the manifest's own batching policy sustains in simulation (closed loop, requests
    always waiting). Loads: 0.3x (low), 0.8x (near the knee) and 1.3x (overload) of it.
-3. At each load the simulator predicts p50 and p99 end-to-end latency for the exact requests (same seed,
-   arrivals and lengths) that `gate bench` then sends to the manifest's own server (open loop, Poisson).
-Targets below the knee: |error| <= 10% at p50 and <= 15% at p99. Before each load, `gate plan --verify`'s
-speed check: 8 requests sent one at a time, measured p50 over the profile's (the `lone` column); and all along,
-a Python loop timed on every CPU (servegate/capacity/bench/machine_speed.py): its median during the load's runs over
-its median while the profile's traced runs were served (the `machine` column), so a row's error can be read
-beside how fast the machine ran at that moment. `spread` is the largest over the smallest p50 of the load's
-repeated runs: the same requests, so how far apart two measurements of one thing fall.
+3. At each load `gate bench`'s load generator sends the same requests (same seed, arrivals and lengths)
+   `--repeats` times to the manifest's own server, which runs with its step trace on; meanwhile a Python loop
+   is timed on every CPU (machine_speed.py). Then, per load:
+   - simulator error: every run's measured step durations replayed through the simulator with the run's own
+     arrival times (latency/replay.py); predicted against measured p50/p99 (target: within 5%). The machine
+     is in the durations, so what is left is the scheduling and queueing model;
+   - step-cost error: the fitted step model against the same measured steps, median and p90 of the relative
+     error per kind of step (prefill, decode, mixed);
+   - end-to-end error: the prediction (median of the interval's seeds) against the median of the runs,
+     beside `machine` (the loop's median during the runs over its median while the profile's traced runs
+     were served), and after rescaling the model by that ratio (`at speed`);
+   - coverage: the share of runs whose measured p50/p99 fall inside the 90% prediction interval (simulated
+     under 20 jitter seeds, from the profile's step jitter; latency/interval.py), and the interval's width.
+Targets below the knee: E2E p50 within 10% and p99 within 15%, TTFT within 20%.
+
+`--http-terms one` profiles afresh the variant of the latency model in which the CPU that HTTP work takes
+from the engine is one term (the per-admission cost), not three (with the load slowdown and the admission
+delay); `--http-terms three` profiles the full model afresh. Run the two interleaved to compare them.
 
     python benchmarks/planner_accuracy.py [--manifest examples/quickstart/manifest.yaml] [--set runtime.threads=1]
-                                          [--requests 300] [--repeats 3] [--reprofile] [--json results.json]
+                                          [--requests 300] [--repeats 3] [--reprofile] [--http-terms {three,one}]
+                                          [--json results.json]
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,27 +45,47 @@ from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
 from servegate.capacity.bench.own_server import manifest_tokenizer
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests, with_rate
-from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.interval import prediction_interval
+from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import profile_key, saturation_throughput, sim_setup
-from servegate.capacity.latency.profile import profile_manifest
+from servegate.capacity.latency.profile import HttpTerms, profile_manifest
+from servegate.capacity.latency.provenance import hardware_id, profile_path
+from servegate.capacity.latency.replay import (
+    STEP_KINDS,
+    at_speed,
+    replay_durations,
+    replay_run,
+    run_window,
+    specs_of_run,
+    step_cost_errors,
+    steps_in,
+)
+from servegate.capacity.latency.serving_trace import serving_steps
 from servegate.capacity.latency.simulate import simulate
-from servegate.capacity.latency.speed_check import lone_workload, predicted_lone_e2e_ms, profile_lone_bias
 from servegate.contracts.loading import load_manifest
+from servegate.runtime.engine.step_trace import read_step_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 LOADS = (("low", 0.3), ("near knee", 0.8), ("overload", 1.3))
-TARGETS = {"p50": 0.10, "p99": 0.15}
+POINTS = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("e2el_ms", "p50"), ("e2el_ms", "p99"))
+TARGETS = {("e2el_ms", "p50"): 0.10, ("e2el_ms", "p99"): 0.15, ("ttft_ms", "p50"): 0.20, ("ttft_ms", "p99"): 0.20}
+SIMULATOR_TARGET = 0.05
 
 
-def latency_model(served: Any, reprofile: bool) -> LatencyModel:
-    """The saved profile, or a fresh one (saved for gate plan too)."""
+def latency_model(served: Any, reprofile: bool, http_terms: HttpTerms | None) -> LatencyModel:
+    """The saved profile, or a fresh one (saved for gate plan too); a fresh one of `http_terms` when given."""
     path = profile_path(profile_key(served), hardware_id())
-    if path.is_file() and not reprofile:
+    if path.is_file() and not reprofile and http_terms is None:
         print(f"latency model: {path}")
         return LatencyModel.load(path)
-    print("profiling (model steps, then serving overheads through the manifest's server)...")
-    model = profile_manifest(served)
-    model.save(profile_path(model.key, model.hardware))
+    print(f"profiling ({http_terms or 'three'} HTTP terms; model steps, then serving through the manifest's server)...")
+    began = time.time()
+    model = profile_manifest(served, http_terms=http_terms or "three")
+    o = model.overheads
+    print(f"profiled in {time.time() - began:.0f} s: arrival {1000 * o.arrival_s:.3f} ms, load slowdown "
+          f"{100 * o.load_slowdown_per_rps:.3f}% per request/s, admission delay "
+          f"{1000 * o.admission_delay_per_running_s:.3f} ms per running sequence")  # fmt: skip
+    model.save(profile_path(model.provenance.key, model.provenance.hardware))
     return model
 
 
@@ -65,85 +98,146 @@ async def measure(url: str, served: Any, workload: Any, seed: int) -> Any:
         await target.aclose()
 
 
+def error(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured if measured else float("nan")
+
+
+def one_load(
+    name: str, factor: float, knee: float, args: Any, served: Any, model: LatencyModel, server: Any, monitor: Any
+) -> dict[str, Any]:
+    """Predict, bench `args.repeats` times, replay each run's steps; the load's row."""
+    setup = sim_setup(served)
+    base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
+    workload = with_rate(base, round(factor * knee, 3))
+    specs = make_requests(workload, args.seed)
+    interval = prediction_interval(setup, model, specs)
+    runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
+    trace = read_step_trace(server.step_trace)
+    row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "interval": interval.as_dict()}
+    machine = monitor.summary(runs[0].began_at, runs[-1].ended_at)
+    profiled = model.fit.machine_speed
+    speed = machine.relative_to(profiled) if machine and profiled else None
+    row.update(machine_probe_us=machine.probe_us if machine else None, machine_over_profile=speed)
+    at = at_speed(model, speed) if speed else None
+    rescaled = [simulate(setup, at, specs, seed=s).summary() for s in range(5)] if at else []
+    replays, steps = [], []
+    for run in runs:
+        window = steps_in(trace, *run_window(run.records))
+        steps += serving_steps(window)
+        replayed = replay_run(setup, model, specs_of_run(specs, run.records), replay_durations(window))
+        replays.append({"summary": replayed.summary(), "steps_traced": len(window), "steps_replayed": replayed.steps})
+    row["steps_traced"] = [r["steps_traced"] for r in replays]
+    row["steps_simulated"] = [r["steps_replayed"] for r in replays]
+    row["step_cost"] = step_cost_errors(model, steps)
+    for metric, p in POINTS:
+        key = f"{metric}.{p}"
+        measured = [r.summary[metric][p] for r in runs]
+        got = statistics.median(measured)
+        pred = interval.central[metric][p]
+        replay_errors = [error(r["summary"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
+        row[key] = {
+            "measured_each": measured,
+            "measured": got,
+            "predicted": pred,
+            "error": error(pred, got),
+            "at_speed": statistics.median(s[metric][p] for s in rescaled) if rescaled else None,
+            "simulator_error_each": replay_errors,
+            "simulator_error": statistics.median(replay_errors),
+            "inside": [interval.contains(metric, p, m) for m in measured],
+            "interval": [interval.low[metric][p], interval.high[metric][p]],
+            "interval_width": interval.relative_width(metric, p),
+        }
+        row[key]["error_at_speed"] = error(row[key]["at_speed"], got) if rescaled else None
+    return row
+
+
+def pct(x: float | None) -> str:
+    return f"{100 * x:+.1f}%" if x is not None else "-"
+
+
+def report(rows: list[dict[str, Any]], args: Any, seconds: float) -> None:
+    print(f"\nplanner accuracy, {args.requests} requests per load, {args.repeats} runs each ({seconds:.0f} s)")
+    print("\n1. simulator error (measured steps replayed with the runs' own arrivals; median over the runs)")
+    heads = "".join(f"{m[:-3] + ' ' + p:>12}" for m, p in POINTS)
+    print(f"{'load':<11}{'req/s':>7}{heads}   steps traced/simulated")
+    for r in rows:
+        cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error']):>12}" for m, p in POINTS)
+        pairs = ", ".join(f"{a}/{b}" for a, b in zip(r["steps_traced"], r["steps_simulated"], strict=True))
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}")
+    print("\n2. step-cost error (fitted step model against the measured steps: median / p90 of |relative error|)")
+    print(f"{'load':<11}" + "".join(f"{k:>22}" for k in (*STEP_KINDS, "all")))
+    for r in rows:
+        cells = []
+        for kind in (*STEP_KINDS, "all"):
+            e = r["step_cost"].get(kind)
+            text = f"{100 * e['median_rel_error']:.1f}% / {100 * e['p90_rel_error']:.1f}% (n={e['steps']})" if e else ""
+            cells.append(f"{text:>22}")
+        print(f"{r['load']:<11}" + "".join(cells))
+    print("\n3. end-to-end error: predicted vs the median of the runs; machine = loop now / loop when profiled")
+    print(f"{'load':<11}{'metric':<10}{'pred':>9}{'meas':>9}{'err':>9}{'machine':>9}{'at speed':>10}{'err':>9}")
+    for r in rows:
+        machine = f"{r['machine_over_profile']:.2f}x" if r["machine_over_profile"] else "-"
+        for m, p in POINTS:
+            c = r[f"{m}.{p}"]
+            at = f"{c['at_speed']:.1f}" if c["at_speed"] is not None else "-"
+            print(
+                f"{r['load']:<11}{m[:-3] + ' ' + p:<10}{c['predicted']:>9.1f}{c['measured']:>9.1f}{pct(c['error']):>9}"
+                f"{machine:>9}{at:>10}{pct(c['error_at_speed']):>9}"
+            )
+    print("\n4. coverage of the 90% prediction interval (runs inside / runs; mean relative width)")
+    for m, p in POINTS:
+        inside = [x for r in rows for x in r[f"{m}.{p}"]["inside"]]
+        width = statistics.fmean(r[f"{m}.{p}"]["interval_width"] for r in rows)
+        print(f"  {m[:-3]} {p}: {sum(inside)}/{len(inside)} inside, width {100 * width:.0f}% of the central value")
+    below = [r for r in rows if r["load"] != "overload"]
+    sim_ok = all(abs(r[f"{m}.{p}"]["simulator_error"]) <= SIMULATOR_TARGET for r in below for m, p in POINTS)
+    e2e_ok = all(abs(r[f"{m}.{p}"]["error"]) <= t for r in below for (m, p), t in TARGETS.items())
+    print(f"below the knee: simulator within 5%: {'yes' if sim_ok else 'NO'}; end to end within target: "
+          f"{'yes' if e2e_ok else 'NO'}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--manifest", default=str(ROOT / "examples/quickstart/manifest.yaml"))
     parser.add_argument("--set", action="append", default=[], dest="sets", help="PATH=VALUE override (repeatable)")
     parser.add_argument("--requests", type=int, default=300, help="requests per load")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="bench runs per load (the median is compared)")
+    parser.add_argument("--repeats", type=int, default=3, help="bench runs per load")
     parser.add_argument("--reprofile", action="store_true")
-    parser.add_argument("--json", help="write the table as JSON to this path")
+    parser.add_argument("--http-terms", choices=("three", "one"), help="profile afresh with this variant")
+    parser.add_argument("--json", help="write the rows as JSON to this path")
     args = parser.parse_args()
 
     served = load_manifest(Path(args.manifest), args.sets)
     if served.capacity.workload is None:
         raise SystemExit("the manifest declares no capacity.workload")
     began = time.time()
-    model = latency_model(served, args.reprofile)
-    setup = sim_setup(served)
+    model = latency_model(served, args.reprofile, args.http_terms)
     base = served.capacity.workload.model_copy(update={"num_requests": args.requests})
-    knee = saturation_throughput(setup, model, base, num_requests=max(200, args.requests))
+    knee = saturation_throughput(sim_setup(served), model, base, num_requests=max(200, args.requests))
     print(f"manifest {served.name} ({served.batching.mode}, max_batch_size {served.batching.max_batch_size}); "
-          f"predicted knee {knee:.2f} requests/s")  # fmt: skip
-
-    rows: list[dict[str, Any]] = []
-    lone = lone_workload(base)
-    lone_expected = predicted_lone_e2e_ms(served, model, lone, args.seed) * profile_lone_bias(model)
-    profiled = model.fit.get("machine_speed")
-    with LocalServer(served) as server, MachineSpeedMonitor() as monitor:
-        for name, factor in LOADS:
-            workload = with_rate(base, round(factor * knee, 3))
-            specs = make_requests(workload, args.seed)
-            sims = [simulate(setup, model, specs, seed=s).summary()["e2el_ms"] for s in range(5)]
-            predicted = {p: statistics.median(s[p] for s in sims) for p in TARGETS}
-            # the speed check of gate plan --verify: lone requests say how fast the machine is right now
-            alone = asyncio.run(measure(server.url, served, lone, args.seed)).summary["e2el_ms"]["p50"]
-            speed = alone / lone_expected
-            bench_runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
-            runs = [r.summary for r in bench_runs]
-            row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "lone_measured_over_expected": speed}
-            machine = monitor.summary(bench_runs[0].began_at, bench_runs[-1].ended_at)
-            row["machine_probe_us"] = machine.probe_us if machine else None
-            row["machine_spread"] = machine.spread if machine else None
-            row["machine_over_profile"] = machine.relative_to(profiled) if machine and profiled else None
-            row["completed"] = [r["requests"]["completed"] for r in runs]
-            row["measured_p50_ms_each"] = [r["e2el_ms"]["p50"] for r in runs]  # the spread is the measurement noise
-            row["measured_p99_ms_each"] = [r["e2el_ms"]["p99"] for r in runs]
-            row["repeat_spread_p50"] = max(row["measured_p50_ms_each"]) / min(row["measured_p50_ms_each"])
-            for p in TARGETS:
-                got = statistics.median(r["e2el_ms"][p] for r in runs)  # the same requests, sent `repeats` times
-                row[f"predicted_{p}_ms"] = predicted[p]
-                row[f"measured_{p}_ms"] = got
-                row[f"error_{p}"] = (predicted[p] - got) / got
-            row["within_target"] = all(abs(row[f"error_{p}"]) <= t for p, t in TARGETS.items())
-            rows.append(row)
-            print(f"  {name}: done")
-
-    print(f"\nplanner accuracy, end-to-end latency, {args.requests} requests per load ({time.time() - began:.0f} s)")
-    columns = (("load", "<11"), ("req/s", ">7"), ("pred p50", ">10"), ("meas p50", ">10"), ("err", ">8"))
-    columns += (("pred p99", ">10"), ("meas p99", ">10"), ("err", ">8"), ("  lone", ">7"), ("machine", ">9"))
-    columns += (("spread", ">8"), ("  measured p50 in each run", ""))
-    print("".join(f"{name:{fmt}}" for name, fmt in columns))
-    for r in rows:
-        machine = f"{r['machine_over_profile']:>8.2f}x" if r["machine_over_profile"] else f"{'-':>9}"
-        print(
-            f"{r['load']:<11}{r['rate_rps']:>7.2f}{r['predicted_p50_ms']:>10.1f}{r['measured_p50_ms']:>10.1f}"
-            f"{100 * r['error_p50']:>+7.1f}%{r['predicted_p99_ms']:>10.1f}{r['measured_p99_ms']:>10.1f}"
-            f"{100 * r['error_p99']:>+7.1f}%{r['lone_measured_over_expected']:>6.2f}x{machine}"
-            f"{r['repeat_spread_p50']:>7.2f}x  " + ", ".join(f"{x:.1f}" for x in r["measured_p50_ms_each"])
-        )
-    below = [r for r in rows if r["load"] != "overload"]
-    ok = all(r["within_target"] for r in below)
-    print(f"below the knee: p50 within 10% and p99 within 15%: {'yes' if ok else 'NO'}")
-    print("lone: p50 end-to-end of 8 requests sent one at a time just before the load, measured / expected (the "
-          "profile's prediction x how such requests ran against it when profiled; gate plan --verify's speed check: "
-          "above 1, the machine is slower than when it was profiled)")  # fmt: skip
-    print("machine: a Python loop's median time on every CPU during the load's runs over its median while the "
-          "profile's traced runs were served (above 1: slower now); spread: largest over smallest p50 of the "
-          "load's repeated runs of the same requests")  # fmt: skip
+          f"predicted knee {knee:.2f} requests/s; profile's machine loop "
+          f"{model.fit.machine_speed.probe_us if model.fit.machine_speed else float('nan'):.0f} us")  # fmt: skip
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "steps.jsonl"
+        with LocalServer(served, step_trace=trace) as server, MachineSpeedMonitor() as monitor:
+            for name, factor in LOADS:
+                rows.append(one_load(name, factor, knee, args, served, model, server, monitor))
+                print(f"  {name}: done ({time.strftime('%H:%M:%S', time.gmtime())} UTC)")
+    report(rows, args, time.time() - began)
     if args.json:
-        out = {"manifest": args.manifest, "sets": args.sets, "knee_rps": knee, "hardware": model.hardware, "rows": rows}
+        out = {
+            "manifest": args.manifest,
+            "sets": args.sets,
+            "http_terms": args.http_terms,
+            "knee_rps": knee,
+            "hardware": dict(model.provenance.hardware),
+            "overheads": model.overheads.as_dict(),
+            "profiled_at": model.provenance.profiled_at,
+            "load_average_1m": model.provenance.load_average_1m,
+            "rows": rows,
+        }
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 

@@ -62,6 +62,11 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     )
 
     policy = served.with_changes(batching=data["recommended"]["batching"])
+    if served.runtime.backend == "endpoint":
+        console.print(
+            "verifying against the endpoint as it runs: start its engine with the recommended max_batch_size and "
+            "max_num_batched_tokens first (`gate export`), else this measures the limits it was started with"
+        )
     console.print("verifying: benchmarking the recommended policy...")
     lone = lone_workload(workload)
     with RichProgress(console) as progress:
@@ -73,7 +78,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
         measured_ms=alone.as_dict()["e2el_ms"]["p50"],
         requests=lone.num_requests,
-        profiled_at=model.fit.get("profiled_at"),
+        profiled_at=model.provenance.profiled_at,
         bias=profile_lone_bias(model),
     )
     measured = result.as_dict()
@@ -94,6 +99,47 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
     console.print(table)
     return {"measured": measured, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
+
+
+def _total_rate(served: Any, total_rate: float | None, trace: Path | None, window: float) -> tuple[float, str] | None:
+    """The rate all replicas carry together and where it came from: --arrival-trace's peak, --total-rate, or
+    capacity.total_rate_rps."""
+    from servegate.capacity.planning.replicas import load_arrival_trace, peak_rate
+
+    if trace is not None:
+        times = load_arrival_trace(trace)
+        return peak_rate(times, window), f"the peak of {trace.name} over {window:g} s windows ({len(times)} arrivals)"
+    if total_rate:
+        return total_rate, "--total-rate"
+    declared = served.capacity.total_rate_rps
+    return (declared, "capacity.total_rate_rps") if declared else None
+
+
+def candidate_table(rows: list[dict[str, Any]]) -> Table:
+    """Every candidate policy tried, the recommended first, with why it won or lost."""
+    from servegate.capacity.planning.report import policy_text
+
+    table = Table(title=f"candidate policies ({len(rows)} tried)")
+    heads = ("policy", "feasible", "worst/target", "TTFT p99", "E2E p50", "E2E p99", "capacity", "max rate", "verdict")
+    for head in heads:
+        table.add_column(head, justify="left" if head in ("policy", "verdict") else "right")
+
+    def rate(x: float | None) -> str:
+        return f"{x:.3g}/s" if x is not None else "-"
+
+    for r in rows:
+        table.add_row(
+            policy_text(r["batching"]),
+            "yes" if r["feasible"] else "no",
+            f"{r['worst_target_ratio']:.2f}",
+            f"{r['ttft_ms_p99']:.1f} ms",
+            f"{r['e2el_ms_p50']:.1f} ms",
+            f"{r['e2el_ms_p99']:.1f} ms",
+            rate(r["capacity_requests_per_s"]),
+            rate(r["max_rate_under_targets_rps"]),
+            r["verdict"],
+        )
+    return table
 
 
 def plan(
@@ -118,6 +164,15 @@ def plan(
     block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens (memory-only).")] = 16,
     runtime_overhead: Annotated[str | None, typer.Option(help="Runtime memory overhead, e.g. 2GiB.")] = None,
     requests: Annotated[int, typer.Option(min=10, help="Requests simulated per candidate policy.")] = 300,
+    total_rate: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="Requests/s all replicas carry together (default: capacity.total_rate_rps)."),
+    ] = None,
+    arrival_trace: Annotated[
+        Path | None,
+        typer.Option(help="Arrival times (s), one a line or JSON lines with timestamp: replicas for its peak."),
+    ] = None,
+    peak_window: Annotated[float, typer.Option(min=0.001, help="Seconds over which a trace's peak is counted.")] = 60.0,
     set_: SetOption = None,
     json_out: JsonOption = None,
 ) -> None:
@@ -130,6 +185,8 @@ def plan(
       gate plan examples/quickstart/manifest.yaml --json plan.json
       gate plan examples/quickstart/manifest.yaml --write --verify
       gate plan examples/quickstart/manifest.yaml --profile    # no profile on this machine yet
+      gate plan remote.yaml --total-rate 12                     # replicas for 12 requests/s in all
+      gate plan remote.yaml --arrival-trace arrivals.txt        # replicas for the trace's busiest minute
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.bench.own_server import resolve_workload
@@ -160,6 +217,7 @@ def plan(
     else:
         model = load_profile(served)
     memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
+    total = _total_rate(served, total_rate, arrival_trace, peak_window)
     columns = (TextColumn("simulating policies"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with transient_progress(console, *columns) as bar:
         task = bar.add_task("plan", total=None)
@@ -170,10 +228,12 @@ def plan(
             memory,
             num_requests=requests,
             progress=lambda i, n: bar.update(task, completed=i, total=n),
+            total=total,
         )
     for line in result.memory.lines():
         console.print(line, highlight=False)
     data = plan_json(result, model, workload.model_dump(mode="json"), served.fingerprint)
+    console.print(candidate_table(data["candidates"]))
     for line in plan_lines(data):
         console.print(line, highlight=False)
     if write:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.reports import transient_progress
 
 if TYPE_CHECKING:
+    from servegate.capacity.bench.machine_speed import MachineSpeed
     from servegate.capacity.latency.model import LatencyModel
 
 
@@ -27,6 +28,9 @@ def profile(
 ) -> None:
     """Profile prefill and decode step times on this machine and fit the latency model `gate plan` uses.
 
+    For `runtime.backend: endpoint` (or vllm) the engine is profiled from outside: TTFT against prompt length,
+    ITL against concurrency and context, and a short rate sweep for the knee (see docs/capacity-endpoint.md).
+
     Model steps are timed in this process (prefill against prompt tokens, decode against batch size and
     context length); serving overheads are measured through the manifest's own server. The model is saved
     as JSON keyed by the manifest's fingerprint (batching excluded) and the hardware, under
@@ -38,11 +42,7 @@ def profile(
     model, path = profile_and_save(served, console_for(json_out), repeats=repeats, burst=burst)
     write_json(
         json_out,
-        {
-            "path": str(path),
-            **{k: v for k, v in model.as_dict().items() if k != "fit"},
-            "fit": {k: v for k, v in model.fit.items() if k != "step_samples"},
-        },
+        {"path": str(path), **model.as_dict(samples=False)},
     )
 
 
@@ -50,8 +50,8 @@ def profile_and_save(
     served: ServedModel, console: Console, repeats: int = 5, burst: int = 8
 ) -> tuple[LatencyModel, Path]:
     """Profile the manifest on this machine with a progress bar, save the latency model, print what was fitted."""
-    from servegate.capacity.latency.model import profile_path
     from servegate.capacity.latency.profile import profile_manifest
+    from servegate.capacity.latency.provenance import profile_path
 
     began = time.monotonic()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -61,48 +61,78 @@ def profile_and_save(
         def stage(name: str, total: int) -> None:
             bar.update(task, description=name, total=total or None, completed=0)
 
-        model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
-    path = model.save(profile_path(model.key, model.hardware))
+        if served.runtime.backend != "reference":
+            from servegate.capacity.latency.blackbox import profile_endpoint
+
+            model = profile_endpoint(served, repeats=repeats, stage=lambda name: stage(name, 0))
+        else:
+            model = profile_manifest(served, repeats=repeats, burst=burst, tick=lambda: bar.advance(task), stage=stage)
+    path = model.save(profile_path(model.provenance.key, model.provenance.hardware))
+    if model.fit.black_box is not None:
+        for line in blackbox_lines(served, model):
+            console.print(line, highlight=False)
+        console.print(f"saved: {path} (profiled in {time.monotonic() - began:.0f} s)")
+        return model, path
     seconds = time.monotonic() - began
-    c, fit = model.coefficients, model.fit
-    hw = model.hardware
+    fit, hw, o = model.fit, model.provenance.hardware, model.overheads
     n_in = served.preprocess.max_input_tokens
     console.print(f"[bold]{served.name}[/bold] profiled on {hw.get('cpu')} ({hw.get('cores')} cores)")
     console.print(
         f"prefill of {n_in} tokens: {1000 * model.prefill_time(n_in):.2f} ms; decode step at batch 1: "
         f"{1000 * model.decode_time(1, 64):.2f} ms, at batch 16: {1000 * model.decode_time(16, 64):.2f} ms"
     )
-    console.print(
-        f"bare model steps fitted over {fit['samples']} steps: median error {100 * fit['median_rel_error']:.1f}%, "
-        f"p90 {100 * fit['p90_rel_error']:.1f}%"
-    )
-    if "serving_steps" in fit:
+    if (bare := fit.model_steps) is not None:
         console.print(
-            f"serving steps under load fitted over {fit['serving_steps']} steps: median error "
-            f"{100 * fit['serving_median_rel_error']:.1f}%, p90 {100 * fit['serving_p90_rel_error']:.1f}%; "
-            f"step jitter {100 * model.step_jitter:.1f}%"
+            f"bare model steps fitted over {bare.steps} steps: median error {100 * bare.median_rel_error:.1f}%, "
+            f"p90 {100 * bare.p90_rel_error:.1f}%"
+        )
+    if (serving := fit.serving_steps) is not None:
+        console.print(
+            f"serving steps under load fitted over {serving.steps} steps: median error "
+            f"{100 * serving.median_rel_error:.1f}%, p90 {100 * serving.p90_rel_error:.1f}%; "
+            f"step jitter {100 * model.jitter.spread:.1f}%"
         )
     console.print(
-        f"serving overheads: {1000 * model.request_overhead_s:.2f} ms before the first token, "
-        f"{1000 * model.finish_overhead_s:.2f} ms after the last, {1000 * model.arrival_overhead_s:.3f} ms per "
-        f"request admitted during a step, {1000 * model.completion_overhead_s:.3f} ms per request answered by the "
-        f"step before, admission delayed {1000 * model.admission_delay_per_running_s:.3f} ms per running sequence; "
-        f"steps {100 * model.load_slowdown_per_rps:.3f}% slower per request/s sent"
+        f"serving overheads: {1000 * o.request_s:.2f} ms before the first token, "
+        f"{1000 * o.finish_s:.2f} ms after the last, {1000 * o.arrival_s:.3f} ms per "
+        f"request admitted during a step, {1000 * o.completion_s:.3f} ms per request answered by the "
+        f"step before, admission delayed {1000 * o.admission_delay_per_running_s:.3f} ms per running sequence; "
+        f"steps {100 * o.load_slowdown_per_rps:.3f}% slower per request/s sent"
     )
-    console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in c.items()))
-    for line in machine_speed_lines(fit):
+    steps = model.steps.as_dict()
+    console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in steps.items()))
+    for line in machine_speed_lines(fit.machine_speed):
         console.print(line, highlight=False)
     console.print(f"saved: {path} (profiled in {seconds:.0f} s)")
     return model, path
 
 
-def machine_speed_lines(fit: dict[str, Any]) -> list[str]:
-    """How fast this machine ran while the traced runs were served, and a warning when it did not hold still."""
-    from servegate.capacity.bench.machine_speed import MachineSpeed
+def blackbox_lines(served: ServedModel, model: LatencyModel) -> list[str]:
+    """What a black-box profile of an engine found: its step costs, the fit's error, the knee."""
+    c, o, box = model.steps, model.overheads, model.fit.black_box
+    assert box is not None
+    lines = [
+        f"[bold]{served.name}[/bold] profiled from outside ({served.runtime.backend} {box.endpoint}), the engine "
+        "modelled as continuous batching",
+        f"prefill: {1e6 * c.c_prefill_token:.1f} us per prompt token; decode step: {1000 * c.c_step:.2f} ms "
+        f"+ {1000 * c.c_decode_seq:.3f} ms per sequence; {1000 * o.request_s:.2f} ms before the first "
+        f"token, {1000 * o.finish_s:.2f} ms after the last; step jitter {100 * model.jitter.spread:.0f}%",
+        f"fit: TTFT median error {100 * box.ttft_median_rel_error:.1f}% over {len(box.ttft_points)} prompt "
+        f"lengths, ITL {100 * box.itl_median_rel_error:.1f}% over {len(box.itl_points)} bursts",
+    ]
+    if box.knee is not None:
+        measured = box.knee.measured_knee_rps
+        lines.append(
+            f"knee: predicted capacity {box.knee.predicted_capacity_rps:.3g} requests/s; the sweep kept up to "
+            + (f"{measured:.3g} requests/s" if measured else "none of its rates")
+        )
+    return lines
 
-    if not fit.get("machine_speed"):
+
+def machine_speed_lines(speed: MachineSpeed | None) -> list[str]:
+    """How fast this machine ran while the traced runs were served, and a warning when it did not hold still."""
+    if speed is None:
         return []
-    speed = MachineSpeed.from_dict(fit["machine_speed"])
     lines = [f"this machine while serving the traced runs: {speed.describe()}"]
     if not speed.steady:
         lines.append(

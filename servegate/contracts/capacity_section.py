@@ -107,6 +107,9 @@ class Capacity(Section):
     (0.10: 10%), judged on the 95% interval of the candidate/baseline ratio from an interleaved bench."""
     runtime_overhead: ByteSize | None = None
     """Declared runtime memory overhead beyond weights and KV cache (`null`: measured by profiling)."""
+    total_rate_rps: float | None = Field(default=None, gt=0, le=1_000_000_000)
+    """Requests/s the whole deployment must carry at its peak, all replicas together: `gate plan` recommends
+    ceil(total_rate_rps / the requests/s one replica carries under the targets) replicas (`null`: one replica)."""
     cost_per_hour: float | None = Field(default=None, ge=0)
     """Cost of one replica per hour, in the currency of `currency`, for cost figures in the note."""
     currency: str = "USD"

@@ -57,6 +57,8 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.compile_batch_sizes",
         "failure_policy.request_timeout_s",
     ),
+    # outputs and streams at the declared concurrency: anything that changes how requests share the engine
+    "load": ("batching", "runtime.kv_cache", "runtime.compile", "runtime.backend", "runtime.endpoint_url"),
     "fallback": ("failure_policy.fallback",),
     "quality": (
         "weights",

@@ -124,6 +124,8 @@ class ServedModel(Section):
         """
         data = self.model_dump(mode="json")
         data["runtime"].pop("endpoint_url", None)
+        if data["postprocess"].get("max_output_bytes") is None:  # unset: the fingerprints written before it stay
+            data["postprocess"].pop("max_output_bytes", None)
         return {key: data[key] for key in SIX_ELEMENTS}
 
     @cached_property

@@ -16,7 +16,8 @@ from servegate.contracts.manifest import ServedModel
 ENFORCED_IN_FRONT: dict[str, str] = {
     "preprocess": "chat template, input limit and truncation, payload size, tenant identity: applied here, "
     "the remote gets token ids",
-    "postprocess": "output cap, stop strings, output schema, logprobs passthrough, response cache: applied here",
+    "postprocess": "output cap, stop strings, output schema and byte limit, logprobs passthrough, response cache: "
+    "applied here",
     "failure_policy": "deadline, bounded queue and overload answer, invalid output, fallback: applied here",
     "batching.max_batch_size": "requests in flight to the remote at once (the rest wait in the bounded queue)",
     "runtime.max_model_len": "prompt + output tokens allowed per request, checked here",

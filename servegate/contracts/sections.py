@@ -306,6 +306,9 @@ class Postprocess(Section):
     """Stop strings applied to every request (trimmed from the output)."""
     output_schema: dict[str, Any] | None = None
     """JSON Schema every output must satisfy (structured output); checked on every response."""
+    max_output_bytes: int | None = Field(default=None, ge=1, le=1_073_741_824)
+    """Most UTF-8 bytes of one answer; a longer answer is an invalid output (failure_policy.on_invalid_output:
+    `error` refuses it with invalid_output, `flag` passes it marked invalid). None: no limit but max_output_tokens."""
     logprobs: bool = False
     """Offer log-probabilities of the chosen tokens to clients that ask for them."""
     response_cache: ResponseCache = Field(default_factory=ResponseCache)

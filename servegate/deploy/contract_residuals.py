@@ -60,6 +60,8 @@ def _postprocess(served: ServedModel) -> list[Residual]:
         out.append(_gateway("postprocess.stop", list(post.stop), "vLLM applies only the stop strings a request sends"))
     if post.output_schema is not None:
         out.append(_gateway("postprocess.output_schema", post.output_schema, "vLLM checks no output against a schema"))
+    if post.max_output_bytes is not None:
+        out.append(_gateway("postprocess.max_output_bytes", post.max_output_bytes, "vLLM limits tokens, never bytes"))
     cache = post.response_cache
     if cache.enabled:
         out.append(
@@ -81,7 +83,7 @@ def _failure_policy(served: ServedModel) -> list[Residual]:
         _gateway("failure_policy.overload_status", fail.overload_status, "vLLM never answers overloaded"),
         _gateway("failure_policy.retry_after_s", fail.retry_after_s, "vLLM sends no Retry-After"),
     ]
-    if served.postprocess.output_schema is not None:
+    if served.postprocess.output_schema is not None or served.postprocess.max_output_bytes is not None:
         out.append(_gateway("failure_policy.on_invalid_output", fail.on_invalid_output, "vLLM checks no output schema"))
     if fail.fallback is not None:
         out.append(

@@ -23,6 +23,7 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
     capacity_gate,
     contract,
     fallback,
+    load,
     quality,
     quantization,
     truncation,
@@ -32,7 +33,7 @@ from servegate.gates.output_cache import OutputCache
 from servegate.gates.registry import GATES, gate_watches
 from servegate.gates.result import GateReport, GateResult
 
-ORDER = ("contract", "quantization", "truncation", "caching", "batching", "fallback", "quality", "capacity")
+ORDER = ("contract", "quantization", "truncation", "caching", "batching", "load", "fallback", "quality", "capacity")
 """Built-in gates in the order they run and are reported (cheap and widely shared baselines first)."""
 
 ALWAYS_IN_REFERENCE_MODE = ("contract",)

@@ -14,7 +14,7 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonschema
@@ -35,6 +35,7 @@ from servegate.gates.contract_probes import (
 )
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
+from servegate.gates.structured_load import StructuredUnderLoad, check_structured
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
@@ -167,6 +168,9 @@ class ContractMeasurements(Measurements):
     """Catalogue error codes no request can provoke from outside (e.g. an internal error)."""
     prompts_checked: int | None = field(default=None, metadata=OPTIONAL)
     """Prompts whose outputs were checked for validity, streaming and seeding (prompts)."""
+    structured_under_load: StructuredUnderLoad | None = field(default=None, metadata=OPTIONAL)
+    """Schema validity and answer size at concurrency 1 and under load (when output_schema or
+    max_output_bytes is declared)."""
 
 
 @register_gate(
@@ -195,8 +199,12 @@ class ContractGate(Gate):
         server_log.setLevel(logging.CRITICAL)  # the probes provoke warnings on purpose (e.g. the unready warm-up)
         try:
             problems, measurements = asyncio.run(self._http(ctx, create_app, prompts))
+            structured_problems, structured = check_structured(ctx)
         finally:
             server_log.setLevel(level)
+        if structured is not None:
+            problems += structured_problems
+            measurements = replace(measurements, structured_under_load=structured)
         if problems:
             return self.result("fail", f"{problems[0]} ({len(problems)} problem(s))", measurements,
                                [{"problem": p} for p in problems])  # fmt: skip

@@ -146,6 +146,42 @@ def _cost(served: ServedModel, rows: list[dict[str, Any]]) -> dict[str, Any] | N
     return out
 
 
+_TARGET_WORDS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
+
+
+def _ms_words(ms: float) -> str:
+    return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
+
+
+def capacity_sentence(plan: dict[str, Any] | None) -> str | None:
+    """The plan in one plain sentence: what one replica holds under which target, with its interval, the replicas
+    for the total rate, and which constraint binds (None without a plan's per-replica figures)."""
+    per = (plan or {}).get("per_replica")
+    if not isinstance(per, dict) or _number(per.get("rate_rps")) is None:
+        return None
+    rate, low, high = float(per["rate_rps"]), _number(per.get("low_rps")), _number(per.get("high_rps"))
+    name = per.get("binding_target")
+    target = next((t for t in plan.get("targets") or [] if t.get("name") == name), None) if name else None
+    if isinstance(target, dict) and _number(target.get("target")) is not None:
+        field, _, point = str(name).partition(".")
+        under = f" with {point} {_TARGET_WORDS.get(field, field)} under {_ms_words(float(target['target']))}"
+    else:
+        under = ""
+    if rate <= 0:
+        text = f"no load meets the targets on one replica: {per.get('detail', '')}".rstrip(": ")
+        return text[0].upper() + text[1:] + "."
+    holds = f"One replica holds {rate:.3g} requests/s of this workload{under}"
+    if low is not None and high is not None and high > low:
+        holds += f" ({100 * float(per.get('level', 0.8)):.0f}% interval {low:.3g}-{high:.3g})"
+    replicas = plan.get("replicas")
+    if isinstance(replicas, dict) and _number(replicas.get("replicas")) is not None:
+        holds += f"; {int(replicas['replicas'])} replicas for {float(replicas['total_rps']):.3g} requests/s"
+    binding = {"latency": f"latency ({name})" if name else "latency", "memory": "memory (the KV pool)"}.get(
+        str(per.get("binding")), "throughput (the replica's capacity)"
+    )
+    return f"{holds}. The binding constraint is {binding}."
+
+
 def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
     if not plan:
         return None
@@ -161,6 +197,7 @@ def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
         "max_concurrent_sequences": _number(_value(plan, "max_concurrent_sequences")),
         "binding_constraint": binding if isinstance(binding, str) else None,
         "bound": _value(plan, "bound", "regime"),
+        "sentence": capacity_sentence(plan),
         "policy": {k: v for k, v in policy.items() if isinstance(v, str | int | float | bool)}
         if isinstance(policy, dict)
         else None,

@@ -16,6 +16,7 @@ from servegate.contracts.diff import diff_manifests
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import missing, producer
 from servegate.model_cards.items_audits import output_length_rows
+from servegate.model_cards.items_load import load_checks
 
 _AGREEMENT = ("token_agreement", "top1_agreement", "top1_token_agreement")
 _KL = ("mean_kl", "mean_kl_nats", "kl", "kl_mean")
@@ -179,4 +180,5 @@ def quality_gate(served: ServedModel, report: dict[str, Any] | None, public_suit
         "output_length": output_length_rows(report["gates"]),
         "optimizations": optimizations(served, report["gates"]),
         "examples": examples,
+        "under_load": load_checks(report),
     }

@@ -151,6 +151,8 @@ def _build_items(
             plan["binding_constraint"] = pf.text(plan["binding_constraint"])
         if isinstance(plan.get("bound"), str):
             plan["bound"] = pf.string(plan["bound"])
+        if isinstance(plan.get("sentence"), str):
+            plan["sentence"] = pf.text(plan["sentence"])
     return items
 
 

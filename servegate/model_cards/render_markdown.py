@@ -14,6 +14,7 @@ from typing import Any
 from servegate.contracts.units import format_bytes
 from servegate.model_cards.evidence import NoteError
 from servegate.model_cards.items_audits import render_output_length, render_timing_audits
+from servegate.model_cards.items_load import render_load_checks
 from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, fmt, table
 from servegate.model_cards.note import ITEMS, ServingNote
 
@@ -228,6 +229,8 @@ def _capacity(item: dict[str, Any], h: str, plots: list[dict[str, str]], link_pr
     plan = item.get("plan")
     if plan:
         out += [f"{h}# Capacity plan", ""]
+        if plan.get("sentence"):
+            out += [str(plan["sentence"]), ""]
         rows: list[tuple[str, Any]] = [
             ("Weights", fmt(plan.get("weights_bytes"), "bytes")),
             (
@@ -335,6 +338,7 @@ def _quality(item: dict[str, Any], h: str) -> list[str]:
             for o in item["optimizations"]
         ),
     )
+    out += render_load_checks(item.get("under_load") or [], h)
     if item["examples"]:
         out += [f"{h}# Failure examples (public suites only)", ""]
         for e in item["examples"]:
@@ -356,6 +360,9 @@ def _observability(item: dict[str, Any]) -> list[str]:
     out += [f"Metrics are exported at {item['metrics_endpoint']}; label values are {item['label_values']}.", ""]
     if "timing_audits" in item:
         out += render_timing_audits(item["timing_audits"])
+    checks = item.get("client_side_checks") or []
+    if checks:
+        out += [f"Measured from the client side, with no internal counter: {', '.join(checks)}.", ""]
     if item["metrics"]:
         out += table(
             ("Metric", "Type", "What it counts"),

@@ -125,7 +125,7 @@ class ContractParts:
     preprocessor: PromptEncoder
     """Turns requests into prompt tokens (preprocess.Preprocessor, or one a caller gave)."""
     validator: OutputValidator | None
-    """output_schema checker, when the manifest declares one."""
+    """output_schema and max_output_bytes checker, when the manifest declares either."""
     response_cache: ResponseCache | None
 
 
@@ -136,7 +136,11 @@ def contract_parts(served: ServedModel, tokenizer: Any, preprocessor: PromptEnco
     post = served.postprocess
     return ContractParts(
         preprocessor=preprocessor if preprocessor is not None else Preprocessor(served, tokenizer),
-        validator=OutputValidator(post.output_schema) if post.output_schema is not None else None,
+        validator=(
+            OutputValidator(post.output_schema, post.max_output_bytes)
+            if post.output_schema is not None or post.max_output_bytes is not None
+            else None
+        ),
         response_cache=ResponseCache(post.response_cache, served.fingerprint) if post.response_cache.enabled else None,
     )
 

@@ -109,13 +109,19 @@ class OutputStream:
 
 
 class OutputValidator:
-    """Checks output text against the manifest's output_schema (JSON Schema draft 2020-12)."""
+    """Checks output text against the manifest's output_schema (JSON Schema draft 2020-12) and byte limit."""
 
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self._validator = jsonschema.Draft202012Validator(schema)
+    def __init__(self, schema: dict[str, Any] | None, max_bytes: int | None = None) -> None:
+        self._validator = jsonschema.Draft202012Validator(schema) if schema is not None else None
+        self.max_bytes = max_bytes
 
     def problem(self, text: str) -> str | None:
-        """None when `text` is JSON satisfying the schema, else what is wrong, in one line."""
+        """None when `text` is within the byte limit and JSON satisfying the schema, else what is wrong, in one line."""
+        size = len(text.encode("utf-8"))
+        if self.max_bytes is not None and size > self.max_bytes:
+            return f"the answer is {size} bytes, over postprocess.max_output_bytes {self.max_bytes}"
+        if self._validator is None:
+            return None
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.terms import ServingOverheads, StepCost
 from servegate.contracts.manifest import ServedModel
 
 TINY_LLAMA = {
@@ -46,7 +47,6 @@ def manifest(model_dir: Path, **sections: Any) -> ServedModel:
 
 # 5 ms per step + 0.1 ms per prompt token + 1 ms per decoding sequence, 2 ms around each request
 STEP_MODEL = LatencyModel(
-    {"c_step": 0.005, "c_prefill_token": 0.0001, "c_decode_seq": 0.001},
-    request_overhead_s=0.002,
-    finish_overhead_s=0.0,
+    StepCost(c_step=0.005, c_prefill_token=0.0001, c_decode_seq=0.001),
+    ServingOverheads(request_s=0.002, finish_s=0.0),
 )

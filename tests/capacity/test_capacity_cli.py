@@ -6,15 +6,16 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from capacity_helpers import STEP_MODEL, TINY_LLAMA, manifest
+from capacity_helpers import STEP_MODEL, TINY_LLAMA
 from support.synthetic_server import Delays, SyntheticServer
 
-from servegate.capacity.latency.model import hardware_id
 from servegate.capacity.latency.prediction import profile_key
+from servegate.capacity.latency.provenance import Provenance, hardware_id
 
 LLAMA2_7B = {**TINY_LLAMA, "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32}  # fmt: skip
@@ -88,14 +89,17 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
     missing = gate("plan", str(path), cwd=tmp_path, home=tmp_path / "home")
     assert missing.returncode == 2 and "run `gate profile`" in missing.stderr
     assert "or `gate plan --profile` to profile and then plan (profiling takes minutes: 623 s" in missing.stderr
-    served = manifest(model_dir)
-    model = STEP_MODEL
-    model.key, model.hardware = profile_key(served), hardware_id()
-    from servegate.capacity.latency.model import profile_path
+    from servegate.capacity.latency.provenance import profile_path
     from servegate.contracts.loading import load_manifest
 
     key = profile_key(load_manifest(path))
-    model.save(profile_path(key, model.hardware, tmp_path / "home" / "profiles"))
+    saved = profile_path(key, hardware_id(), tmp_path / "home" / "profiles")
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps({"coefficients": {"c_step": 0.005}, "request_overhead_s": 0.002, "key": key}))
+    old = gate("plan", str(path), cwd=tmp_path, home=tmp_path / "home")  # a profile of the format before the parts
+    assert old.returncode == 2 and "latency profile of format 1" in old.stderr and "run `gate profile`" in old.stderr
+    model = replace(STEP_MODEL, provenance=Provenance(key=key, hardware=hardware_id()))
+    model.save(saved)
     done = gate("plan", str(path), "--requests", "60", "--write", "--json", "plan.json", cwd=tmp_path,
                 home=tmp_path / "home")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -110,7 +114,8 @@ def test_plan_a_manifest_with_a_saved_profile_and_write_it_back(tmp_path: Path, 
 
 
 def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> None:
-    from servegate.capacity.latency.model import profile_path
+    from servegate.capacity.bench.machine_speed import MachineSpeed
+    from servegate.capacity.latency.provenance import FitQuality, LoneReference, profile_path
     from servegate.contracts.loading import load_manifest
 
     path = tmp_path / "m.yaml"
@@ -123,14 +128,14 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
         "capacity:\n  workload: {input_tokens: {mean: 16, max: 16}, output_tokens: {mean: 4, max: 4},"
         " rate_rps: 20, num_requests: 12}\n"
     )
-    model = STEP_MODEL
-    model.key, model.hardware = profile_key(load_manifest(path)), hardware_id()
-    model.fit = {
-        "profiled_at": "2026-12-01T03:17:24+0000",
-        "lone_reference": {"requests": 8, "measured_e2el_p50_ms": 9.0, "predicted_e2el_p50_ms": 10.0},
-        "machine_speed": {"probe_us": 250.0, "window_p10_us": 240.0, "window_p90_us": 260.0, "steady": True},
-    }
-    model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
+    provenance = Provenance(key=profile_key(load_manifest(path)), hardware=hardware_id(),
+                            profiled_at="2026-12-01T03:17:24+0000")  # fmt: skip
+    fit = FitQuality(
+        lone_reference=LoneReference(requests=8, measured_e2el_p50_ms=9.0, predicted_e2el_p50_ms=10.0),
+        machine_speed=MachineSpeed(250.0, {0: 250.0}, 240.0, 260.0, samples=80, seconds=4.0),
+    )
+    model = replace(STEP_MODEL, provenance=provenance, fit=fit)
+    model.save(profile_path(provenance.key, provenance.hardware, tmp_path / "home" / "profiles"))
     done = gate("plan", str(path), "--requests", "40", "--verify", "--json", "plan.json", cwd=tmp_path,
                 home=tmp_path / "home")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -156,7 +161,7 @@ def test_plan_profile_profiles_first_and_plans_with_what_it_measured(
     """`--profile` runs `gate profile`'s own step (measured: 623 s on the quickstart, so replaced here), then plans."""
     from typer.testing import CliRunner
 
-    from servegate.capacity.latency.model import profile_path
+    from servegate.capacity.latency.provenance import profile_path
     from servegate.cli import profile as profile_cli
     from servegate.cli.app import app
 
@@ -173,9 +178,8 @@ def test_plan_profile_profiles_first_and_plans_with_what_it_measured(
 
     def profile_and_save(served: Any, console: Any, repeats: int = 5, burst: int = 8) -> tuple[Any, Path]:
         profiled.append(served.name)
-        model = STEP_MODEL
-        model.key, model.hardware = profile_key(served), hardware_id()
-        return model, model.save(profile_path(model.key, model.hardware, tmp_path / "home" / "profiles"))
+        model = replace(STEP_MODEL, provenance=Provenance(key=profile_key(served), hardware=hardware_id()))
+        return model, model.save(profile_path(profile_key(served), hardware_id(), tmp_path / "home" / "profiles"))
 
     monkeypatch.setattr(profile_cli, "profile_and_save", profile_and_save)
     monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))

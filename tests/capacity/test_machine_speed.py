@@ -113,8 +113,8 @@ def test_gate_profile_warns_when_the_machine_moved_while_it_was_profiled() -> No
     shaky = summarize_samples(series(0.0, 2.0, 200.0) + series(2.0, 2.0, 330.0))
     calm = summarize_samples(series(0.0, 4.0, 200.0))
     assert shaky is not None and calm is not None
-    warned = machine_speed_lines({"machine_speed": shaky.as_dict()})
+    warned = machine_speed_lines(shaky)
     assert warned[0].startswith("this machine while serving the traced runs: a 5,000-step Python loop took")
     assert "warning: its speed moved while it was profiled" in warned[1] and "profile again" in warned[1]
-    assert len(machine_speed_lines({"machine_speed": calm.as_dict()})) == 1
-    assert machine_speed_lines({}) == []  # a profile from before the machine was sampled
+    assert len(machine_speed_lines(calm)) == 1
+    assert machine_speed_lines(None) == []  # a profile from before the machine was sampled

@@ -20,23 +20,18 @@ from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import summarize
 from servegate.capacity.bench.targets import EngineTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.calibration import calibrate, measure_serving
 from servegate.capacity.latency.model import LatencyModel
-from servegate.capacity.latency.profile import (
-    ProfileLimits,
-    calibrate,
-    fit_runner,
-    measure_serving,
-    profiling_variant,
-    step_grid,
-    time_steps,
-)
+from servegate.capacity.latency.profile import fit_model_steps, profiling_variant
 from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.step_timing import ProfileLimits, step_grid, time_steps
+from servegate.capacity.latency.terms import StepCost
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import GenerationRequest, SeqChunk
 from servegate.runtime.engine.reference import ReferenceEngine
 
-TRUTH = LatencyModel({"c_step": 0.004, "c_prefill_token": 0.00005, "c_decode_seq": 0.0006})
+TRUTH = LatencyModel(StepCost(c_step=0.004, c_prefill_token=0.00005, c_decode_seq=0.0006))
 VOCAB = 16
 
 
@@ -106,7 +101,7 @@ def test_profile_recovers_step_costs_and_simulation_matches_the_engine_at_two_lo
     served = manifest()
     # stage 1: step times of the runner alone
     grid = step_grid(ProfileLimits(64, 16, 512, 128), 512, 16)
-    model = fit_runner(time_steps(SleepRunner(512, 16), grid, repeats=3))
+    model = fit_model_steps(time_steps(SleepRunner(512, 16), grid, repeats=3))
     for chunks in ([(48, 0)], [(1, 63)] * 12, [(32, 0), *([(1, 40)] * 6)]):
         assert model.step_time(chunks) == pytest.approx(TRUTH.step_time(chunks), rel=0.15)
 
@@ -116,7 +111,7 @@ def test_profile_recovers_step_costs_and_simulation_matches_the_engine_at_two_lo
         runs = asyncio.run(measure_serving(EngineTarget(variant), PromptFactory(chars_per_token=1), [16, 48], 8, 16))
     finally:
         variant.shutdown_sync(1.0)
-    model = calibrate(model, runs, burst=8, batch_wait_s=0.05)
+    model = calibrate(model, runs, batch_wait_s=0.05)
 
     # two loads: light, and about half of what the engine sustains
     setup = SimSetup.from_manifest(served, 512, 16)

@@ -14,17 +14,11 @@ from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import summarize
 from servegate.capacity.bench.targets import EngineTarget, PromptFactory
 from servegate.capacity.bench.workload import make_requests
+from servegate.capacity.latency.calibration import calibrate, measure_serving
 from servegate.capacity.latency.prediction import sim_setup
-from servegate.capacity.latency.profile import (
-    ProfileLimits,
-    calibrate,
-    fit_runner,
-    measure_serving,
-    profiling_variant,
-    step_grid,
-    time_steps,
-)
+from servegate.capacity.latency.profile import fit_model_steps, profiling_variant
 from servegate.capacity.latency.simulate import simulate
+from servegate.capacity.latency.step_timing import ProfileLimits, step_grid, time_steps
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
@@ -70,12 +64,12 @@ def test_simulation_matches_the_runtime_on_the_tiny_model_at_two_loads(tmp_path:
     try:
         runner = variant.parts.runner  # type: ignore[attr-defined]
         grid = step_grid(ProfileLimits(64, 32, 512, 128), runner.num_blocks, runner.block_size)
-        model = fit_runner(time_steps(runner, grid, repeats=5))
+        model = fit_model_steps(time_steps(runner, grid, repeats=5))
         tokenizer = variant.parts.tokenizer  # type: ignore[attr-defined]
         runs = asyncio.run(measure_serving(EngineTarget(variant), PromptFactory(tokenizer), [16, 64], 8, 16))
     finally:
         variant.shutdown_sync(1.0)  # type: ignore[attr-defined]
-    model = calibrate(model, runs, burst=8, batch_wait_s=0.05)
+    model = calibrate(model, runs, batch_wait_s=0.05)
     setup = sim_setup(served)
     for rate in (4.0, 12.0):
         workload = Workload.model_validate(

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from servegate.capacity.bench.workload import RequestSpec
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 
 # a step costs 10 ms + 1 ms per prefill token + 2 ms per decoding sequence; 5 ms before a request
 # reaches the scheduler, 1 ms from its last token to the end of its response
 MODEL = LatencyModel(
-    {"c_step": 0.010, "c_prefill_token": 0.001, "c_decode_seq": 0.002},
-    request_overhead_s=0.005,
-    finish_overhead_s=0.001,
+    StepCost(c_step=0.010, c_prefill_token=0.001, c_decode_seq=0.002),
+    ServingOverheads(request_s=0.005, finish_s=0.001),
 )
+
+
+def with_overheads(**terms: float) -> LatencyModel:
+    """MODEL with the given serving overheads changed."""
+    return replace(MODEL, overheads=replace(MODEL.overheads, **terms))
 
 
 def setup(mode: str, batch: int = 8, **kw: object) -> SimSetup:
@@ -82,7 +89,7 @@ def test_a_small_pool_preempts_and_still_finishes_everything() -> None:
 
 
 def test_jitter_keeps_the_mean_step_time() -> None:
-    noisy = LatencyModel(MODEL.coefficients, step_jitter=0.3)
+    noisy = replace(MODEL, jitter=StepJitter(spread=0.3))
     specs = [RequestSpec(10, 50, None)]
     base = simulate(setup("none"), MODEL, specs, concurrency=1, jitter=False).records[0].e2el
     runs = [simulate(setup("none"), noisy, specs, concurrency=1, seed=s).records[0].e2el for s in range(30)]
@@ -91,14 +98,14 @@ def test_jitter_keeps_the_mean_step_time() -> None:
 
 
 def test_a_request_sent_during_a_step_lengthens_it_by_the_arrival_overhead() -> None:
-    busy = LatencyModel(MODEL.coefficients, request_overhead_s=0.005, finish_overhead_s=0.001, arrival_overhead_s=0.005)
+    busy = with_overheads(arrival_s=0.005)
     a, _ = simulate(setup("none"), busy, [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.030)], jitter=False).records
     # the second request is sent at 30 ms, inside the first decode step [25, 37] ms, which ends 5 ms later
     assert a.token_times == pytest.approx([0.025, 0.042, 0.054, 0.066])
 
 
 def test_the_step_after_an_answer_pays_for_sending_it_when_it_follows_at_once() -> None:
-    answering = LatencyModel(**{**MODEL.__dict__, "completion_overhead_s": 0.004})
+    answering = with_overheads(completion_s=0.004)
     specs = [RequestSpec(10, 2, 0.0), RequestSpec(10, 3, 0.0)]
     plain = simulate(setup("continuous"), MODEL, specs, jitter=False).records
     a, b = simulate(setup("continuous"), answering, specs, jitter=False).records
@@ -114,7 +121,7 @@ def test_the_step_after_an_answer_pays_for_sending_it_when_it_follows_at_once() 
 
 
 def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
-    loaded = LatencyModel(**{**MODEL.__dict__, "load_slowdown_per_rps": 0.001})
+    loaded = with_overheads(load_slowdown_per_rps=0.001)
     burst = [RequestSpec(10, 2, 0.0) for _ in range(10)]
     plain = simulate(setup("continuous", batch=16), MODEL, burst, jitter=False).records[0]
     busy = simulate(setup("continuous", batch=16), loaded, burst, jitter=False).records[0]
@@ -131,7 +138,7 @@ def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
 
 
 def test_admission_waits_for_the_streaming_of_running_sequences() -> None:
-    busy = LatencyModel(**{**MODEL.__dict__, "admission_delay_per_running_s": 0.004})
+    busy = with_overheads(admission_delay_per_running_s=0.004)
     alone = simulate(setup("continuous"), busy, [RequestSpec(10, 4, 0.0)], jitter=False).records[0]
     assert alone.ttft == pytest.approx(0.025)  # nobody running: no extra delay
     specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.030)]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
+from servegate.capacity.bench.machine_speed import MachineSpeed
 from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.provenance import FitQuality, LoneReference
 from servegate.capacity.latency.speed_check import SpeedCheck, lone_workload, predicted_lone_e2e_ms, profile_lone_bias
+from servegate.capacity.latency.terms import StepCost
 from servegate.contracts.capacity_section import LengthDistribution, Workload
 
 
@@ -32,10 +36,9 @@ def test_a_machine_slower_or_faster_than_profiled_is_named_with_the_remedy() -> 
 
 
 def test_the_check_expects_lone_requests_to_run_against_the_model_as_they_did_when_profiled() -> None:
-    profiled = LatencyModel({"c_step": 0.002}, fit={"lone_reference": {"measured_e2el_p50_ms": 17.0,
-                                                                        "predicted_e2el_p50_ms": 20.0}})  # fmt: skip
+    profiled = LatencyModel(StepCost(c_step=0.002), fit=FitQuality(lone_reference=LoneReference(8, 17.0, 20.0)))
     assert profile_lone_bias(profiled) == 0.85
-    assert profile_lone_bias(LatencyModel({"c_step": 0.002})) == 1.0  # a profile from before it kept them
+    assert profile_lone_bias(LatencyModel(StepCost(c_step=0.002))) == 1.0  # a profile from before it kept them
     same = SpeedCheck(predicted_ms=60.0, measured_ms=52.0, requests=8, bias=0.85)
     assert same.expected_ms == 51.0 and not same.drifted
     assert same.lines() == [
@@ -60,19 +63,20 @@ def test_the_lone_prediction_is_the_profile_for_one_request_at_a_time(model_dir:
     predicted = predicted_lone_e2e_ms(served, STEP_MODEL, lone)
     # one step of 5-6 ms per output token, plus the prefill and the request overhead; no queueing at all
     assert 5 * 5.0 <= predicted <= 5 * 6.0 + 2.0 + 2.0 + 5.0
-    twice = LatencyModel({k: 2 * v for k, v in STEP_MODEL.coefficients.items()}, request_overhead_s=0.002)
+    twice = replace(STEP_MODEL, steps=STEP_MODEL.steps.scaled(2.0))
     assert predicted_lone_e2e_ms(served, twice, lone) > 1.7 * predicted  # steps twice as slow: nearly twice the time
 
 
 def test_the_machine_line_compares_the_benchs_loop_time_with_the_profiles() -> None:
-    from servegate.capacity.bench.machine_speed import MachineSpeed
     from servegate.capacity.latency.speed_check import machine_comparison, machine_comparison_lines
 
     def bench(probe_us: float, fastest_us: float, slowest_us: float) -> dict[str, object]:
         """A bench report's machine_speed: its median and its fastest and slowest half-second medians."""
         return {"machine_speed": MachineSpeed(probe_us, {0: probe_us}, fastest_us, slowest_us, 80, 4.0).as_dict()}
 
-    profiled = LatencyModel({"c_step": 0.002}, fit={"machine_speed": {"probe_us": 200.0}})
+    profiled = LatencyModel(
+        StepCost(c_step=0.002), fit=FitQuality(machine_speed=MachineSpeed(200.0, {0: 200.0}, 195.0, 205.0, 80, 4.0))
+    )
     same = machine_comparison(profiled, bench(210.0, 200.0, 210.0))
     assert same is not None and same["bench_over_profile"] == pytest.approx(1.05) and not same["moved"]
     assert machine_comparison_lines(same) == [
@@ -86,5 +90,5 @@ def test_the_machine_line_compares_the_benchs_loop_time_with_the_profiles() -> N
     assert moving is not None and moving["moved"]
     assert "speed moved during the bench" in machine_comparison_lines(moving)[1]
     # nothing to compare: a profile from before it sampled the machine, or a bench that did not
-    assert machine_comparison(LatencyModel({"c_step": 0.002}), {"machine_speed": {"probe_us": 1.0}}) is None
+    assert machine_comparison(LatencyModel(StepCost(c_step=0.002)), {"machine_speed": {"probe_us": 1.0}}) is None
     assert machine_comparison(profiled, {}) is None and machine_comparison_lines(None) == []

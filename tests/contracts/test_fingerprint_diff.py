@@ -127,7 +127,7 @@ def test_every_field_of_the_six_elements_triggers_some_gate() -> None:
     leaves = [leaf for e in SIX_ELEMENTS for leaf in _leaves(ServedModel.model_fields[e].annotation, e)]
     assert len(leaves) > 50
     assert [leaf for leaf in leaves if not gates_for_path(leaf)] == []
-    assert gates_for_path("runtime.kv_cache.cache_scope") == ("caching", "batching", "capacity")
+    assert gates_for_path("runtime.kv_cache.cache_scope") == ("caching", "batching", "load", "capacity")
     assert gates_for_path("card.public_name") == ()
     assert all(prefixes for prefixes in GATE_WATCHES.values())
 

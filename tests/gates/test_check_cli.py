@@ -79,7 +79,8 @@ def test_single_manifest_runs_against_its_reference_form(gate, manifests: Path, 
     assert data["mode"] == "reference" and data["baseline"]["form"] == "reference form"
     verdicts = {g["name"]: g["verdict"] for g in data["gates"] if g["name"] != "capacity"}
     assert verdicts == {"contract": "skipped", "quantization": "pass", "truncation": "fail", "caching": "skipped",
-                        "batching": "skipped", "fallback": "skipped", "quality": "skipped"}  # fmt: skip
+                        "batching": "skipped", "load": "skipped", "fallback": "skipped",
+                        "quality": "skipped"}  # fmt: skip
 
 
 def test_warnings_pass_unless_strict(gate, manifests: Path) -> None:  # noqa: ANN001
@@ -137,7 +138,8 @@ def test_list_shows_every_gate_with_what_it_watches(gate) -> None:  # noqa: ANN0
     code, out, _ = gate("check", "--list", "--json", "-")
     names = [g["name"] for g in json.loads(out)["gates"]]
     assert code == 0
-    assert names[:7] == ["contract", "quantization", "truncation", "caching", "batching", "fallback", "quality"]
+    assert names[:8] == ["contract", "quantization", "truncation", "caching", "batching", "load", "fallback",
+                         "quality"]  # fmt: skip
 
 
 def test_eval_reports_each_metric_with_its_interval(gate, manifests: Path) -> None:  # noqa: ANN001

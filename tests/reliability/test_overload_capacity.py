@@ -3,7 +3,7 @@ Retry-After, ends every request exactly once, keeps its memory bounded, and is f
 
 The capacity is the planner's own figure for the manifest's batching policy (`saturation_throughput` over
 `sim_setup`, the simulation of the runtime's scheduler and KV pool) with a latency model fitted here on
-the very runner the server uses (`time_steps` + `fit_runner`, as `gate profile` does). Every model step is
+the very runner the server uses (`time_steps` + `fit_model_steps`, as `gate profile` does). Every model step is
 slowed by STEP_DELAY_S (sleeping, as a bigger model would take on this CPU) so that 4x capacity is a rate
 a Python client on two shared cores can really send. Arrivals are open-loop Poisson; one request in four
 streams. The instant 100-request burst against the queue bound is tests/server/test_api.py; the fake-engine
@@ -60,7 +60,8 @@ def overload_manifest(folder: Path) -> dict[str, Any]:
 def predicted_capacity_rps(served: ServedModel) -> tuple[float, dict[str, Any]]:
     """The planner's requests/s for this manifest, from a latency model fitted on the slowed runner."""
     from servegate.capacity.latency.prediction import saturation_throughput, sim_setup
-    from servegate.capacity.latency.profile import ProfileLimits, fit_runner, step_grid, time_steps
+    from servegate.capacity.latency.profile import fit_model_steps
+    from servegate.capacity.latency.step_timing import ProfileLimits, step_grid, time_steps
     from servegate.runtime.engine.parts import build_parts
 
     runner = SlowRunner(build_parts(served).runner, STEP_DELAY_S)
@@ -71,12 +72,12 @@ def predicted_capacity_rps(served: ServedModel) -> tuple[float, dict[str, Any]]:
         max_context=served.runtime.max_model_len,
     )
     samples = time_steps(runner, step_grid(limits, runner.num_blocks, runner.block_size), repeats=1)
-    model = fit_runner(samples)
+    model = fit_model_steps(samples)
     tokens = LengthDistribution(distribution="fixed", mean=len(PROMPT) + 1, min=1, max=len(PROMPT) + 1)
     outputs = LengthDistribution(distribution="fixed", mean=OUTPUT_TOKENS, min=1, max=OUTPUT_TOKENS)
     workload = Workload(input_tokens=tokens, output_tokens=outputs, arrival="poisson", rate_rps=1.0)
     capacity = saturation_throughput(sim_setup(served), model, workload, num_requests=100)
-    return capacity, {"steps timed": len(samples), "coefficients": model.coefficients}
+    return capacity, {"steps timed": len(samples), "coefficients": model.steps.as_dict()}
 
 
 @dataclass

@@ -4,7 +4,8 @@ The "model" answers arith, recall and json prompts exactly from the text it is g
 that drops a recall code really loses the answer), one character per token plus <bos>. The manifest's
 quantization degrades it the way a real low-bit model does (int2/int3 get most answers wrong, int8
 none), and the manifest's truncation, output cap, caches, deadline, queue and fallback are applied as
-the runtime applies them. Faults: a tenant-blind cache, and outputs that depend on batch position.
+the runtime applies them. Faults: a tenant-blind cache, outputs that depend on batch position or on what
+else is in flight, a wrong first streamed token, a miscounted usage, JSON that breaks above a concurrency.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class Faults:
     """Every request after the first in a batch gets a corrupted last character."""
     weaker: bool = False
     """A smaller model: every fifth answer is wrong (used for fallbacks)."""
+    shared_batch_bug: bool = False
+    """A request answered while another is in flight (they share a batch) gets a corrupted answer."""
+    stream_first_token_bug: bool = False
+    """The first streamed token is wrong; the final text is right."""
+    usage_extra: int = 0
+    """usage.completion_tokens reports this many tokens more than were generated."""
+    json_breaks_above: int = 0
+    """With more than this many requests in flight, JSON answers lose their closing brace (0: never)."""
 
 
 def oracle(prompt: str) -> str:
@@ -209,13 +218,26 @@ class OracleEngine:
                 result = self._route(request, error, "overload")
             else:
                 await asyncio.sleep(0.001)  # let a burst pile up
-                result = self._run(request)
+                result = self._planted(self._run(request))
             if isinstance(result, FinishEvent):
                 for i, ch in enumerate(result.text):
-                    yield TokenEvent(request.id, (result.token_ids[i],), ch)
+                    first = i == 0 and self.faults.stream_first_token_bug
+                    yield TokenEvent(request.id, (result.token_ids[i],), _corrupt(ch) if first else ch)
             yield result
         finally:
             self.inflight -= 1
+
+    def _planted(self, result: Result) -> Result:
+        """The faults that depend on what else is in flight, and the miscounted usage."""
+        if not isinstance(result, FinishEvent):
+            return result
+        text, f = result.text, self.faults
+        if f.shared_batch_bug and self.inflight > 1:
+            text = _corrupt(text)
+        if f.json_breaks_above and self.inflight > f.json_breaks_above and text.endswith("}"):
+            text = text[:-1]
+        usage = replace(result.usage, completion_tokens=len(text) + f.usage_extra)
+        return replace(result, text=text, token_ids=tuple(ord(c) for c in text), usage=usage)
 
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Not an embedding model."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.capacity.bench.workload import make_requests
-from servegate.capacity.latency.model import LatencyModel, hardware_id, profile_path
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
 from servegate.capacity.memory.plan import compute_dtype, model_config_path
 from servegate.capacity.memory.weights import read_config

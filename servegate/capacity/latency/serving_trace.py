@@ -4,7 +4,7 @@ The server runs its declared workload at TRACE_LOADS of the capacity the stage-2
 step trace on (runtime/engine/step_trace.py). Under load a step costs more than the bare model step: sampling and
 streaming for every sequence, and the HTTP work of arriving and finishing requests, share the interpreter
 with the engine; so the step coefficients and the costs of admitting and of answering a request during a
-step are refitted on the steps the server actually ran (latency_model.fit_serving_steps).
+step are refitted on the steps the server actually ran (step_fit.fit_serving_steps).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,9 @@ from servegate.capacity.bench.own_server import against_server
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.targets import PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
-from servegate.capacity.latency.model import LatencyModel, ServingStep, fit_serving_steps
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.step_fit import ServingStep, fit_serving_steps
+from servegate.capacity.latency.terms import StepJitter
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
 
@@ -63,16 +65,19 @@ def refit_on_serving(
     steps around the fit.
     """
     fitted = fit_serving_steps(steps)
-    out = LatencyModel(
-        fitted.coefficients, fit={**model.fit, **fitted.quality}, finish_overhead_s=model.finish_overhead_s
+    refit = replace(
+        model,
+        steps=fitted.steps,
+        overheads=replace(model.overheads, arrival_s=fitted.admission_s, completion_s=fitted.completion_s),
+        fit=replace(model.fit, serving_steps=fitted.error, serving_mean_step_s=fitted.mean_step_s),
     )
-    out.arrival_overhead_s = fitted.admission_s
-    out.completion_overhead_s = fitted.completion_s
-    out.request_overhead_s = request_overhead(out, [r for r in single if r.ok and r.token_times], batch_wait_s)
+    request_s = request_overhead(refit, [r for r in single if r.ok and r.token_times], batch_wait_s)
     ratios = np.array([s.seconds / max(fitted.step_seconds(s), 1e-9) for s in steps])
-    out.step_jitter = float(np.std(ratios) / max(np.mean(ratios), 1e-9))
-    out.step_jitter_correlation = _lag1_correlation(np.log(np.maximum(ratios, 1e-9)), steps)
-    return out
+    jitter = StepJitter(
+        spread=float(np.std(ratios) / max(np.mean(ratios), 1e-9)),
+        correlation=_lag1_correlation(np.log(np.maximum(ratios, 1e-9)), steps),
+    )
+    return replace(refit, overheads=replace(refit.overheads, request_s=request_s), jitter=jitter)
 
 
 def _lag1_correlation(log_ratios: np.ndarray, steps: Sequence[ServingStep]) -> float:

@@ -5,14 +5,14 @@ so admission, batching windows, block accounting and preemption are exactly the 
 model is replaced: each step lasts what the latency model predicts for the chunks the scheduler
 chose, times a log-normal jitter with the spread and the step-to-step correlation measured when
 profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while). Requests reach the
-scheduler `request_overhead_s` after they are sent, plus `admission_delay_per_running_s` for every
+scheduler `overheads.request_s` after they are sent, plus `overheads.admission_delay_per_running_s` for every
 sequence running at that moment; a token is seen when its step ends, and a
-response ends `finish_overhead_s` after its last token; a step running while requests are sent to the
-server lasts `arrival_overhead_s` longer per request, and a step that follows at once one which answered
-requests lasts `completion_overhead_s` longer per answer, and every step is `load_slowdown_per_rps` slower per
-request/s sent in the LOAD_WINDOW_S before it. The failure policy's queue bound and deadline
-apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not simulated
-(prompts are distinct).
+response ends `overheads.finish_s` after its last token; a step running while requests are sent to the
+server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
+requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
+slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). The failure policy's queue bound and deadline
+apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not
+simulated (prompts are distinct).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import numpy as np
 
 from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
 from servegate.capacity.bench.workload import RequestSpec
-from servegate.capacity.latency.model import LOAD_WINDOW_S, LatencyModel
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.terms import LOAD_WINDOW_S
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.failure_policy.outcomes import on_arrival, past_deadline
 
@@ -82,6 +83,8 @@ class SimResult:
     """(time, sequences running) after each step."""
     preemptions: int = 0
     steps: int = 0
+    step_seconds: list[float] = field(default_factory=list)
+    """How long each step lasted, in the order they ran (what `replay` takes back)."""
 
     def summary(self, slo: SLO | None = None) -> dict[str, Any]:
         """The bench-shaped summary plus queue and KV-memory figures."""
@@ -105,11 +108,14 @@ def simulate(
     concurrency: int | None = None,
     seed: int = 0,
     jitter: bool = True,
+    replay: Sequence[float] | None = None,
 ) -> SimResult:
     """Run `specs` through the scheduler on a virtual clock.
 
     Open loop: each spec arrives at its arrival_s. Closed loop (`concurrency`): that many requests are
-    in flight; each completion (or failure) sends the next at once.
+    in flight; each completion (or failure) sends the next at once. With `replay` (measured step durations in
+    seconds, in the order the engine ran them) the k-th step lasts replay[k] as measured; steps beyond it are
+    predicted (latency/replay.py).
     """
     from servegate.runtime.model.kv_blocks import KVBlockManager
     from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
@@ -118,11 +124,12 @@ def simulate(
     cfg = SchedulerConfig(setup.max_batch_size, setup.max_wait_s, setup.max_num_batched_tokens, setup.chunked_prefill)
     scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
     rng = np.random.default_rng(seed)
-    sigma = math.sqrt(math.log1p(model.step_jitter**2)) if jitter and model.step_jitter > 0 else 0.0
-    rho = min(max(model.step_jitter_correlation, 0.0), 0.99)
+    spread, overheads = model.jitter.spread, model.overheads
+    sigma = math.sqrt(math.log1p(spread**2)) if jitter and spread > 0 else 0.0
+    rho = min(max(model.jitter.correlation, 0.0), 0.99)
     slow = 0.0  # log of the current step's slowdown: an AR(1) process, so slow steps come in runs as measured
-    pre, post = model.request_overhead_s, model.finish_overhead_s
-    per_running = model.admission_delay_per_running_s
+    pre, post = overheads.request_s, overheads.finish_s
+    per_running = overheads.admission_delay_per_running_s
 
     records: list[RequestRecord] = []
     sends: list[float] = []  # every send time so far, sorted
@@ -202,18 +209,21 @@ def simulate(
         if sigma:
             slow = rho * slow + math.sqrt(1 - rho * rho) * float(rng.normal(0.0, sigma))
             duration *= math.exp(slow - sigma * sigma / 2)
-        if model.arrival_overhead_s:  # requests sent while this step runs are admitted on the same CPU
+        if overheads.arrival_s:  # requests sent while this step runs are admitted on the same CPU
             during = bisect.bisect_left(sends, now + duration) - bisect.bisect_left(sends, now)
-            duration += during * model.arrival_overhead_s
-        if model.load_slowdown_per_rps:  # the HTTP work of recent requests takes CPU from the engine
+            duration += during * overheads.arrival_s
+        if overheads.load_slowdown_per_rps:  # the HTTP work of recent requests takes CPU from the engine
             recent = bisect.bisect_left(sends, now) - bisect.bisect_left(sends, now - LOAD_WINDOW_S)
-            duration *= 1.0 + model.load_slowdown_per_rps * recent / LOAD_WINDOW_S
+            duration *= 1.0 + overheads.load_slowdown_per_rps * recent / LOAD_WINDOW_S
         if now == last_end:  # back to back: the answers of the step before are sent during this one
-            duration += answered * model.completion_overhead_s
+            duration += answered * overheads.completion_s
+        if replay is not None and result.steps < len(replay):
+            duration = float(replay[result.steps])  # measured: it holds every cost predicted above
         answered = 0
         now += duration
         last_end = now
         result.steps += 1
+        result.step_seconds.append(duration)
         result.preemptions += len(output.preempted)
         grown = scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})
         for seq in grown:

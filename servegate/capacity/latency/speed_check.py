@@ -55,9 +55,10 @@ def predicted_lone_e2e_ms(served: ServedModel, model: LatencyModel, lone: Worklo
 def profile_lone_bias(model: LatencyModel) -> float:
     """Measured over predicted p50 of the lone requests `gate profile` sent after fitting `model` (1.0 for a
     profile made before it kept them)."""
-    reference = model.fit.get("lone_reference") or {}
-    measured, predicted = reference.get("measured_e2el_p50_ms"), reference.get("predicted_e2el_p50_ms")
-    return float(measured / predicted) if measured and predicted else 1.0
+    reference = model.fit.lone_reference
+    if reference is None or not reference.measured_e2el_p50_ms or not reference.predicted_e2el_p50_ms:
+        return 1.0
+    return float(reference.measured_e2el_p50_ms / reference.predicted_e2el_p50_ms)
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,13 @@ class SpeedCheck:
 def machine_comparison(model: LatencyModel, measured: dict[str, Any]) -> dict[str, Any] | None:
     """How fast this machine ran during a bench (`measured`, a bench report) against while the profile's traced
     runs were served (machine_speed.py); None when either was not sampled."""
-    then, sampled = model.fit.get("machine_speed"), measured.get("machine_speed")
-    if not then or not sampled or not then.get("probe_us"):
+    then, sampled = model.fit.machine_speed, measured.get("machine_speed")
+    if then is None or not sampled or not then.probe_us:
         return None
     now = MachineSpeed.from_dict(sampled)
     ratio = now.relative_to(then)
     return {
-        "profile_probe_us": then["probe_us"],
+        "profile_probe_us": then.probe_us,
         "bench_probe_us": now.probe_us,
         "bench_over_profile": ratio,
         "bench_spread": now.spread,

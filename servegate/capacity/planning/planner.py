@@ -28,6 +28,9 @@ from pydantic import ValidationError
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.prediction import Prediction, predict, saturation_throughput, sim_setup
 from servegate.capacity.memory.plan import MemoryPlan
+from servegate.capacity.planning.rate_limit import RateLimit
+from servegate.capacity.planning.replicas import ReplicaPlan
+from servegate.capacity.planning.sizing import engine_policies, is_engine, quick_rate, size
 from servegate.contracts.capacity_section import Targets, Workload
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -99,6 +102,8 @@ class Candidate:
     """KV blocks in the pool the runtime would allocate for this policy."""
     capacity_rps: float | None = None
     """Requests/s this policy sustains with requests always waiting."""
+    max_rate_rps: float | None = None
+    """Requests/s it carries under the latency targets (engines: what ranks their feasible policies)."""
 
     @property
     def feasible(self) -> bool:
@@ -126,6 +131,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
     """When infeasible: per missed target, the miss and what would change it."""
+    rate_limit: RateLimit | None = None
+    """What the recommended policy carries on one replica under the targets, and what binds."""
+    replicas: ReplicaPlan | None = None
+    """Replicas for the declared total rate (or an arrival trace's peak), when one is given."""
 
 
 def candidate_policies(served: ServedModel) -> list[dict[str, Any]]:
@@ -174,8 +183,8 @@ def check_targets(targets: Targets | None, summary: dict[str, Any], memory_bytes
 def _regime(served: ServedModel, workload: Workload, model: LatencyModel) -> tuple[str, str, float]:
     """Latency- or throughput-bound, why, and the single-request service time in seconds."""
     p, o = workload.input_tokens.mean, workload.output_tokens.mean
-    service = model.request_overhead_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
-    service += model.finish_overhead_s
+    service = model.overheads.request_s + model.prefill_time(p) + (o - 1) * model.decode_time(1, p + o // 2)
+    service += model.overheads.finish_s
     ms = 1000 * service
     if workload.arrival == "closed":
         # a closed loop of C keeps C - 1 requests waiting behind the one a batch of one serves
@@ -267,16 +276,26 @@ def plan(
     num_requests: int = 300,
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    total: tuple[float, str] | None = None,
 ) -> Plan:
-    """Search the batching policies and recommend one (see the module notes)."""
+    """Search the batching policies and recommend one (see the module notes); `total` is the rate the whole
+    deployment must carry and where it came from (replicas are sized for it)."""
     targets = served.capacity.targets
     regime, reason, service = _regime(served, workload, model)
-    policies = candidate_policies(served)
+    engine = is_engine(served)
+    if engine:
+        regime, reason = "throughput-bound", "an engine is planned for the most requests/s one replica carries"
+    policies = engine_policies(served) if engine else candidate_policies(served)
     candidates: list[Candidate] = []
     notes: list[str] = []
-    if served.runtime.kv_cache is None:
+    if engine:
+        notes.append(
+            f"the {served.runtime.backend} engine's scheduler is modelled as continuous batching; its two limits "
+            "(max_batch_size, max_num_batched_tokens) are searched"
+        )
+    elif served.runtime.kv_cache is None:
         notes.append("continuous batching not searched: the manifest declares no runtime.kv_cache")
-    then, now = model.fit.get("load_average_1m"), os.getloadavg()[0]
+    then, now = model.provenance.load_average_1m, os.getloadavg()[0]
     if then is not None and abs(now - then) > max(1.0, 0.5 * then):
         notes.append(
             f"the machine's load average is {now:.1f} now and was {then:.1f} when profiled: other work shifts "
@@ -310,6 +329,8 @@ def plan(
         latency_ok = all(c.met for c in checks if c.unit == "ms")
         if needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
             cand.capacity_rps = saturation_throughput(setup, model, workload, seed=seed)
+        if engine and cand.feasible:
+            cand.max_rate_rps = quick_rate(candidate_served, model, workload, targets, min(n, 150))
         candidates.append(cand)
     if progress:
         progress(len(policies), len(policies))
@@ -322,7 +343,9 @@ def plan(
 
     feasible = [c for c in candidates if c.feasible]
     if feasible:
-        if regime == "throughput-bound":
+        if engine:
+            best = max(feasible, key=lambda c: (c.max_rate_rps or 0.0, -latency_score(c)))
+        elif regime == "throughput-bound":
             best = max(feasible, key=lambda c: (c.capacity_rps or 0.0, -latency_score(c)))
         else:
             best = min(feasible, key=lambda c: (round(latency_score(c), 3), c.batching.get("max_batch_size", 1)))
@@ -330,9 +353,14 @@ def plan(
         best = min(candidates, key=lambda c: (c.worst_ratio, latency_score(c)))
     if best.capacity_rps is None:
         best.capacity_rps = saturation_throughput(sim_setup(best.served), model, workload, seed=seed)
-    ranked = sorted(candidates, key=lambda c: (not c.feasible, c.worst_ratio))
+    ranked = sorted(candidates, key=lambda c: (c is not best, not c.feasible, c.worst_ratio))
     why = [] if feasible else explain_misses(best, model, workload, memory)
+    rate_limit, replicas = size(best.served, model, workload, total, min(n, 200))
+    if best.max_rate_rps is None:
+        best.max_rate_rps = rate_limit.rate_rps
     return Plan(
+        rate_limit=rate_limit,
+        replicas=replicas,
         why=why,
         regime=regime,
         regime_reason=reason,
@@ -349,12 +377,12 @@ def plan(
 def alone_ms(model: LatencyModel, workload: Workload) -> dict[str, float]:
     """Predicted TTFT, TPOT and end-to-end latency of a mean-shaped request served alone, in ms."""
     p, o = workload.input_tokens.mean, workload.output_tokens.mean
-    ttft = model.request_overhead_s + model.prefill_time(p)
+    ttft = model.overheads.request_s + model.prefill_time(p)
     tpot = model.decode_time(1, p + o // 2)
     return {
         "ttft_ms": 1000 * ttft,
         "tpot_ms": 1000 * tpot,
-        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.finish_overhead_s),
+        "e2e_ms": 1000 * (ttft + (o - 1) * tpot + model.overheads.finish_s),
     }
 
 

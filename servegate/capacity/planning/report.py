@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from servegate.capacity.latency.model import LatencyModel
-from servegate.capacity.planning.planner import Plan
+from servegate.capacity.planning.planner import Candidate, Plan
 from servegate.contracts.errors import ManifestError
 from servegate.contracts.files import write_atomic
 from servegate.contracts.units import format_bytes
@@ -68,28 +68,62 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
         "why": plan.why,
         "notes": plan.notes,
         "latency_model": {
-            "coefficients_s": model.coefficients,
-            "request_overhead_s": model.request_overhead_s,
-            "finish_overhead_s": model.finish_overhead_s,
-            "arrival_overhead_s": model.arrival_overhead_s,
-            "completion_overhead_s": model.completion_overhead_s,
-            "load_slowdown_per_rps": model.load_slowdown_per_rps,
-            "admission_delay_per_running_s": model.admission_delay_per_running_s,
-            "step_jitter": model.step_jitter,
-            "hardware": model.hardware,
-            "fit": model.fit,
+            "coefficients_s": model.steps.as_dict(),
+            "overheads_s": model.overheads.as_dict(),
+            "jitter": model.jitter.as_dict(),
+            "hardware": dict(model.provenance.hardware),
+            "fit": model.fit.as_dict(samples=False),
         },
-        "candidates": [
+        "per_replica": plan.rate_limit.as_dict() if plan.rate_limit else None,
+        "replicas": plan.replicas.as_dict() if plan.replicas else None,
+        "candidates": candidate_rows(plan),
+    }
+
+
+def _verdict(c: Candidate, best: Candidate, plan: Plan) -> str:
+    """Why a candidate was or was not recommended, in a few words."""
+    if c is best:
+        return "recommended"
+    if not c.feasible:
+        worst = max(c.checks, key=lambda ch: ch.ratio)
+        return f"misses {worst.name} by {100 * (worst.ratio - 1):.0f}%"
+    if best.max_rate_rps is not None and c.max_rate_rps is not None and c.max_rate_rps < best.max_rate_rps:
+        return f"carries {c.max_rate_rps:.3g} requests/s under the targets, fewer than {best.max_rate_rps:.3g}"
+    if plan.regime == "throughput-bound" and (c.capacity_rps or 0) < (best.capacity_rps or 0):
+        return f"sustains {c.capacity_rps or 0:.3g} requests/s, fewer than {best.capacity_rps or 0:.3g}"
+    return "feasible, predicted slower than the recommended (or equal and larger)"
+
+
+def candidate_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Every candidate policy the search tried, the recommended first: its batching, predictions and verdict."""
+    best = plan.recommended
+    rows = []
+    for c in plan.candidates:
+        s = c.prediction.summary
+        rows.append(
             {
                 "batching": c.batching,
                 "feasible": c.feasible,
                 "worst_target_ratio": c.worst_ratio,
-                "e2el_ms_p99": c.prediction.summary["e2el_ms"]["p99"],
+                "ttft_ms_p99": s["ttft_ms"]["p99"],
+                "e2el_ms_p50": s["e2el_ms"]["p50"],
+                "e2el_ms_p99": s["e2el_ms"]["p99"],
                 "capacity_requests_per_s": c.capacity_rps,
+                "max_rate_under_targets_rps": c.max_rate_rps,
+                "verdict": _verdict(c, best, plan),
             }
-            for c in plan.candidates[:12]
-        ],
-    }
+        )
+    return rows
+
+
+def policy_text(batching: dict[str, Any]) -> str:
+    """A batching section in one short cell: `continuous b=8 tok=512 chunked`."""
+    short = {"max_batch_size": "b", "max_wait_ms": "wait", "max_num_batched_tokens": "tok"}
+    parts = [str(batching.get("mode", "?"))]
+    parts += [
+        f"{short[k]}={batching[k]:g}" for k in short if k in batching and not (k == "max_wait_ms" and not batching[k])
+    ]
+    return " ".join(parts + (["chunked"] if batching.get("chunked_prefill") else []))
 
 
 def plan_lines(data: dict[str, Any]) -> list[str]:
@@ -119,6 +153,16 @@ def plan_lines(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"target {t['name']}: predicted {show(t['predicted'])} vs {show(t['target'])} - "
             + ("met" if t["met"] else f"MISSED by {show(t['missed_by'])} ({t['missed_by_pct']:.1f}%)")
+        )
+    if (r := data.get("per_replica")) is not None:
+        lines.append(
+            f"per replica: {r['rate_rps']:.3g} requests/s under the targets ({100 * r['level']:.0f}% interval "
+            f"{r['low_rps']:.3g}-{r['high_rps']:.3g}); binds: {r['binding']} - {r['detail']}"
+        )
+    if (n := data.get("replicas")) is not None:
+        lines.append(
+            f"replicas: {n['replicas']} for {n['total_rps']:.4g} requests/s ({n['source']}) at "
+            f"{n['per_replica_rps']:.3g} requests/s each"
         )
     lines += [f"why: {w}" for w in data["why"]]
     lines += [f"note: {n}" for n in data["notes"]]

@@ -1,5 +1,6 @@
 """Remote engine cores behind the manifest's contract: any OpenAI-compatible endpoint, or vLLM started here.
 
-endpoint.py (EndpointEngine), endpoint_scoring.py, identity.py (what the remote says it is), own_loop.py,
-vllm_args.py, vllm_process.py and vllm_backend.py (VllmEngine).
+endpoint.py (EndpointEngine), completions_stream.py (the request it sends, the stream it reads),
+endpoint_scoring.py, identity.py (what the remote says it is), own_loop.py, vllm_args.py, vllm_process.py
+and vllm_backend.py (VllmEngine).
 """

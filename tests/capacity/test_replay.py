@@ -1,0 +1,116 @@
+"""The simulator replaying measured steps, the step model against measured steps, and prediction intervals."""
+
+from __future__ import annotations
+
+import pytest
+
+from servegate.capacity.bench.run_metrics import RequestRecord
+from servegate.capacity.bench.workload import RequestSpec, make_requests
+from servegate.capacity.latency.interval import prediction_interval
+from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.replay import (
+    replay_durations,
+    replay_run,
+    specs_of_run,
+    step_cost_errors,
+    step_kind,
+    steps_in,
+)
+from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.step_fit import ServingStep
+from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
+from servegate.contracts.capacity_section import Workload
+
+MODEL = LatencyModel(
+    StepCost(c_step=0.004, c_prefill_token=0.0002, c_decode_seq=0.001),
+    ServingOverheads(request_s=0.002, finish_s=0.0005),
+    StepJitter(spread=0.3, correlation=0.5),
+)
+SETUP = SimSetup("continuous", 8, 0.0, 512, False, num_blocks=256, block_size=16)
+
+
+def specs(rate: float = 40.0, n: int = 120, seed: int = 3) -> list[RequestSpec]:
+    workload = Workload.model_validate(
+        {
+            "input_tokens": {"distribution": "uniform", "mean": 40, "min": 8, "max": 72},
+            "output_tokens": {"distribution": "uniform", "mean": 12, "min": 4, "max": 20},
+            "rate_rps": rate,
+            "num_requests": n,
+        }
+    )
+    return make_requests(workload, seed)
+
+
+def test_replaying_a_synthetic_trace_reproduces_its_percentiles_exactly() -> None:
+    # the "measured" run: noisy steps (30% jitter, correlated); its durations are the trace
+    measured = simulate(SETUP, MODEL, specs(), seed=7)
+    replayed = replay_run(SETUP, MODEL, specs(), measured.step_seconds)
+    a, b = measured.summary(), replayed.summary()
+    for metric in ("ttft_ms", "e2el_ms", "itl_ms"):
+        for p in ("p50", "p95", "p99"):
+            assert b[metric][p] == a[metric][p]
+    # the jitter-free prediction differs: the replay is not the model's own answer
+    assert simulate(SETUP, MODEL, specs(), jitter=False).summary()["e2el_ms"]["p99"] != a["e2el_ms"]["p99"]
+
+
+def test_a_replay_shorter_than_the_run_predicts_the_remaining_steps() -> None:
+    full = simulate(SETUP, MODEL, specs(n=20), jitter=False)
+    half = replay_run(SETUP, MODEL, specs(n=20), full.step_seconds[: full.steps // 2])
+    assert half.summary()["e2el_ms"]["p50"] == pytest.approx(full.summary()["e2el_ms"]["p50"])
+
+
+def test_traced_steps_are_cut_to_the_run_and_back_to_back_gaps_count() -> None:
+    trace = [
+        {"began": 0.5, "ended": 0.6, "chunks": [[8, 0]], "arrivals": 1},  # before the run
+        {"began": 1.0, "ended": 1.010, "chunks": [[8, 0]], "arrivals": 1},
+        {"began": 1.0105, "ended": 1.020, "chunks": [[1, 8]], "arrivals": 0},  # 0.5 ms later: back to back
+        {"began": 1.5, "ended": 1.505, "chunks": [[1, 9]], "arrivals": 0},  # after an idle wait
+        {"began": 9.0, "ended": 9.1, "chunks": [[8, 0]], "arrivals": 1},  # after the run
+    ]
+    steps = steps_in(trace, 1.0, 2.0)
+    assert [s["began"] for s in steps] == [1.0, 1.0105, 1.5]
+    assert replay_durations(steps) == pytest.approx([0.0105, 0.0095, 0.005])
+
+
+def test_specs_of_a_run_take_the_clients_scheduled_times() -> None:
+    records = [RequestRecord(scheduled=100.0), RequestRecord(scheduled=100.25)]
+    out = specs_of_run([RequestSpec(8, 2, 0.0), RequestSpec(9, 3, 0.3)], records)
+    assert [(s.prompt_tokens, s.output_tokens, s.arrival_s) for s in out] == [(8, 2, 0.0), (9, 3, 0.25)]
+
+
+def test_step_cost_error_per_kind_of_step() -> None:
+    exact = ServingStep(((16, 0),), MODEL.step_time([(16, 0)]), 0)
+    slow_decode = ServingStep(((1, 16), (1, 20)), 1.5 * MODEL.step_time([(1, 16), (1, 20)]), 0)
+    mixed = ServingStep(((16, 0), (1, 16)), 0.8 * MODEL.step_time([(16, 0), (1, 16)]), 0)
+    assert [step_kind(s.chunks) for s in (exact, slow_decode, mixed)] == ["prefill", "decode", "mixed"]
+    errors = step_cost_errors(MODEL, [exact, slow_decode, mixed])
+    assert errors["prefill"]["median_rel_error"] == pytest.approx(0.0, abs=1e-12)
+    assert errors["decode"]["median_rel_error"] == pytest.approx(1 / 3)  # predicted 1 where 1.5 was measured
+    assert errors["decode"]["mean_signed_error"] < 0
+    assert errors["mixed"]["mean_signed_error"] == pytest.approx(0.25)
+    assert errors["all"]["steps"] == 3
+
+
+def test_prediction_interval_covers_a_noisy_servers_percentiles_at_its_level() -> None:
+    # the noisy server: the same engine with the profile's jitter, on seeds the interval never simulated
+    interval = prediction_interval(SETUP, MODEL, specs(n=80), level=0.9, seeds=40, first_seed=0)
+    points = [("e2el_ms", "p50"), ("e2el_ms", "p99"), ("ttft_ms", "p50"), ("ttft_ms", "p99")]
+    inside = {k: 0 for k in points}
+    runs = 40
+    for seed in range(1000, 1000 + runs):
+        summary = simulate(SETUP, MODEL, specs(n=80), seed=seed).summary()
+        for metric, p in points:
+            inside[(metric, p)] += interval.contains(metric, p, summary[metric][p])
+    for key, count in inside.items():
+        assert count / runs >= 0.8, (key, count)  # 90% stated; 40 runs leave a few either side
+    assert 0 < interval.relative_width("e2el_ms", "p99") < 1.0
+    # without jitter the interval collapses and the noisy runs fall outside it
+    still = prediction_interval(SETUP, LatencyModel(MODEL.steps, MODEL.overheads), specs(n=80), seeds=5)
+    assert still.relative_width("e2el_ms", "p50") == 0.0
+    noisy = simulate(SETUP, MODEL, specs(n=80), seed=1234).summary()["e2el_ms"]["p50"]
+    assert not still.contains("e2el_ms", "p50", noisy)
+
+
+def test_an_interval_level_outside_zero_and_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        prediction_interval(SETUP, MODEL, specs(n=5), level=1.5)
