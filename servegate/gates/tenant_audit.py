@@ -6,8 +6,9 @@ tenant B sends a never-seen prompt F (fresh: a cache miss), tenant B sends P (cr
 cross tenants), tenant A sends P again (own: the hit a cache gives, the positive control). Every request
 has its own seed and max_tokens 1, so no response cache answers it and its time is the time to the first
 token. Three one-sided Mann-Whitney tests decide: own < fresh (the cache shows in timing at all), cross <
-fresh (B reaches A's entries), cross > own (B does not). A leak needs cross < fresh below alpha and B
-getting at least half of A's own speed-up; isolation needs the control and cross > own below alpha;
+fresh (B reaches A's entries), cross > own (B does not). A leak needs cross < fresh below alpha, a median
+speed-up of at least 1.25x and B getting at least half of A's own speed-up; isolation needs the control
+(own < fresh below alpha, by at least 1.25x) and cross > own below alpha;
 anything else is inconclusive (timing noise, or prompts too short for this model's prefill to show).
 
 Sample size per side: for a shift of d standard deviations, a one-sided test at level alpha with power
@@ -37,6 +38,9 @@ MIN_ARE = 0.864
 """Lowest asymptotic relative efficiency of Mann-Whitney against the t-test, over all distributions."""
 POWER = 0.9
 """Power the sample size is chosen for."""
+MIN_CACHE_SPEEDUP = 1.25
+"""Least median speed-up (fresh / hit) that counts as a cache hit: a prefix cache on a prompt that fills the
+context saves most of the prefill (5x and more); a few percent is a warm code path, not a cache."""
 PROMPT_SHARE = 0.85
 """Share of the prompt budget (input limit, context) the audit prompts fill: long, but never truncated."""
 
@@ -92,9 +96,12 @@ def judge_tenants(
     f_med, c_med, o_med = statistics.median(fresh), statistics.median(cross), statistics.median(own)
     share = (f_med - c_med) / (f_med - o_med) if f_med > o_med else None
     cross_speedup = f_med / c_med if c_med > 0 else float("inf")
-    if p["cross_faster"] < alpha and (share is not None and share >= 0.5 or share is None and cross_speedup >= 1.2):
+    own_speedup = f_med / o_med if o_med > 0 else float("inf")
+    # a significant shift is not yet a cache: small systematic effects (a warm code path) are significant too
+    if p["cross_faster"] < alpha and cross_speedup >= MIN_CACHE_SPEEDUP and (share is None or share >= 0.5):
         return "shared", p, share
-    if p["own_faster"] < alpha and p["cross_slower_than_own"] < alpha and p["cross_faster"] >= alpha:
+    visible = p["own_faster"] < alpha and own_speedup >= MIN_CACHE_SPEEDUP
+    if visible and p["cross_slower_than_own"] < alpha and p["cross_faster"] >= alpha:
         return "isolated", p, share
     return "inconclusive", p, share
 
