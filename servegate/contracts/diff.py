@@ -46,6 +46,7 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.kv_cache.cache_scope",
         "postprocess.response_cache",
         "preprocess.tenant_from",
+        "quality.cache_audit",
     ),
     # compiled kernels sum in another order, and only some batch sizes are compiled: quality and batch
     # invariance are re-checked, not only speed
@@ -75,6 +76,8 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.parallelism.tensor_parallel_size",
         "runtime.parallelism.pipeline_parallel_size",
         "runtime.vllm",
+        # a lower output cap can end answers early while exact match holds: the length guard sees it
+        "postprocess.max_output_tokens",
     ),
     "capacity": (
         "capacity",

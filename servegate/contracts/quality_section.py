@@ -107,6 +107,34 @@ def _lm_eval_dataset(task: Any) -> str:
     return f"lm-eval:{name}"
 
 
+class LengthBand(Section):
+    """How far the candidate's mean generated tokens per item (by suite) may move from the baseline's."""
+
+    low: float = Field(default=0.9, gt=0, le=1)
+    """Lowest candidate/baseline ratio of mean generated tokens per item (MLPerf asks for at least 0.9)."""
+    high: float = Field(default=1.1, ge=1, le=100)
+    """Highest candidate/baseline ratio of mean generated tokens per item."""
+
+
+class CacheAudit(Section):
+    """The caching gate's black-box timing audits, measured over HTTP (the same on any backend or endpoint)."""
+
+    enabled: bool = True
+    """Run the response-cache detector and the tenant isolation audit (false: counters and scope checks only)."""
+    max_repeat_speedup: float = Field(default=1.5, gt=1, le=100)
+    """How much faster (fresh median / repeat median) an exact repeat may answer than a never-seen request of
+    the same shape and prefix before an undeclared response cache is reported. MLPerf TEST04 allows 1.1 on a
+    quiet machine; 1.5 stays clear of a shared machine's timing noise while real response caches answer 5-100x
+    faster."""
+    repeat_samples: int = Field(default=24, ge=8, le=10_000)
+    """Repeat/fresh pairs the response-cache detector times."""
+    tenant_samples: int = Field(default=40, ge=8, le=10_000)
+    """Requests per side (fresh, cross-tenant, same-tenant repeat) of the tenant audit: 40 detects a shift of
+    0.87 standard deviations at alpha 0.01 with power 0.9 (docs/cache-audits.md); the paper used 250."""
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    """Significance level of the one-sided Mann-Whitney tests; a cache is reported only below it."""
+
+
 class Quality(Section):
     """Eval suites and the non-inferiority margins every optimization is gated against."""
 
@@ -123,6 +151,11 @@ class Quality(Section):
     max_unavailable_share: float = Field(default=0.0, ge=0, lt=1)
     """Largest share of a suite's requests that may end `model_unavailable` (a remote that cannot be reached or
     answers 5xx) before the run is reported unavailable (exit 2) instead of scored."""
+    length_band: LengthBand = Field(default_factory=LengthBand)
+    """Band for the candidate's mean generated tokens per item relative to the baseline's, by suite: outside it a
+    quality comparison fails even when its metrics hold (an answer that got shorter can keep exact match)."""
+    cache_audit: CacheAudit = Field(default_factory=CacheAudit)
+    """Timing audits of the caching gate: an undeclared response cache, and a prefix cache shared across tenants."""
 
     @field_validator("margins")
     @classmethod

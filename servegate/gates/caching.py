@@ -18,7 +18,8 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, requests_for
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements, example
+from servegate.gates.result import OPTIONAL, GateResult, Measurements, Verdict, example
+from servegate.gates.timing_audits import TimingAudits, run_timing_audits
 from servegate.runtime.engine.interface import Engine, GenerationRequest
 
 PROBES_PER_SUITE = 8
@@ -51,6 +52,8 @@ class CachingMeasurements(Measurements):
     """Cached outputs that differ from the cold output (outputs)."""
     prefix_cache_observable: bool | None = field(default=None, metadata=OPTIONAL)
     """False when the prefix cache runs inside a remote, where its hits cannot be counted."""
+    timing_audits: TimingAudits | None = field(default=None, metadata=OPTIONAL)
+    """The black-box response-cache detector and tenant isolation audit, timed over HTTP (docs/cache-audits.md)."""
 
 
 def shared_across_tenants(served: ServedModel) -> list[str]:
@@ -108,6 +111,12 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
     return warm.token_ids == cold.token_ids
 
 
+def _timing_note(audits: TimingAudits | None) -> str:
+    """What the tenant timing audit adds to a scope failure: that a client can time the leak too."""
+    found = audits.tenant_isolation if audits is not None else None
+    return f"; timing shows it: {found.reason}" if found is not None and found.finding == "shared" else ""
+
+
 @register_gate(
     "caching",
     watches=GATE_WATCHES["caching"],
@@ -125,11 +134,13 @@ class CachingGate(Gate):
         tenants = served.preprocess.tenant_from != "none"
         shared = shared_across_tenants(served)
         measurements = CachingMeasurements(caches=enabled, tenants_identified=tenants, shared_across_tenants=shared)
-        if not enabled:
-            return self.result("pass", "no prefix or response cache is enabled", measurements)
         probes = probe_items(ctx.suites())
+        if not enabled and not on_remote(served):
+            return self.result("pass", "no prefix or response cache is enabled", measurements)
         if not probes:
             return self.result("warn", "no eval suites declared: no probes to send", measurements)
+        if not enabled:  # a remote's own caches are invisible but for their timing
+            return self._timed_only(replace(measurements, timing_audits=run_timing_audits(ctx, served, probes)))
         ctx.progress.start("caching: probes", 5)
         engine = ctx.engines.fresh(served)
         cold, self_hits, cold_response = _pass(engine, _requests(probes, CONTROL))
@@ -170,6 +181,7 @@ class CachingGate(Gate):
             tenant_b_extra_hits=leaked,
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
+            timing_audits=run_timing_audits(ctx, served, probes),  # what a client can time, on any backend
         )
         return self._verdict(served, measurements, problems, evidence)
 
@@ -187,7 +199,7 @@ class CachingGate(Gate):
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
-                f"(tenant B got {leaked} hit(s) from tenant A's probes)",
+                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(m.timing_audits)})",
                 m,
             )
         if leaked > 0 and not shared:
@@ -198,19 +210,34 @@ class CachingGate(Gate):
             )
         if stale > 0:
             return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", m)
+        timed = m.timing_audits.checks() if m.timing_audits is not None else []
+        failed = [r for v, r in timed if v == "fail"]
+        if failed:
+            return self.result("fail", failed[0], m)
         if warm_hits == 0 and repeat_response == 0:
             return self.result("warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", m)
         checked = (
             f"warm == cold on {m.probes} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
+        isolation = m.timing_audits.tenant_isolation if m.timing_audits is not None else None
         if on_remote(served) and "prefix cache" in m.caches:  # its hits are counted inside the remote, unseen here
+            if isolation is not None and isolation.finding == "isolated":
+                verified = replace(m, prefix_cache_observable=False)
+                return self.result("pass", f"{checked}; the remote's {isolation.reason}", verified)
+            note = f" ({isolation.reason})" if isolation is not None else ""
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
-                "visible from outside (servegate salts it per tenant on vLLM)",
+                f"visible from outside (servegate salts it per tenant on vLLM){note}",
                 replace(m, prefix_cache_observable=False),
             )
+        warned = [r for v, r in timed if v == "warn"]
+        problem = m.timing_audits is not None and m.timing_audits.problem is not None
+        if warned and (on_remote(served) or problem):  # on the reference the counters above decided
+            return self.result("warn", f"{checked}; {warned[0]}", m)
+        if served.postprocess.response_cache.enabled and repeat_response == 0 and warned:
+            return self.result("warn", f"{checked}; {warned[0]}", m)
         if shared:  # safe today, one field away from a leak: whoever adds tenants must change the scope too
             return self.result(
                 "warn",
@@ -219,3 +246,14 @@ class CachingGate(Gate):
                 m,
             )
         return self.result("pass", checked, m)
+
+    def _timed_only(self, m: CachingMeasurements) -> GateResult:
+        """A remote that declares no cache: only timing can show one it has anyway."""
+        checks = m.timing_audits.checks() if m.timing_audits is not None else []
+        for wanted in ("fail", "warn"):
+            found = [r for v, r in checks if v == wanted]
+            if found:
+                verdict: Verdict = wanted  # type: ignore[assignment]
+                return self.result(verdict, found[0], m)
+        reasons = "; ".join(r for _, r in checks) or "no audit ran"
+        return self.result("pass", f"no cache is declared and none shows in timing: {reasons}", m)

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import GateContext
+from servegate.gates.base import GateContext, on_remote
 from servegate.gates.evaluation import SuiteData, SuiteItem, SuiteRun
+from servegate.gates.output_length import OutputLength, output_length
 from servegate.gates.result import FLATTEN, OPTIONAL, Verdict, example, worst
 from servegate.gates.statistics import PairedComparison, paired_noninferiority
 
@@ -27,6 +28,8 @@ class SuiteScores:
     """lm-eval's own aggregate of each side ({"baseline": ..., "candidate": ...}), for lm-eval suites."""
     metrics: dict[str, PairedComparison] = field(default_factory=dict, metadata=FLATTEN)
     """Metric name -> its paired non-inferiority test (scores are fractions 0 to 1); one report key each."""
+    output_length: OutputLength | None = field(default=None, metadata=OPTIONAL)
+    """The output-length guard: mean generated tokens per item of both sides against quality.length_band."""
 
 
 @dataclass
@@ -38,11 +41,15 @@ class QualityComparison:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     suites: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Suite name -> suite-level numbers of both sides."""
+    lengths: list[OutputLength] = field(default_factory=list)
+    """The output-length guard of every suite compared (quality.length_band)."""
 
     @property
     def verdict(self) -> Verdict:
-        """The worst verdict over all tests (skipped when nothing was compared)."""
-        return worst(c.verdict for _, c in self.tests)
+        """The worst verdict over all tests and length guards (skipped when nothing was compared)."""
+        if not self.tests:
+            return "skipped"
+        return worst([*(c.verdict for _, c in self.tests), *(g.verdict for g in self.lengths)])
 
     def reason(self) -> str:
         """The first failing (else warning, else passing) test's reason, prefixed with its suite and metric."""
@@ -52,16 +59,26 @@ class QualityComparison:
             for suite, test in self.tests:
                 if test.verdict == wanted:
                     return f"{suite}/{test.metric}: {test.reason}"
+            for guard in self.lengths:
+                if guard.verdict == wanted:
+                    return f"output length changed although the metrics hold: {guard.reason}"
         suite, weakest = min(self.tests, key=lambda t: t[1].lower + t[1].margin)
+        ratios = [g.ratio for g in self.lengths if g.ratio is not None]
+        length = f"; output length ratio {min(ratios):.2f}-{max(ratios):.2f} in band" if ratios else ""
         return (
             f"non-inferior on all {len(self.tests)} suite metrics; tightest {suite}/{weakest.metric}: "
-            f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%})"
+            f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%}){length}"
         )
 
     def suite_scores(self) -> dict[str, SuiteScores]:
         """Suite name -> its suite-level numbers and per-metric tests, in the order the suites were tested."""
+        lengths = {g.suite: g for g in self.lengths}
         return {
-            suite: SuiteScores(**self.suites.get(suite, {}), metrics={c.metric: c for s, c in self.tests if s == suite})
+            suite: SuiteScores(
+                **self.suites.get(suite, {}),
+                metrics={c.metric: c for s, c in self.tests if s == suite},
+                output_length=lengths.get(suite),
+            )
             for suite in dict.fromkeys(s for s, _ in self.tests)
         }
 
@@ -91,6 +108,9 @@ def compare_runs(
             metric=metric,
         )
         out.tests.append((data.name, test))
+    if all(g.suite != data.name for g in out.lengths):  # a suite compared twice keeps its first guard
+        guard = output_length(data.name, base.outputs, cand.outputs, quality.length_band, tokens=not on_remote(served))
+        out.lengths.append(guard)
     first = data.suite.metrics[0]
     room = quality.max_failure_examples - sum(e["suite"] == data.name for e in out.evidence)
     for item, b_out, c_out, b_score, c_score in zip(

@@ -7,6 +7,7 @@ from typing import Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import missing
+from servegate.model_cards.items_audits import timing_audits
 from servegate.model_cards.items_load import client_side, load_checks
 
 # "never logged", "is not logged", "not stored or logged": the statement the checklist requires.
@@ -32,8 +33,9 @@ def exported_metrics() -> list[dict[str, str]]:
 
 
 def observability(served: ServedModel, report: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Item 7: the aggregate metrics exported, the statement that raw input is not logged, and which checks
-    measured the served model from the client side (no internal counter)."""
+    """Item 7: the aggregate metrics exported, the statement that raw input is not logged, which checks
+    measured the served model from the client side (no internal counter), and what the caching gate's timing
+    audits found a client can observe (`report`: the public-safe check report)."""
     statement = served.card.observability.strip()
     if not statement:
         raise missing("observability", "set card.observability: what is observed, and that raw input is not logged")
@@ -53,5 +55,6 @@ def observability(served: ServedModel, report: dict[str, Any] | None = None) -> 
         "metrics_endpoint": "GET /metrics (Prometheus text format)",
         "label_values": "closed sets only (endpoint, HTTP status): no request text or tenant id becomes a label",
         "metrics": metrics,
+        "timing_audits": timing_audits(report),
         "client_side_checks": client_side(load_checks(report)),
     }

@@ -15,6 +15,7 @@ from typing import Any
 from servegate.contracts.diff import diff_manifests
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import missing, producer
+from servegate.model_cards.items_audits import output_length_rows
 from servegate.model_cards.items_load import load_checks
 
 _AGREEMENT = ("token_agreement", "top1_agreement", "top1_token_agreement")
@@ -176,6 +177,7 @@ def quality_gate(served: ServedModel, report: dict[str, Any] | None, public_suit
         "gates": gates,
         "scores": scores,
         "agreement": agreement,
+        "output_length": output_length_rows(report["gates"]),
         "optimizations": optimizations(served, report["gates"]),
         "examples": examples,
         "under_load": load_checks(report),

@@ -13,6 +13,7 @@ from typing import Any
 
 from servegate.contracts.units import format_bytes
 from servegate.model_cards.evidence import NoteError
+from servegate.model_cards.items_audits import render_output_length, render_timing_audits
 from servegate.model_cards.items_load import render_load_checks
 from servegate.model_cards.markdown_blocks import Raw, cell, code, details, fence, field_rows, table
 from servegate.model_cards.note import ITEMS, ServingNote
@@ -235,6 +236,7 @@ def _quality(item: dict[str, Any], h: str) -> list[str]:
             ("Gate", "Suite", "Top-1 token agreement", "Mean KL (nats)"),
             ((r["gate"], r["suite"], r["token_agreement"], r["mean_kl"]) for r in item["agreement"]),
         )
+    out += render_output_length(item.get("output_length") or [], h)
     out += [f"{h}# Optimizations in effect", "", "Where the served model differs from its reference form.", ""]
     out += table(
         ("Field", "Reference form", "Served", "Gates", "Simulated"),
@@ -269,6 +271,8 @@ def _observability(item: dict[str, Any]) -> list[str]:
         "",
     ]
     out += [f"Metrics are exported at {item['metrics_endpoint']}; label values are {item['label_values']}.", ""]
+    if "timing_audits" in item:
+        out += render_timing_audits(item["timing_audits"])
     checks = item.get("client_side_checks") or []
     if checks:
         out += [f"Measured from the client side, with no internal counter: {', '.join(checks)}.", ""]

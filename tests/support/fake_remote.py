@@ -4,7 +4,8 @@ It identifies itself like vLLM or servegate (`/version`, `/v1/models`, `/metrics
 with usage and logprobs, and records every request body it got, so tests can see exactly what servegate
 sent (token ids after truncation, stop strings, cache salt). `answer` decides the text: by default the
 reference engine's own greedy output for the prompt ids (a remote that serves the same model), or any
-function of the prompt ids (a remote that answers differently).
+function of the prompt ids (a remote that answers differently). Fault switches plant what only timing shows:
+a hidden global response cache, and a prefix cache that ignores vLLM's cache_salt.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -23,6 +24,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from servegate.capacity.bench.local_server import free_port
 
+PREFIX_BLOCK = 16
+"""Tokens per block of the fake's prefix cache."""
 Answer = Callable[[list[int], int], str]
 """(prompt token ids, max_tokens) -> the completion text."""
 
@@ -43,6 +46,13 @@ class RemoteBehaviour:
     """process_resident_memory_bytes in /metrics."""
     answer: Answer | None = None
     """None: each token id of the prompt's last token, as text 'x' (set by a test to anything)."""
+    hidden_response_cache: bool = False
+    """Fault: a global response cache nobody declared; an exactly repeated body answers 5x faster."""
+    prefill_s_per_token: float = 0.0
+    """Seconds before the first chunk per prompt token the prefix cache does not hold (added to delay_s)."""
+    prefix_cache: Literal["off", "salted", "shared"] = "off"
+    """Prefix cache of 16-token blocks: `salted` per cache_salt (as vLLM), `shared` ignoring it (the fault:
+    tenants share entries, which only the time to first token shows: /metrics counts nothing)."""
 
 
 @dataclass
@@ -53,6 +63,8 @@ class FakeRemote:
     port: int = field(default_factory=free_port)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     in_flight_max: int = 0
+    _blocks: set[tuple[Any, tuple[int, ...]]] = field(default_factory=set)
+    _responses: set[str] = field(default_factory=set)
     _in_flight: int = 0
     _server: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -91,20 +103,43 @@ class FakeRemote:
                 return JSONResponse({"error": {"message": "broken", "code": b.status}}, status_code=b.status)
             ids = body["prompt"] if isinstance(body["prompt"], list) else [1]
             text = await asyncio.to_thread(self._answer, ids, int(body.get("max_tokens", 16)))
-            return StreamingResponse(self._stream(body, text), media_type="text/event-stream")
+            return StreamingResponse(self._stream(body, text, self._first_delay(body, ids)),
+                                     media_type="text/event-stream")  # fmt: skip
 
         return app
+
+    def _first_delay(self, body: dict[str, Any], ids: list[int]) -> float:
+        """Seconds before the first chunk: delay_s, plus prefill of the uncached tokens; a response-cache hit 1/5."""
+        b = self.behaviour
+        delay = b.delay_s
+        if b.prefix_cache != "off":
+            salt = body.get("cache_salt") if b.prefix_cache == "salted" else None
+            cached = 0
+            for end in range(PREFIX_BLOCK, len(ids) + 1, PREFIX_BLOCK):
+                key = (salt, tuple(ids[:end]))
+                if key in self._blocks:
+                    cached = end
+                self._blocks.add(key)
+            delay += b.prefill_s_per_token * (len(ids) - cached)
+        else:
+            delay += b.prefill_s_per_token * len(ids)
+        if b.hidden_response_cache:
+            key_text = json.dumps(body, sort_keys=True)
+            if key_text in self._responses:
+                return delay / 5
+            self._responses.add(key_text)
+        return delay
 
     def _answer(self, ids: list[int], max_tokens: int) -> str:
         answer = self.behaviour.answer
         return answer(ids, max_tokens) if answer is not None else "x" * max_tokens
 
-    async def _stream(self, body: dict[str, Any], text: str) -> Any:
+    async def _stream(self, body: dict[str, Any], text: str, delay_s: float) -> Any:
         self._in_flight += 1
         self.in_flight_max = max(self.in_flight_max, self._in_flight)
         try:
-            if self.behaviour.delay_s:
-                await asyncio.sleep(self.behaviour.delay_s)
+            if delay_s:
+                await asyncio.sleep(delay_s)
             want = body.get("logprobs")
             for i, char in enumerate(text):
                 choice: dict[str, Any] = {"index": 0, "text": char, "finish_reason": None}

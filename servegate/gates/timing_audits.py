@@ -1,0 +1,108 @@
+"""The caching gate's two timing audits, run on one in-process server over HTTP: what a client can time.
+
+The same code runs for `runtime.backend: reference` and for an endpoint (servegate's gateway in front of the
+remote), so a cache inside a vLLM or SGLang deployment, invisible to servegate's counters, is still found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.gates.base import GateContext
+from servegate.gates.cache_audit import RepeatTiming, detect_response_cache
+from servegate.gates.evaluation import SuiteData, SuiteItem
+from servegate.gates.http_probe import ProbeError, served_over_http
+from servegate.gates.result import Verdict
+from servegate.gates.tenant_audit import TenantTiming, audit_tenants
+from servegate.runtime.engine.interface import Engine
+
+AUDIT_TENANTS = ("servegate-audit-a", "servegate-audit-b")
+
+
+class _Borrowed:
+    """An engine the pool owns, served by the audit's app: the app's shutdown must not stop it (a vLLM server
+    other gates still use), the pool closes it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def start(self) -> None:
+        """Started already (a second start does nothing)."""
+        await self._engine.start()
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Left to the pool."""
+
+
+@dataclass(frozen=True)
+class TimingAudits:
+    """The response-cache detector and the tenant isolation audit, each None when it did not run (and why)."""
+
+    response_cache: RepeatTiming | None
+    tenant_isolation: TenantTiming | None
+    not_run: tuple[str, ...] = ()
+    """Why an audit did not run."""
+    problem: str | None = None
+    """Why the audits stopped (a request that failed), when they did."""
+
+    def checks(self) -> list[tuple[Verdict, str]]:
+        """(verdict, reason) of each audit that ran."""
+        out: list[tuple[Verdict, str]] = [("warn", f"timing audits stopped: {self.problem}")] if self.problem else []
+        if self.response_cache is not None:
+            out.append((self.response_cache.verdict, f"response-cache timing: {self.response_cache.reason}"))
+        if self.tenant_isolation is not None:
+            out.append((self.tenant_isolation.verdict, f"tenant timing: {self.tenant_isolation.reason}"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in the caching gate's measurements."""
+        return {
+            "response_cache": None if self.response_cache is None else asdict(self.response_cache),
+            # not `tenant_...`: the note's public filter drops every non-numeric value under a key naming tenants
+            "isolation": None if self.tenant_isolation is None else asdict(self.tenant_isolation),
+            "not_run": list(self.not_run),
+            "problem": self.problem,
+        }
+
+
+def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[SuiteData, SuiteItem]]) -> TimingAudits:
+    """Serve `served` on a fresh engine and run the response-cache detector, then (with tenants) the tenant audit."""
+    config = ctx.candidate.quality.cache_audit
+    if not config.enabled:
+        return TimingAudits(None, None, ("quality.cache_audit.enabled is false",))
+    if served.preprocess.task != "generate":
+        return TimingAudits(None, None, (f"preprocess.task is {served.preprocess.task}: no completions to time",))
+    tenants = served.preprocess.tenant_from != "none"
+    not_run = () if tenants else ("tenant isolation: preprocess.tenant_from is none (a single tenant)",)
+    prompts = [(item.prompt, data.suite.max_tokens) for data, item in probes]
+    steps = 2 if tenants else 1
+    ctx.progress.start("caching: timing audits", steps)
+    engine = _Borrowed(ctx.engines.fresh(served))
+
+    async def audits() -> tuple[RepeatTiming, TenantTiming | None]:
+        async with served_over_http(served, engine) as probe:  # type: ignore[arg-type]
+            repeats = await detect_response_cache(
+                probe,
+                prompts,
+                config,
+                declared=served.postprocess.response_cache.enabled,
+                tenant=AUDIT_TENANTS[0] if tenants else None,
+            )
+            ctx.progress.advance()
+            isolation = None
+            if tenants:
+                isolation = await audit_tenants(probe, config, tenants=AUDIT_TENANTS)
+                ctx.progress.advance()
+            return repeats, isolation
+
+    try:
+        repeats, isolation = asyncio.run(audits())
+    except ProbeError as exc:  # an answer that is an error has no cache timing: say so, do not guess
+        return TimingAudits(None, None, not_run, problem=str(exc))
+    return TimingAudits(repeats, isolation, not_run)

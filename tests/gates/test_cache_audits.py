@@ -1,0 +1,237 @@
+"""The caching gate's timing audits find what no counter shows: a hidden response cache, a prefix cache shared
+across tenants; their safe twins pass, and timing noise is inconclusive, never a failure."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.fake_remote import FakeRemote, RemoteBehaviour
+from support.long_context import long_context_manifest, save_long_context_llama
+
+from servegate.contracts.manifest import ServedModel
+from servegate.contracts.quality_section import CacheAudit
+from servegate.gates.cache_audit import judge_repeats
+from servegate.gates.check import run_check
+from servegate.gates.output_cache import OutputCache
+from servegate.gates.result import GateResult
+from servegate.gates.tenant_audit import detectable_shift_sd, judge_tenants, samples_per_side
+from servegate.runtime.engine.interface import Event, FinishEvent, GenerationRequest
+
+# --- the statistics on planted samples -------------------------------------------------------------------
+
+
+def times(median_s: float, n: int, seed: int, spread: float = 0.1) -> list[float]:
+    """n log-normal times around `median_s` (seeded)."""
+    rng = random.Random(seed)
+    return [median_s * rng.lognormvariate(0, spread) for _ in range(n)]
+
+
+def test_the_repeat_detector_finds_a_5x_cache_and_no_cache_and_is_inconclusive_in_noise() -> None:
+    config = CacheAudit()
+    fresh = times(0.02, 24, 1)
+    assert judge_repeats(fresh, times(0.004, 24, 2), config, 0.01)[0] == "cache"
+    assert judge_repeats(fresh, times(0.02, 24, 3), config, 0.01)[0] == "no_cache"
+    noisy = judge_repeats(times(0.02, 8, 4, spread=1.5), times(0.016, 8, 5, spread=1.5), config, 0.01)
+    assert noisy[0] == "inconclusive"
+
+
+def test_the_tenant_judge_finds_sharing_isolation_and_says_when_the_cache_does_not_show() -> None:
+    fresh, hit = times(0.04, 40, 1), times(0.008, 40, 2)
+    assert judge_tenants(fresh, times(0.008, 40, 3), hit, 0.01)[0] == "shared"
+    assert judge_tenants(fresh, times(0.04, 40, 4), hit, 0.01)[0] == "isolated"
+    fresh, cross, own = (times(0.01, 40, seed, spread=0.5) for seed in (5, 6, 7))
+    assert judge_tenants(fresh, cross, own, 0.01)[0] == "inconclusive"
+
+
+def test_the_power_calculation_gives_the_documented_sample_sizes() -> None:
+    assert samples_per_side(0.87, 0.01) == 40
+    assert detectable_shift_sd(40, 0.01) == pytest.approx(0.868, abs=0.001)
+    assert detectable_shift_sd(250, 0.01) == pytest.approx(0.347, abs=0.001)
+
+
+# --- against a fake endpoint ------------------------------------------------------------------------------
+
+ENDPOINT: dict[str, Any] = {
+    "name": "audited",
+    "weights": {"source": "zoo:tiny-primary"},
+    "preprocess": {"chat_template": "none", "max_input_tokens": 96},
+    "runtime": {"max_model_len": 128, "backend": "endpoint", "endpoint_model": "remote"},
+    "postprocess": {"max_output_tokens": 16},
+    "quality": {
+        "suites": [{"name": "arith", "dataset": "zoo:arith", "limit": 8, "max_tokens": 8}],
+        "cache_audit": {"repeat_samples": 16, "tenant_samples": 16},
+    },
+}
+
+
+def endpoint(url: str, **sections: dict[str, Any]) -> ServedModel:
+    data = json.loads(json.dumps(ENDPOINT))
+    data["runtime"]["endpoint_url"] = url
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return ServedModel.model_validate(data)
+
+
+def caching(served: ServedModel, engine_factory: Any = None, cache: OutputCache | None = None) -> GateResult:
+    """The caching gate, forced, on `served` against its reference form."""
+    report = run_check(served.reference_form(), served, mode="reference", forced=["caching"],
+                       engine_factory=engine_factory, cache=cache or OutputCache(enabled=False))  # fmt: skip
+    [gate] = [g for g in report.gates if g.name == "caching"]
+    return gate
+
+
+def test_an_endpoint_with_a_hidden_global_response_cache_fails_and_its_twin_passes() -> None:
+    with FakeRemote(RemoteBehaviour(delay_s=0.06, hidden_response_cache=True)) as remote:
+        hidden = caching(endpoint(remote.url))
+    assert hidden.verdict == "fail", hidden.reason
+    assert "an undeclared response cache answers exact repeats" in hidden.reason
+    found = hidden.measurements.to_dict()["timing_audits"]["response_cache"]
+    assert found["finding"] == "cache" and found["speedup"] > 1.5 and found["header_hits"] == 0
+    with FakeRemote(RemoteBehaviour(delay_s=0.06)) as remote:
+        clean = caching(endpoint(remote.url))
+    assert clean.verdict == "pass", clean.reason
+    assert clean.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] == "no_cache"
+
+
+TENANTS = {
+    "preprocess": {"chat_template": "none", "max_input_tokens": 96, "tenant_from": "header"},
+    "runtime": {
+        "max_model_len": 128,
+        "backend": "endpoint",
+        "endpoint_model": "remote",
+        "kv_cache": {"block_size": 16, "prefix_caching": True, "cache_scope": "tenant"},
+    },
+    "batching": {"mode": "continuous"},
+    "postprocess": {"max_output_tokens": 16, "response_cache": {"enabled": True, "scope": "tenant"}},
+}
+
+
+def tenant_endpoint(url: str, samples: int = 16) -> ServedModel:
+    served = endpoint(url, **TENANTS)
+    audit = {"repeat_samples": 16, "tenant_samples": samples}
+    return served.with_changes(quality={**served.quality.model_dump(mode="python"), "cache_audit": audit})
+
+
+def prefix_remote(kind: str) -> FakeRemote:
+    """A remote whose first chunk waits 0.5 ms per prompt token its prefix cache (salted or shared) lacks."""
+    return FakeRemote(RemoteBehaviour(delay_s=0.003, prefill_s_per_token=0.0005, prefix_cache=kind))  # type: ignore[arg-type]
+
+
+def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_fails() -> None:
+    with prefix_remote("shared") as remote:
+        leaky = caching(tenant_endpoint(remote.url))
+    assert leaky.verdict == "fail", leaky.reason
+    assert "a prompt cache is shared across tenants" in leaky.reason
+    assert leaky.measurements.to_dict()["tenant_b_extra_hits"] == 0  # the counters saw nothing: only the clock did
+    with prefix_remote("salted") as remote:
+        salted = caching(tenant_endpoint(remote.url))
+    assert salted.verdict == "pass", salted.reason
+    assert salted.measurements.to_dict()["timing_audits"]["isolation"]["finding"] == "isolated"
+    assert all("cache_salt" in body for body in remote.bodies)
+
+
+@pytest.mark.slow
+def test_the_tenant_audit_at_the_papers_250_per_side_finds_the_shared_cache() -> None:
+    with prefix_remote("shared") as remote:
+        leaky = caching(tenant_endpoint(remote.url, samples=250))
+    found = leaky.measurements.to_dict()["timing_audits"]["isolation"]
+    assert leaky.verdict == "fail" and found["samples"] == 250 and found["p_cross_faster"] < 1e-20
+
+
+# --- on the reference backend ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class HiddenResponseCache:
+    """A planted fault in front of a real engine: exact repeats are replayed from memory, unmarked."""
+
+    engine: Any
+    kept: dict[str, FinishEvent] = dataclasses.field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    async def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        key = json.dumps([request.prompt, request.tenant, dataclasses.asdict(request.params)], default=str)
+        if key in self.kept:
+            yield dataclasses.replace(self.kept[key], request_id=request.id)
+            return
+        async for event in self.engine.submit(request):
+            if isinstance(event, FinishEvent):
+                self.kept[key] = event
+            yield event
+
+
+def reference_with_prefix_cache() -> ServedModel:
+    return ServedModel.model_validate(
+        {
+            "name": "audited",
+            "weights": {"source": "zoo:tiny-primary"},
+            "preprocess": {
+                "chat_template": "none", "max_input_tokens": 96, "truncation": "left", "tenant_from": "header"
+            },
+            "runtime": {"max_model_len": 128, "kv_cache": {"prefix_caching": True}},
+            "batching": {"mode": "continuous", "max_batch_size": 8},
+            "postprocess": {"max_output_tokens": 16},
+            "quality": {
+                "suites": [{"name": "recall", "dataset": "zoo:recall", "limit": 8, "max_tokens": 16}],
+                "cache_audit": {"repeat_samples": 16, "tenant_samples": 12},
+            },
+        }
+    )
+
+
+def test_a_hidden_response_cache_in_the_reference_engine_fails_and_the_real_engine_passes(tmp_path: Path) -> None:
+    from servegate.runtime import build
+
+    served = reference_with_prefix_cache()
+    planted = caching(served, engine_factory=lambda s: HiddenResponseCache(build(s)))
+    assert planted.verdict == "fail", planted.reason
+    assert "an undeclared response cache" in planted.reason
+    real = caching(served)
+    assert real.verdict == "pass", real.reason
+    assert real.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] != "cache"
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_long_context_llama(tmp_path_factory.mktemp("long-context"))
+
+
+def test_a_prefix_cache_shared_across_tenants_on_the_reference_backend_shows_in_ttft(long_model: Path) -> None:
+    """760-token prompts: a prefill of 30-60 ms against 8 ms from the prefix cache on a loaded 2-core machine."""
+    audit = {"cache_audit": {"repeat_samples": 8, "tenant_samples": 16}}
+    shared = caching(ServedModel.model_validate(long_context_manifest(long_model, "global", **audit)))
+    found = shared.measurements.to_dict()["timing_audits"]["isolation"]
+    assert shared.verdict == "fail" and found["finding"] == "shared", found["reason"]
+    assert "timing shows it: a prompt cache is shared across tenants" in shared.reason
+    isolated = caching(ServedModel.model_validate(long_context_manifest(long_model, "tenant", **audit)))
+    found = isolated.measurements.to_dict()["timing_audits"]["isolation"]
+    assert isolated.verdict == "pass", isolated.reason
+    assert found["finding"] == "isolated", found["reason"]
+    assert found["prompt_tokens"] > 700
+
+
+def test_gate_check_exits_1_on_an_endpoint_with_a_hidden_response_cache(tmp_path: Path) -> None:
+    """From the command line: the report names the finding and its figures, the exit code blocks the release."""
+    with FakeRemote(RemoteBehaviour(delay_s=0.06, hidden_response_cache=True)) as remote:
+        manifest = endpoint(remote.url).model_dump(mode="json")
+        (tmp_path / "remote.yaml").write_text(json.dumps(manifest))
+        done = subprocess.run(
+            [sys.executable, "-m", "servegate.cli", "check", "remote.yaml", "--gate", "caching", "--json", "out.json"],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env={**os.environ, "SERVEGATE_CACHE": str(tmp_path / "cache")},
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    [gate] = [g for g in json.loads((tmp_path / "out.json").read_text())["gates"] if g["name"] == "caching"]
+    assert gate["verdict"] == "fail" and "undeclared response cache" in gate["reason"]
+    assert gate["measurements"]["timing_audits"]["response_cache"]["speedup"] > 1.5
