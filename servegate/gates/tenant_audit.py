@@ -106,9 +106,7 @@ def judge_tenants(
     return "inconclusive", p, share
 
 
-def _reason(
-    finding: Finding, p: dict[str, float], meds: tuple[float, float, float], tokens: int, alpha: float
-) -> str:
+def _reason(finding: Finding, p: dict[str, float], meds: tuple[float, float, float], tokens: int, alpha: float) -> str:
     f_med, c_med, o_med = (m * 1e3 for m in meds)
     figures = (
         f"TTFT median {c_med:.1f} ms for tenant B on A's prompts, {f_med:.1f} ms fresh, {o_med:.1f} ms for A's own "

@@ -69,9 +69,17 @@ def render_output_length(rows: list[dict[str, Any]], h: str) -> list[str]:
     out += table(
         ("Gate", "Suite", "Unit", "n", "Baseline", "Candidate", "Ratio", "Band", "Verdict"),
         (
-            (r["gate"], r["suite"], r["unit"], None if r["n"] is None else int(r["n"]), r["baseline_mean"],
-             r["candidate_mean"], r["ratio"], f"{r['band'][0]:g}-{r['band'][1]:g}" if None not in r["band"] else None,
-             r["verdict"])  # fmt: skip
+            (
+                r["gate"],
+                r["suite"],
+                r["unit"],
+                None if r["n"] is None else int(r["n"]),
+                r["baseline_mean"],
+                r["candidate_mean"],
+                r["ratio"],
+                f"{r['band'][0]:g}-{r['band'][1]:g}" if None not in r["band"] else None,
+                r["verdict"],
+            )  # fmt: skip
             for r in rows
         ),
     )

@@ -177,7 +177,10 @@ def reference_with_prefix_cache() -> ServedModel:
             "name": "audited",
             "weights": {"source": "zoo:tiny-primary"},
             "preprocess": {
-                "chat_template": "none", "max_input_tokens": 96, "truncation": "left", "tenant_from": "header"
+                "chat_template": "none",
+                "max_input_tokens": 96,
+                "truncation": "left",
+                "tenant_from": "header",
             },
             "runtime": {"max_model_len": 128, "kv_cache": {"prefix_caching": True}},
             "batching": {"mode": "continuous", "max_batch_size": 8},
