@@ -22,7 +22,7 @@ import jsonschema
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext, GateSetupError
+from servegate.gates.base import Gate, GateContext
 from servegate.gates.contract_probes import (
     COMPLETIONS,
     NOT_PROVOKABLE,
@@ -33,13 +33,13 @@ from servegate.gates.contract_probes import (
     tenant_headers,
     variant_manifest,
 )
+from servegate.gates.http_target import wait_ready
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
 from servegate.gates.structured_load import StructuredUnderLoad, check_structured
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
-READY_TIMEOUT_S = 120.0
 
 
 def default_app_factory() -> AppFactory | None:
@@ -131,25 +131,9 @@ class _Servers:
                 httpx.AsyncClient(transport=transport, base_url="http://servegate.gate", timeout=60.0)
             )
             if variant != "unready":
-                await _wait_ready(client)
+                await wait_ready(client)
             self.clients[variant] = client
         return self.clients[variant]
-
-
-async def _wait_ready(client: Any, timeout_s: float = READY_TIMEOUT_S) -> None:
-    """Poll /ready until the model is loaded and warmed up."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
-        response = await client.get("/ready")
-        if response.status_code == 200:
-            return
-        reason = response.json().get("reason", "") if response.status_code == 503 else str(response.status_code)
-        if not reason.startswith("starting"):  # a failed warm-up or load: waiting longer cannot help
-            raise GateSetupError(f"the server is not ready: {reason}")
-        if loop.time() > end:
-            raise GateSetupError(f"the server did not become ready within {timeout_s:.0f} s: {reason}")
-        await asyncio.sleep(0.05)
 
 
 @dataclass(frozen=True)

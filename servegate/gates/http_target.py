@@ -222,11 +222,11 @@ async def open_target(ctx: GateContext, served: ServedModel) -> AsyncIterator[Ht
                 transport=httpx.ASGITransport(app=app), base_url="http://servegate.load", timeout=REQUEST_TIMEOUT_S
             )
         )
-        await _wait_ready(client)
+        await wait_ready(client)
         yield HttpTarget(served, client, "servegate's server (in process)")
 
 
-async def _wait_ready(client: httpx.AsyncClient, timeout_s: float = READY_TIMEOUT_S) -> None:
+async def wait_ready(client: httpx.AsyncClient, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Poll /ready until the model is loaded and warmed up; a failed start is a setup error."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
@@ -235,6 +235,8 @@ async def _wait_ready(client: httpx.AsyncClient, timeout_s: float = READY_TIMEOU
         if response.status_code == 200:
             return
         reason = response.json().get("reason", "") if response.status_code == 503 else str(response.status_code)
-        if not reason.startswith("starting") or loop.time() > end:
+        if not reason.startswith("starting"):  # a failed warm-up or load: waiting longer cannot help
             raise GateSetupError(f"the server is not ready: {reason}")
+        if loop.time() > end:
+            raise GateSetupError(f"the server did not become ready within {timeout_s:.0f} s: {reason}")
         await asyncio.sleep(0.05)
