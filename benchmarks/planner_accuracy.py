@@ -10,7 +10,8 @@ and the coverage of the prediction interval, for TTFT and end-to-end latency at 
    - simulator error: every run's measured step durations replayed through the simulator with the run's own
      arrival times and each request's measured admission into the engine (latency/replay.py); predicted against
      measured p50/p99 (target: within 5%). The machine and the HTTP front are in what was measured, so what is
-     left is the scheduling and queueing model;
+     left is the scheduling and queueing model (printed again below it: the same runs replayed with the model's
+     request overhead and admission delay in place of the measured admissions, as before they were traced);
    - step-cost error: the fitted step model against the same measured steps, median and p90 of the relative
      error per kind of step (prefill, decode, mixed);
    - end-to-end error: the prediction (median of the interval's seeds) against the median of the runs,
@@ -127,10 +128,13 @@ def one_load(
         window = steps_in(trace, *run_window(run.records))
         steps += serving_steps(window)
         delays = admission_delays(run.records, admissions)
-        replayed = replay_run(setup, model, specs_of_run(specs, run.records), replay_durations(window), delays)
+        run_specs, durations = specs_of_run(specs, run.records), replay_durations(window)
+        replayed = replay_run(setup, model, run_specs, durations, delays)
+        model_way_in = replay_run(setup, model, run_specs, durations)  # as before admissions were traced
         replays.append(
             {
                 "summary": replayed.summary(),
+                "summary_model_way_in": model_way_in.summary(),
                 "steps_traced": len(window),
                 "steps_replayed": replayed.steps,
                 "admissions": sum(d is not None for d in delays),
@@ -146,6 +150,7 @@ def one_load(
         got = statistics.median(measured)
         pred = interval.central[metric][p]
         replay_errors = [error(r["summary"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
+        way_in_errors = [error(r["summary_model_way_in"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
         row[key] = {
             "measured_each": measured,
             "measured": got,
@@ -154,6 +159,7 @@ def one_load(
             "at_speed": statistics.median(s[metric][p] for s in rescaled) if rescaled else None,
             "simulator_error_each": replay_errors,
             "simulator_error": statistics.median(replay_errors),
+            "simulator_error_model_way_in": statistics.median(way_in_errors),
             "inside": [interval.contains(metric, p, m) for m in measured],
             "interval": [interval.low[metric][p], interval.high[metric][p]],
             "interval_width": interval.relative_width(metric, p),
@@ -176,6 +182,9 @@ def report(rows: list[dict[str, Any]], args: Any, seconds: float) -> None:
         pairs = ", ".join(f"{a}/{b}" for a, b in zip(r["steps_traced"], r["steps_simulated"], strict=True))
         admitted = ", ".join(str(n) for n in r["admissions_replayed"])
         print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}; {admitted}")
+    for r in rows:  # the same runs replayed with the model's request overhead and admission delay instead
+        cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error_model_way_in']):>12}" for m, p in POINTS)
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   (the model's way in, not the measured admissions)")
     print("\n2. step-cost error (fitted step model against the measured steps: median / p90 of |relative error|)")
     print(f"{'load':<11}" + "".join(f"{k:>22}" for k in (*STEP_KINDS, "all")))
     for r in rows:
