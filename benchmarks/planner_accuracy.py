@@ -8,8 +8,10 @@ and the coverage of the prediction interval, for TTFT and end-to-end latency at 
    `--repeats` times to the manifest's own server, which runs with its step trace on; meanwhile a Python loop
    is timed on every CPU (machine_speed.py). Then, per load:
    - simulator error: every run's measured step durations replayed through the simulator with the run's own
-     arrival times (latency/replay.py); predicted against measured p50/p99 (target: within 5%). The machine
-     is in the durations, so what is left is the scheduling and queueing model;
+     arrival times and each request's measured admission into the engine (latency/replay.py); predicted against
+     measured p50/p99 (target: within 5%). The machine and the HTTP front are in what was measured, so what is
+     left is the scheduling and queueing model (printed again below it: the same runs replayed with the model's
+     request overhead and admission delay in place of the measured admissions, as before they were traced);
    - step-cost error: the fitted step model against the same measured steps, median and p90 of the relative
      error per kind of step (prefill, decode, mixed);
    - end-to-end error: the prediction (median of the interval's seeds) against the median of the runs,
@@ -52,6 +54,7 @@ from servegate.capacity.latency.profile import HttpTerms, profile_manifest
 from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.replay import (
     STEP_KINDS,
+    admission_delays,
     at_speed,
     replay_durations,
     replay_run,
@@ -63,7 +66,7 @@ from servegate.capacity.latency.replay import (
 from servegate.capacity.latency.serving_trace import serving_steps
 from servegate.capacity.latency.simulate import simulate
 from servegate.contracts.loading import load_manifest
-from servegate.runtime.engine.step_trace import read_step_trace
+from servegate.runtime.engine.step_trace import read_admissions, read_step_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 LOADS = (("low", 0.3), ("near knee", 0.8), ("overload", 1.3))
@@ -112,7 +115,7 @@ def one_load(
     specs = make_requests(workload, args.seed)
     interval = prediction_interval(setup, model, specs)
     runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
-    trace = read_step_trace(server.step_trace)
+    trace, admissions = read_step_trace(server.step_trace), read_admissions(server.step_trace)
     row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "interval": interval.as_dict()}
     machine = monitor.summary(runs[0].began_at, runs[-1].ended_at)
     profiled = model.fit.machine_speed
@@ -124,10 +127,22 @@ def one_load(
     for run in runs:
         window = steps_in(trace, *run_window(run.records))
         steps += serving_steps(window)
-        replayed = replay_run(setup, model, specs_of_run(specs, run.records), replay_durations(window))
-        replays.append({"summary": replayed.summary(), "steps_traced": len(window), "steps_replayed": replayed.steps})
+        delays = admission_delays(run.records, admissions)
+        run_specs, durations = specs_of_run(specs, run.records), replay_durations(window)
+        replayed = replay_run(setup, model, run_specs, durations, delays)
+        model_way_in = replay_run(setup, model, run_specs, durations)  # as before admissions were traced
+        replays.append(
+            {
+                "summary": replayed.summary(),
+                "summary_model_way_in": model_way_in.summary(),
+                "steps_traced": len(window),
+                "steps_replayed": replayed.steps,
+                "admissions": sum(d is not None for d in delays),
+            }
+        )
     row["steps_traced"] = [r["steps_traced"] for r in replays]
     row["steps_simulated"] = [r["steps_replayed"] for r in replays]
+    row["admissions_replayed"] = [r["admissions"] for r in replays]
     row["step_cost"] = step_cost_errors(model, steps)
     for metric, p in POINTS:
         key = f"{metric}.{p}"
@@ -135,6 +150,7 @@ def one_load(
         got = statistics.median(measured)
         pred = interval.central[metric][p]
         replay_errors = [error(r["summary"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
+        way_in_errors = [error(r["summary_model_way_in"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
         row[key] = {
             "measured_each": measured,
             "measured": got,
@@ -143,6 +159,7 @@ def one_load(
             "at_speed": statistics.median(s[metric][p] for s in rescaled) if rescaled else None,
             "simulator_error_each": replay_errors,
             "simulator_error": statistics.median(replay_errors),
+            "simulator_error_model_way_in": statistics.median(way_in_errors),
             "inside": [interval.contains(metric, p, m) for m in measured],
             "interval": [interval.low[metric][p], interval.high[metric][p]],
             "interval_width": interval.relative_width(metric, p),
@@ -157,13 +174,17 @@ def pct(x: float | None) -> str:
 
 def report(rows: list[dict[str, Any]], args: Any, seconds: float) -> None:
     print(f"\nplanner accuracy, {args.requests} requests per load, {args.repeats} runs each ({seconds:.0f} s)")
-    print("\n1. simulator error (measured steps replayed with the runs' own arrivals; median over the runs)")
+    print("\n1. simulator error (measured steps and admissions replayed at the runs' own arrivals; median of runs)")
     heads = "".join(f"{m[:-3] + ' ' + p:>12}" for m, p in POINTS)
-    print(f"{'load':<11}{'req/s':>7}{heads}   steps traced/simulated")
+    print(f"{'load':<11}{'req/s':>7}{heads}   steps traced/simulated, admissions measured")
     for r in rows:
         cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error']):>12}" for m, p in POINTS)
         pairs = ", ".join(f"{a}/{b}" for a, b in zip(r["steps_traced"], r["steps_simulated"], strict=True))
-        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}")
+        admitted = ", ".join(str(n) for n in r["admissions_replayed"])
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}; {admitted}")
+    for r in rows:  # the same runs replayed with the model's request overhead and admission delay instead
+        cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error_model_way_in']):>12}" for m, p in POINTS)
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   (the model's way in, not the measured admissions)")
     print("\n2. step-cost error (fitted step model against the measured steps: median / p90 of |relative error|)")
     print(f"{'load':<11}" + "".join(f"{k:>22}" for k in (*STEP_KINDS, "all")))
     for r in rows:

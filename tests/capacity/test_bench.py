@@ -44,6 +44,22 @@ def test_recovers_known_ttft_and_inter_token_delays() -> None:
     assert report["throughput"]["output_tokens_per_s"] == pytest.approx(6 * report["throughput"]["requests_per_s"])
 
 
+def test_each_record_keeps_the_id_its_response_streamed_back() -> None:
+    from servegate.capacity.bench.load_generator import run_once
+
+    async def go():  # noqa: ANN202
+        target = HttpTarget(server.url, model="m")
+        try:
+            return await run_once(target, workload(rate_rps=50, num_requests=4), PromptFactory())
+        finally:
+            await target.aclose()
+
+    with SyntheticServer(Delays(ttft_ms=2, itl_ms=1)) as server:
+        run = asyncio.run(go())
+    ids = [r.request_id for r in run.records]
+    assert all(isinstance(i, str) and i.startswith("cmpl-synthetic-") for i in ids) and len(set(ids)) == 4
+
+
 def test_open_loop_shows_queueing_that_a_closed_loop_hides() -> None:
     # one request at a time, 20 ms each: capacity 50 requests/s; offered 100 requests/s for 40 requests
     one_slot = Delays(ttft_ms=20, itl_ms=0, slots=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from servegate.capacity.bench.run_metrics import RequestRecord
@@ -9,6 +10,7 @@ from servegate.capacity.bench.workload import RequestSpec, make_requests
 from servegate.capacity.latency.interval import prediction_interval
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.replay import (
+    admission_delays,
     replay_durations,
     replay_run,
     specs_of_run,
@@ -51,6 +53,54 @@ def test_replaying_a_synthetic_trace_reproduces_its_percentiles_exactly() -> Non
             assert b[metric][p] == a[metric][p]
     # the jitter-free prediction differs: the replay is not the model's own answer
     assert simulate(SETUP, MODEL, specs(), jitter=False).summary()["e2el_ms"]["p99"] != a["e2el_ms"]["p99"]
+
+
+def test_a_trace_with_admission_times_replays_exactly_whatever_the_models_overheads() -> None:
+    # the "measured" engine: noisy steps, and a way in from the client that no model overhead describes
+    # (lognormal, 1-40 ms); the trace records when the engine admitted each request, by the id it answered with
+    run_specs = specs()
+    way_in = np.random.default_rng(11).lognormal(np.log(0.006), 0.8, len(run_specs)).clip(0.001, 0.04)
+    measured = simulate(SETUP, MODEL, run_specs, seed=7, admission_delays=list(way_in))
+    first = 5000.0  # the client's perf_counter at the first scheduled send
+    records = [RequestRecord(scheduled=first + s.arrival_s, request_id=f"cmpl-{i}") for i, s in enumerate(run_specs)]
+    admissions = [
+        {"request": f"cmpl-{i}", "admitted": r.scheduled + d}
+        for i, (r, d) in enumerate(zip(records, way_in, strict=True))
+    ]
+    delays = admission_delays(records, admissions[::-1])  # found by id, whatever the order
+    assert delays == pytest.approx(list(way_in), abs=1e-9)
+    # a model whose request overhead and admission delay are far off changes nothing once admissions are replayed
+    wrong = LatencyModel(
+        MODEL.steps, ServingOverheads(request_s=0.05, finish_s=0.0005, admission_delay_per_running_s=0.01), MODEL.jitter
+    )
+    run = specs_of_run(run_specs, records)
+    replayed = replay_run(SETUP, wrong, run, measured.step_seconds, delays)
+    a, b = measured.summary(), replayed.summary()
+    for metric in ("ttft_ms", "e2el_ms", "itl_ms"):
+        for p in ("p50", "p95", "p99"):
+            assert b[metric][p] == pytest.approx(a[metric][p], rel=1e-9)
+    assert replayed.steps == measured.steps
+    # without them (a trace written before admissions were recorded) the model's way in is replayed, and is off
+    old = replay_run(SETUP, wrong, run, measured.step_seconds, admission_delays(records, []))
+    assert (
+        old.summary()["ttft_ms"]["p50"]
+        == replay_run(SETUP, wrong, run, measured.step_seconds).summary()["ttft_ms"]["p50"]
+    )
+    assert old.summary()["ttft_ms"]["p50"] > 1.5 * a["ttft_ms"]["p50"]
+
+
+def test_admission_delays_take_refusals_and_leave_unmatched_requests_to_the_model() -> None:
+    records = [
+        RequestRecord(scheduled=1.0, request_id="a"),
+        RequestRecord(scheduled=2.0),
+        RequestRecord(3.0, request_id="c"),
+    ]
+    admissions = [
+        {"request": "a", "admitted": 1.25},
+        {"request": "c", "refused": 3.5},
+        {"request": "x", "admitted": 9.0},
+    ]
+    assert admission_delays(records, admissions) == [0.25, None, 0.5]
 
 
 def test_a_replay_shorter_than_the_run_predicts_the_remaining_steps() -> None:

@@ -4,12 +4,13 @@ SERVEGATE_STEP_TRACE)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine, toy_manifest
 
-from servegate.runtime.engine.step_trace import ENV, StepTrace, read_step_trace
+from servegate.runtime.engine.step_trace import ENV, StepTrace, read_admissions, read_step_trace
 
 
 def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path) -> None:
@@ -32,6 +33,40 @@ def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path) -> None:
     assert computed == sum(s.num_prompt_tokens + len(expected[s.seq_id]) - 1 for s in seqs)
     assert sum(r["arrivals"] for r in records) <= len(results)
     assert sum(r["completed"] for r in records) == len(results) == 6  # each request answered by one step
+
+
+def test_a_traced_engine_records_when_it_admitted_each_request(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    seqs = create_sequences(5, prompt_lens=(3, 12), max_tokens=(2, 4), seed=5)
+    requests = token_requests(seqs)
+    engine = toy_engine(step_trace=StepTrace(trace))
+    try:
+        before = time.perf_counter()
+        engine.generate(requests)
+    finally:
+        engine.shutdown_sync()
+    admissions, steps = read_admissions(trace), read_step_trace(trace)
+    assert sorted(a["request"] for a in admissions) == sorted(r.id for r in requests)
+    times = [a["admitted"] for a in admissions]
+    assert times == sorted(times)  # written under the engine lock, in the order the engine decided
+    # on the steps' clock: after the caller sent them, before the steps that answered them ended
+    assert all(before <= t <= steps[-1]["ended"] for t in times)
+    assert min(times) <= steps[0]["ended"]
+    assert all("began" in r for r in steps) and not any("request" in r for r in steps)
+
+
+def test_a_refused_request_is_recorded_as_refused_and_old_traces_have_no_admissions(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    recorder = StepTrace(trace)
+    recorder.admission("cmpl-a", 10.0)
+    recorder.admission("cmpl-b", 10.5, admitted=False)
+    recorder.close()
+    recorder.admission("cmpl-c", 11.0)  # after close: dropped
+    assert read_admissions(trace) == [{"request": "cmpl-a", "admitted": 10.0}, {"request": "cmpl-b", "refused": 10.5}]
+    assert read_step_trace(trace) == []
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"began": 1.0, "ended": 1.5, "chunks": [[4, 0]], "arrivals": 1}) + "\n")
+    assert read_admissions(old) == [] and len(read_step_trace(old)) == 1
 
 
 def test_a_step_answering_requests_is_charged_to_the_step_that_follows_it_at_once() -> None:

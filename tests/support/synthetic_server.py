@@ -105,6 +105,7 @@ class SyntheticServer:
             if f.stop_after is not None:
                 n = min(n, f.stop_after)
             start = time.perf_counter() if self.delays.slots else received
+            rid = f"cmpl-synthetic-{self.requests_seen}"  # every chunk carries its response's id, as OpenAI's do
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
                 b"connection: keep-alive\r\n\r\n"
@@ -114,11 +115,13 @@ class SyntheticServer:
                 delay = due - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                self._chunk(writer, {"choices": [{"index": 0, "text": "x", "finish_reason": None}]})
+                self._chunk(writer, {"id": rid, "choices": [{"index": 0, "text": "x", "finish_reason": None}]})
                 await writer.drain()
             kept = len(prompt) if f.keep_prompt_tokens is None else min(len(prompt), f.keep_prompt_tokens)
             usage = {"prompt_tokens": kept, "completion_tokens": n + f.usage_extra_tokens}
-            self._chunk(writer, {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage})
+            self._chunk(
+                writer, {"id": rid, "choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": usage}
+            )
             payload = b"data: [DONE]\n\n"
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload))
             await writer.drain()

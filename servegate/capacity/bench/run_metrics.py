@@ -62,6 +62,8 @@ class RequestRecord:
     """`usage.completion_tokens` of the response (None: the server reported none)."""
     chunks: int = 0
     """Streamed chunks that carried output."""
+    request_id: str | None = None
+    """The id the server answered with (its step trace records admissions by it; None: none seen)."""
 
     @property
     def ok(self) -> bool:

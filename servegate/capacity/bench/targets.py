@@ -148,6 +148,8 @@ class HttpTarget:
             if data == "[DONE]":
                 return True
             event = json.loads(data)
+            if record.request_id is None and isinstance(event.get("id"), str):
+                record.request_id = event["id"]
             if "error" in event:
                 error = event["error"]
                 record.error = str(error.get("code") or error) if isinstance(error, dict) else str(error)
@@ -232,6 +234,7 @@ class EngineTarget:
             arrival_time=time.monotonic() - (time.perf_counter() - record.scheduled),
         )
         record.requested_prompt_tokens, record.requested_output_tokens = spec.prompt_tokens, spec.output_tokens
+        record.request_id = request.id
         record.sent = time.perf_counter()
         try:
             async for event in self.engine.submit(request):

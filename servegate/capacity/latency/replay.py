@@ -3,7 +3,10 @@
 A bench run against a server with its step trace on (runtime/engine/step_trace.py) measures two things at once:
 what every request saw, and how long every engine step took. Replaying the measured step durations through
 the simulator, with the run's own requests and arrival times, leaves only the scheduling and queueing model
-to be wrong (`replay_run`): the machine's speed is in the durations. Comparing the fitted step model with the
+to be wrong (`replay_run`): the machine's speed is in the durations. When the trace also records when the engine
+admitted each request (traces since 2026-12-02), each request's measured way in (client send -> engine admission,
+`admission_delays`) replaces the model's request overhead and admission delay, so the HTTP front is taken out too
+and only the scheduler and the queue are left. Comparing the fitted step model with the
 same measured steps (`step_cost_errors`) says how wrong the step times alone are, per kind of step.
 """
 
@@ -67,12 +70,34 @@ def specs_of_run(specs: Sequence[RequestSpec], records: Sequence[RequestRecord])
     ]
 
 
+def admission_delays(records: Sequence[RequestRecord], admissions: Sequence[dict[str, Any]]) -> list[float | None]:
+    """Per record, seconds from its scheduled send to the engine's admission (or refusal) of it, found in the
+    trace's admissions by the id the server answered with (None: no id, or the trace has none for it).
+
+    The bench's client and the server it starts are two processes, each stamping with time.perf_counter:
+    on Linux CPython reads clock_gettime(CLOCK_MONOTONIC) for it, one clock for the whole machine, so the two
+    are comparable (checked: a child process's reading falls between its parent's readings just before and
+    after it ran). The server must run on the client's machine, as LocalServer's does.
+    """
+    at = {a["request"]: a.get("admitted", a.get("refused")) for a in admissions}
+    out: list[float | None] = []
+    for r in records:
+        t = at.get(r.request_id) if r.request_id is not None else None
+        out.append(None if t is None else t - r.scheduled)
+    return out
+
+
 def replay_run(
-    setup: SimSetup, model: LatencyModel, specs: Sequence[RequestSpec], durations: Sequence[float]
+    setup: SimSetup,
+    model: LatencyModel,
+    specs: Sequence[RequestSpec],
+    durations: Sequence[float],
+    delays: Sequence[float | None] | None = None,
 ) -> SimResult:
-    """Simulate `specs` with every step lasting what was measured (the k-th step, the k-th duration); the
-    model gives only the per-request overheads and any step beyond the measured ones."""
-    return simulate(setup, model, specs, seed=0, jitter=False, replay=durations)
+    """Simulate `specs` with every step lasting what was measured (the k-th step, the k-th duration) and, given
+    `delays` (`admission_delays`), every request reaching the scheduler when it was measured to; the model gives
+    only what was not measured: the response's finish, any step beyond the measured ones, a request's way in."""
+    return simulate(setup, model, specs, seed=0, jitter=False, replay=durations, admission_delays=delays)
 
 
 def predicted_step_seconds(model: LatencyModel, step: ServingStep) -> float:

@@ -6,8 +6,8 @@ model is replaced: each step lasts what the latency model predicts for the chunk
 chose, times a log-normal jitter with the spread and the step-to-step correlation measured when
 profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while). Requests reach the
 scheduler `overheads.request_s` after they are sent, plus `overheads.admission_delay_per_running_s` for every
-sequence running at that moment; a token is seen when its step ends, and a
-response ends `overheads.finish_s` after its last token; a step running while requests are sent to the
+sequence running at that moment (or, replaying a trace, when they were measured to); a token is seen when its
+step ends, and a response ends `overheads.finish_s` after its last token; a step running while requests are sent to the
 server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
 requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
 slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). The failure policy's queue bound and deadline
@@ -113,15 +113,18 @@ def simulate(
     seed: int = 0,
     jitter: bool = True,
     replay: Sequence[float] | None = None,
+    admission_delays: Sequence[float | None] | None = None,
 ) -> SimResult:
     """Run `specs` through the scheduler on a virtual clock.
 
     Open loop: each spec arrives at its arrival_s. Closed loop (`concurrency`): that many requests are
     in flight; each completion (or failure) sends the next at once. With `replay` (measured step durations in
     seconds, in the order the engine ran them) the k-th step lasts replay[k] as measured; steps beyond it are
-    predicted (latency/replay.py).
+    predicted (latency/replay.py). With `admission_delays` (per spec, seconds from its send to the engine's
+    queue decision, as measured; None: not measured) spec i reaches the scheduler that long after it is sent,
+    in place of the model's request overhead and admission delay.
     """
-    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay)
+    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay, admission_delays)
     run.send_first(concurrency)
     return run.run()
 
@@ -156,6 +159,7 @@ class _Simulation:
         specs: Sequence[RequestSpec],
         noise: _StepNoise,
         replay: Sequence[float] | None,
+        admission_delays: Sequence[float | None] | None = None,
     ) -> None:
         from servegate.runtime.model.kv_blocks import KVBlockManager
         from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
@@ -165,6 +169,7 @@ class _Simulation:
         )
         self.scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
         self.setup, self.model, self.specs, self.noise, self.replay = setup, model, specs, noise, replay
+        self.admission_delays = admission_delays
         self.result = SimResult([])
         self.sends: list[float] = []
         """Every send time so far, sorted."""
@@ -244,7 +249,10 @@ class _Simulation:
         while self.arrivals and self.arrivals[0][0] <= now:
             t, stage, index = heapq.heappop(self.arrivals)
             if stage == 0:  # the server reads it after its fixed overhead and the streaming work ahead of it
-                read = t + overheads.request_s + overheads.admission_delay_per_running_s * len(self.scheduler.running)
+                measured = self.admission_delays[index] if self.admission_delays is not None else None
+                running = len(self.scheduler.running)
+                delay = overheads.request_s + overheads.admission_delay_per_running_s * running
+                read = t + (delay if measured is None else measured)
                 heapq.heappush(self.arrivals, (read, 1, index))
             else:
                 self.admit(index, t)

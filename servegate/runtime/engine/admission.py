@@ -15,6 +15,7 @@ from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, Si
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState, new_request_state
 from servegate.runtime.engine.request_table import Failure, RequestTable
+from servegate.runtime.engine.step_trace import StepTrace
 from servegate.runtime.failure_policy.fallback import FallbackRoute
 from servegate.runtime.failure_policy.outcomes import (
     deadline_exceeded,
@@ -29,12 +30,19 @@ class Admission:
     """Takes requests into a started reference engine, or answers them at once."""
 
     def __init__(
-        self, served: ServedModel, parts: EngineParts, table: RequestTable, route: FallbackRoute | None
+        self,
+        served: ServedModel,
+        parts: EngineParts,
+        table: RequestTable,
+        route: FallbackRoute | None,
+        trace: StepTrace | None = None,
     ) -> None:
+        """`trace`: the step trace that also records when each request was admitted or refused."""
         self.served = served
         self.parts = parts
         self.table = table
         self.route = route
+        self.trace = trace
 
     def enqueue(self, request: GenerationRequest, sink: Sink) -> int | None:
         """Accept a request whose events go to `sink`; its sequence id, or None when it ended at once."""
@@ -66,6 +74,8 @@ class Admission:
             failures.append(Failure(state, deadline_exceeded(state.timeout_s), "timeout"))
             return False
         arrival = on_arrival(policy, table.scheduler.num_queued(), table.scheduler.oldest_queued)
+        if self.trace is not None:  # perf_counter, the clock the steps are traced on (under the lock: in order)
+            self.trace.admission(state.request.id, time.perf_counter(), arrival.admitted)
         if not arrival.admitted:
             failures.append(Failure(state, overloaded(policy), "overload"))
             return False

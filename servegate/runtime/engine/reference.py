@@ -113,7 +113,7 @@ class ReferenceEngine:
         self.parts = parts
         self._table.scheduler = parts.scheduler
         if parts.scheduler is not None:
-            self._admission = Admission(self.served, parts, self._table, self.fallback_route)
+            self._admission = Admission(self.served, parts, self._table, self.fallback_route, self.step_trace)
 
     def _start_loop_thread(self) -> None:
         """Start the loop thread, have it build the parts, and wait for them (re-raising what failed)."""

@@ -6,6 +6,9 @@ line per step: when it began and ended (seconds on the perf_counter clock), the 
 (new tokens, tokens already cached) pairs, how many requests were admitted while it ran and how many it
 answered. Steps measured inside the serving process include what a bare model step does not:
 scheduling, sampling, streaming, and the HTTP work that competes for the same interpreter.
+The engine also appends one line per request its queue bound decided on: the request's id and when it was
+admitted (`admitted`) or refused (`refused`), on the same clock, so a replay can take each request's measured
+way from the client into the engine (capacity/latency/replay.py). Traces written before hold steps only.
 Unset (the default), the engine records nothing and pays nothing.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,35 +25,36 @@ ENV = "SERVEGATE_STEP_TRACE"
 
 
 class StepTrace:
-    """Appends step records to a file, one JSON object per line."""
+    """Appends step and admission records to a file, one JSON object per line."""
 
     def __init__(self, path: Path) -> None:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open
+        self._lock = threading.Lock()
+        """Steps come from the loop thread, admissions from the callers' threads: one line at a time."""
 
     def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0) -> None:
         """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile,
         requests it answered."""
-        if self._file is None:
-            return
         chunks = [[c.num_tokens, c.start_pos] for c in plan.chunks]
-        self._file.write(
-            json.dumps(
-                {
-                    "began": began,
-                    "ended": ended,
-                    "chunks": chunks,
-                    "arrivals": arrivals,
-                    "completed": completed,
-                }
-            )
-            + "\n"
-        )
+        self._write({"began": began, "ended": ended, "chunks": chunks, "arrivals": arrivals, "completed": completed})
+
+    def admission(self, request_id: str, at: float, admitted: bool = True) -> None:
+        """One request the engine's queue bound admitted (or refused) at `at` (perf_counter seconds)."""
+        self._write({"request": request_id, "admitted" if admitted else "refused": at})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Append one line (nothing once closed)."""
+        line = json.dumps(record) + "\n"
+        with self._lock:
+            if self._file is not None:
+                self._file.write(line)
 
     def close(self) -> None:
         """Flush and close the file (later records are dropped)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 def open_step_trace() -> StepTrace | None:
@@ -59,7 +64,18 @@ def open_step_trace() -> StepTrace | None:
 
 
 def read_step_trace(path: Path) -> list[dict[str, Any]]:
-    """The records of a trace file (a torn last line, from a killed server, is skipped)."""
+    """The step records of a trace file (a torn last line, from a killed server, is skipped)."""
+    return [r for r in _read_lines(path) if "began" in r]
+
+
+def read_admissions(path: Path) -> list[dict[str, Any]]:
+    """The admission records of a trace file, in the order the engine decided (none in a trace written before
+    the engine recorded them)."""
+    return [r for r in _read_lines(path) if "request" in r]
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON line of a trace file that parses."""
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
