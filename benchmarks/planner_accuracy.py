@@ -62,11 +62,12 @@ from servegate.capacity.latency.replay import (
     specs_of_run,
     step_cost_errors,
     steps_in,
+    way_out_delays,
 )
 from servegate.capacity.latency.serving_trace import serving_steps
 from servegate.capacity.latency.simulate import simulate
 from servegate.contracts.loading import load_manifest
-from servegate.runtime.engine.step_trace import read_admissions, read_step_trace
+from servegate.runtime.engine.step_trace import read_admissions, read_handoffs, read_step_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 LOADS = (("low", 0.3), ("near knee", 0.8), ("overload", 1.3))
@@ -116,6 +117,7 @@ def one_load(
     interval = prediction_interval(setup, model, specs)
     runs = [asyncio.run(measure(server.url, served, workload, args.seed)) for _ in range(args.repeats)]
     trace, admissions = read_step_trace(server.step_trace), read_admissions(server.step_trace)
+    handoffs = read_handoffs(server.step_trace)
     row: dict[str, Any] = {"load": name, "rate_rps": workload.rate_rps, "interval": interval.as_dict()}
     machine = monitor.summary(runs[0].began_at, runs[-1].ended_at)
     profiled = model.fit.machine_speed
@@ -129,20 +131,25 @@ def one_load(
         steps += serving_steps(window)
         delays = admission_delays(run.records, admissions)
         run_specs, durations = specs_of_run(specs, run.records), replay_durations(window)
-        replayed = replay_run(setup, model, run_specs, durations, delays)
+        way_out = way_out_delays(run.records, handoffs)
+        replayed = replay_run(setup, model, run_specs, durations, delays, way_out)
+        model_way_out = replay_run(setup, model, run_specs, durations, delays)  # as before the way out was traced
         model_way_in = replay_run(setup, model, run_specs, durations)  # as before admissions were traced
         replays.append(
             {
                 "summary": replayed.summary(),
                 "summary_model_way_in": model_way_in.summary(),
+                "summary_model_way_out": model_way_out.summary(),
                 "steps_traced": len(window),
                 "steps_replayed": replayed.steps,
                 "admissions": sum(d is not None for d in delays),
+                "ways_out": sum(f is not None and e is not None for f, e in way_out),
             }
         )
     row["steps_traced"] = [r["steps_traced"] for r in replays]
     row["steps_simulated"] = [r["steps_replayed"] for r in replays]
     row["admissions_replayed"] = [r["admissions"] for r in replays]
+    row["ways_out_replayed"] = [r["ways_out"] for r in replays]
     row["step_cost"] = step_cost_errors(model, steps)
     for metric, p in POINTS:
         key = f"{metric}.{p}"
@@ -151,6 +158,7 @@ def one_load(
         pred = interval.central[metric][p]
         replay_errors = [error(r["summary"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
         way_in_errors = [error(r["summary_model_way_in"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
+        out_errors = [error(r["summary_model_way_out"][metric][p], m) for r, m in zip(replays, measured, strict=True)]
         row[key] = {
             "measured_each": measured,
             "measured": got,
@@ -160,6 +168,7 @@ def one_load(
             "simulator_error_each": replay_errors,
             "simulator_error": statistics.median(replay_errors),
             "simulator_error_model_way_in": statistics.median(way_in_errors),
+            "simulator_error_model_way_out": statistics.median(out_errors),
             "inside": [interval.contains(metric, p, m) for m in measured],
             "interval": [interval.low[metric][p], interval.high[metric][p]],
             "interval_width": interval.relative_width(metric, p),
@@ -174,17 +183,21 @@ def pct(x: float | None) -> str:
 
 def report(rows: list[dict[str, Any]], args: Any, seconds: float) -> None:
     print(f"\nplanner accuracy, {args.requests} requests per load, {args.repeats} runs each ({seconds:.0f} s)")
-    print("\n1. simulator error (measured steps and admissions replayed at the runs' own arrivals; median of runs)")
+    print("\n1. simulator error (measured steps, admissions, ways out replayed at the runs' arrivals; median of runs)")
     heads = "".join(f"{m[:-3] + ' ' + p:>12}" for m, p in POINTS)
-    print(f"{'load':<11}{'req/s':>7}{heads}   steps traced/simulated, admissions measured")
+    print(f"{'load':<11}{'req/s':>7}{heads}   steps traced/simulated; admissions; ways out measured")
     for r in rows:
         cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error']):>12}" for m, p in POINTS)
         pairs = ", ".join(f"{a}/{b}" for a, b in zip(r["steps_traced"], r["steps_simulated"], strict=True))
         admitted = ", ".join(str(n) for n in r["admissions_replayed"])
-        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}; {admitted}")
-    for r in rows:  # the same runs replayed with the model's request overhead and admission delay instead
+        ways = ", ".join(str(n) for n in r["ways_out_replayed"])
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   {pairs}; {admitted}; {ways}")
+    for r in rows:  # the same runs replayed with the model's finish overhead and no way out for the tokens
+        cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error_model_way_out']):>12}" for m, p in POINTS)
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   (measured admissions, the model's way out)")
+    for r in rows:  # the same runs replayed with the model's request overhead and admission delay (and way out)
         cells = "".join(f"{pct(r[f'{m}.{p}']['simulator_error_model_way_in']):>12}" for m, p in POINTS)
-        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   (the model's way in, not the measured admissions)")
+        print(f"{r['load']:<11}{r['rate_rps']:>7.2f}{cells}   (the model's way in and out, nothing measured)")
     print("\n2. step-cost error (fitted step model against the measured steps: median / p90 of |relative error|)")
     print(f"{'load':<11}" + "".join(f"{k:>22}" for k in (*STEP_KINDS, "all")))
     for r in rows:

@@ -6,8 +6,10 @@ the simulator, with the run's own requests and arrival times, leaves only the sc
 to be wrong (`replay_run`): the machine's speed is in the durations. When the trace also records when the engine
 admitted each request (traces since 2026-12-02), each request's measured way in (client send -> engine admission,
 `admission_delays`) replaces the model's request overhead and admission delay, so the HTTP front is taken out too
-and only the scheduler and the queue are left. Comparing the fitted step model with the
-same measured steps (`step_cost_errors`) says how wrong the step times alone are, per kind of step.
+and only the scheduler and the queue are left. When it also records when the engine handed each request's first token
+and final event to its sink, each request's measured way out (engine handoff -> client receipt, `way_out_delays`)
+is added to the simulated first token and end in place of the model's finish overhead. Comparing the fitted step
+model with the same measured steps (`step_cost_errors`) says how wrong the step times alone are, per kind of step.
 """
 
 from __future__ import annotations
@@ -87,17 +89,37 @@ def admission_delays(records: Sequence[RequestRecord], admissions: Sequence[dict
     return out
 
 
+def way_out_delays(
+    records: Sequence[RequestRecord], handoffs: Sequence[dict[str, Any]]
+) -> list[tuple[float | None, float | None]]:
+    """Per record, (client's first token - engine's first-token handoff, client's end - engine's final handoff)
+    in seconds, found in the trace's handoffs by the id the server answered with (None where either side is
+    missing). The clocks are comparable as in `admission_delays`."""
+    first = {h["request"]: h["first_token"] for h in handoffs if "first_token" in h}
+    final = {h["request"]: h["finished"] for h in handoffs if "finished" in h}
+    out: list[tuple[float | None, float | None]] = []
+    for r in records:
+        f = first.get(r.request_id) if r.request_id is not None and r.token_times else None
+        e = final.get(r.request_id) if r.request_id is not None and r.end is not None else None
+        out.append((None if f is None else r.token_times[0] - f, None if e is None or r.end is None else r.end - e))
+    return out
+
+
 def replay_run(
     setup: SimSetup,
     model: LatencyModel,
     specs: Sequence[RequestSpec],
     durations: Sequence[float],
     delays: Sequence[float | None] | None = None,
+    way_out: Sequence[tuple[float | None, float | None]] | None = None,
 ) -> SimResult:
     """Simulate `specs` with every step lasting what was measured (the k-th step, the k-th duration) and, given
-    `delays` (`admission_delays`), every request reaching the scheduler when it was measured to; the model gives
-    only what was not measured: the response's finish, any step beyond the measured ones, a request's way in."""
-    return simulate(setup, model, specs, seed=0, jitter=False, replay=durations, admission_delays=delays)
+    `delays` (`admission_delays`), every request reaching the scheduler when it was measured to, and given
+    `way_out` (`way_out_delays`), its tokens and end reaching the client as late after the engine as measured; the
+    model gives only what was not measured: any step beyond the measured ones, a request's way in or out."""
+    return simulate(
+        setup, model, specs, seed=0, jitter=False, replay=durations, admission_delays=delays, way_out=way_out
+    )
 
 
 def predicted_step_seconds(model: LatencyModel, step: ServingStep) -> float:

@@ -7,7 +7,9 @@ chose, times a log-normal jitter with the spread and the step-to-step correlatio
 profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while). Requests reach the
 scheduler `overheads.request_s` after they are sent, plus `overheads.admission_delay_per_running_s` for every
 sequence running at that moment (or, replaying a trace, when they were measured to); a token is seen when its
-step ends, and a response ends `overheads.finish_s` after its last token; a step running while requests are sent to the
+step ends, and a response ends `overheads.finish_s` after its last token (or, replaying a trace that recorded the
+way out, a request's tokens reach the client its measured first-token way out after their step ends, and its
+response ends its measured final way out after it ended in the engine); a step running while requests are sent to the
 server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
 requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
 slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). The failure policy's queue bound and deadline
@@ -114,6 +116,7 @@ def simulate(
     jitter: bool = True,
     replay: Sequence[float] | None = None,
     admission_delays: Sequence[float | None] | None = None,
+    way_out: Sequence[tuple[float | None, float | None]] | None = None,
 ) -> SimResult:
     """Run `specs` through the scheduler on a virtual clock.
 
@@ -122,9 +125,12 @@ def simulate(
     seconds, in the order the engine ran them) the k-th step lasts replay[k] as measured; steps beyond it are
     predicted (latency/replay.py). With `admission_delays` (per spec, seconds from its send to the engine's
     queue decision, as measured; None: not measured) spec i reaches the scheduler that long after it is sent,
-    in place of the model's request overhead and admission delay.
+    in place of the model's request overhead and admission delay. With `way_out` (per spec, seconds from the
+    engine handing its first token, and its final event, to the client receiving them; None: not measured) spec i's
+    tokens are seen that much after their step ends, and its response ends that much after it ended in the engine,
+    in place of the model's finish overhead.
     """
-    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay, admission_delays)
+    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay, admission_delays, way_out)
     run.send_first(concurrency)
     return run.run()
 
@@ -160,6 +166,7 @@ class _Simulation:
         noise: _StepNoise,
         replay: Sequence[float] | None,
         admission_delays: Sequence[float | None] | None = None,
+        way_out: Sequence[tuple[float | None, float | None]] | None = None,
     ) -> None:
         from servegate.runtime.model.kv_blocks import KVBlockManager
         from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
@@ -170,6 +177,7 @@ class _Simulation:
         self.scheduler = make_scheduler(setup.mode, cfg, KVBlockManager(setup.num_blocks, setup.block_size))
         self.setup, self.model, self.specs, self.noise, self.replay = setup, model, specs, noise, replay
         self.admission_delays = admission_delays
+        self.way_out = way_out
         self.result = SimResult([])
         self.sends: list[float] = []
         """Every send time so far, sorted."""
@@ -211,8 +219,8 @@ class _Simulation:
     def refuse(self, index: int, at: float, error: str) -> None:
         """A request fails before it runs (a full queue, a prompt the pool can never hold)."""
         record = self.record_of[index]
-        record.error, record.end = error, at
-        self.send_next(at)
+        record.error, record.end = error, at + self.out_delay(index, 1, 0.0)
+        self.send_next(record.end)
 
     def close(self, seq: Seq, now: float, error: str | None = None) -> None:
         """A request the scheduler holds ends: finished (its response ends `finish_s` later) or failed."""
@@ -220,8 +228,13 @@ class _Simulation:
         self.scheduler.finish(seq)
         record = self.record_of[seq.seq_id]
         record.error = error
-        record.end = now + (self.model.overheads.finish_s if error is None else 0.0)
+        record.end = now + self.out_delay(seq.seq_id, 1, self.model.overheads.finish_s if error is None else 0.0)
         self.send_next(record.end)
+
+    def out_delay(self, index: int, which: int, modelled: float) -> float:
+        """Spec `index`'s measured way out (0: of its tokens, 1: of its final event), else `modelled`."""
+        measured = self.way_out[index][which] if self.way_out is not None else None
+        return modelled if measured is None else measured
 
     def run(self) -> SimResult:
         """Step the scheduler until every request has ended; the clock jumps to the next event when idle."""
@@ -297,7 +310,7 @@ class _Simulation:
         grown = self.scheduler.update(output, {c.seq_id: 0 for c in output.chunks if c.samples})
         for seq in grown:
             record = self.record_of[seq.seq_id]
-            record.token_times.append(now)
+            record.token_times.append(now + self.out_delay(seq.seq_id, 0, 0.0))
             record.output_tokens = len(seq.output_token_ids)
             if len(seq.output_token_ids) >= seq.max_tokens:
                 self.close(seq, now)

@@ -53,7 +53,7 @@ class Admission:
             sink(hit)
             return None
         try:
-            state = new_request_state(self.served, self.parts, request, sink, self.table.new_seq_id())
+            state = new_request_state(self.served, self.parts, request, sink, self.table.new_seq_id(), self.trace)
         except ServingError as error:
             sink(ErrorEvent(request.id, error))
             return None

@@ -25,7 +25,7 @@ def deliver_failures(failures: Iterable[Failure], route: FallbackRoute | None) -
         if route is not None and route.takes(failure.trigger, streamed):
             route.forward(state.request, state.delivery.sink)
         else:
-            state.delivery.sink(ErrorEvent(state.request.id, failure.error))
+            state.delivery.send_last(ErrorEvent(state.request.id, failure.error))
 
 
 def finish_requests(states: list[RequestState], now: float, parts: EngineParts, table: RequestTable) -> None:

@@ -10,6 +10,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import admit
 from servegate.runtime.engine.delivery import EventDelivery
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
+from servegate.runtime.engine.step_trace import StepTrace
 from servegate.runtime.postprocess import OutputStream, OutputValidator
 from servegate.runtime.scheduling import Sequence
 
@@ -70,9 +71,15 @@ class RequestState:
 
 
 def new_request_state(
-    served: ServedModel, parts: EngineParts, request: GenerationRequest, sink: Sink, seq_id: int
+    served: ServedModel,
+    parts: EngineParts,
+    request: GenerationRequest,
+    sink: Sink,
+    seq_id: int,
+    trace: StepTrace | None = None,
 ) -> RequestState:
-    """Validate and encode a request into engine state (raises ServingError for a bad request)."""
+    """Validate and encode a request into engine state (raises ServingError for a bad request); `trace`
+    records when its first token and final event go to `sink`."""
     from servegate.runtime.model.sampling import request_generator
 
     admitted = admit(served, parts.preprocessor, request)
@@ -95,7 +102,7 @@ def new_request_state(
     )
     return RequestState(
         request=request,
-        delivery=EventDelivery(sink),
+        delivery=EventDelivery(sink, trace, request.id),
         seq=seq,
         output=output,
         generator=request_generator(admitted.seed, parts.device),

@@ -8,7 +8,10 @@ answered. Steps measured inside the serving process include what a bare model st
 scheduling, sampling, streaming, and the HTTP work that competes for the same interpreter.
 The engine also appends one line per request its queue bound decided on: the request's id and when it was
 admitted (`admitted`) or refused (`refused`), on the same clock, so a replay can take each request's measured
-way from the client into the engine (capacity/latency/replay.py). Traces written before hold steps only.
+way from the client into the engine (capacity/latency/replay.py), and, per request, when its first token
+(`first_token`) and its final event (`finished`) were handed to its sink (engine/delivery.py), so a replay can take
+the measured way back out to the client too. Traces written before 2026-12-02 hold steps only, or steps and
+admissions.
 Unset (the default), the engine records nothing and pays nothing.
 """
 
@@ -42,6 +45,10 @@ class StepTrace:
         """One request the engine's queue bound admitted (or refused) at `at` (perf_counter seconds)."""
         self._write({"request": request_id, "admitted" if admitted else "refused": at})
 
+    def handoff(self, request_id: str, event: str, at: float) -> None:
+        """Request `request_id`'s `first_token` or `finished` (its final event) handed to its sink at `at`."""
+        self._write({"request": request_id, event: at})
+
     def _write(self, record: dict[str, Any]) -> None:
         """Append one line (nothing once closed)."""
         line = json.dumps(record) + "\n"
@@ -71,7 +78,13 @@ def read_step_trace(path: Path) -> list[dict[str, Any]]:
 def read_admissions(path: Path) -> list[dict[str, Any]]:
     """The admission records of a trace file, in the order the engine decided (none in a trace written before
     the engine recorded them)."""
-    return [r for r in _read_lines(path) if "request" in r]
+    return [r for r in _read_lines(path) if "request" in r and ("admitted" in r or "refused" in r)]
+
+
+def read_handoffs(path: Path) -> list[dict[str, Any]]:
+    """The records of when each request's first token and final event went to its sink (none in a trace
+    written before the engine recorded them)."""
+    return [r for r in _read_lines(path) if "request" in r and ("first_token" in r or "finished" in r)]
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
