@@ -17,6 +17,7 @@ from servegate.capacity.latency.replay import (
     step_cost_errors,
     step_kind,
     steps_in,
+    way_out_delays,
 )
 from servegate.capacity.latency.simulate import SimSetup, simulate
 from servegate.capacity.latency.step_fit import ServingStep
@@ -101,6 +102,80 @@ def test_admission_delays_take_refusals_and_leave_unmatched_requests_to_the_mode
         {"request": "x", "admitted": 9.0},
     ]
     assert admission_delays(records, admissions) == [0.25, None, 0.5]
+
+
+def test_a_trace_with_admissions_and_ways_out_replays_the_clients_latencies_exactly() -> None:
+    # the "measured" engine: noisy steps, a way in and a way out (engine handoff -> client) no model overhead
+    # describes; the trace records each admission and each first-token and final handoff, by the answered id
+    run_specs = specs()
+    rng = np.random.default_rng(13)
+    way_in = rng.lognormal(np.log(0.006), 0.8, len(run_specs)).clip(0.001, 0.04)
+    first_out = rng.lognormal(np.log(0.008), 0.8, len(run_specs)).clip(0.001, 0.04)
+    final_out = rng.lognormal(np.log(0.004), 0.8, len(run_specs)).clip(0.0005, 0.03)
+    injected = list(zip(first_out.tolist(), final_out.tolist(), strict=True))
+    measured = simulate(SETUP, MODEL, run_specs, seed=7, admission_delays=list(way_in), way_out=injected)
+    first = 5000.0  # the client's perf_counter at the first scheduled send
+    records = [
+        RequestRecord(
+            scheduled=first + s.arrival_s,
+            token_times=[first + t for t in m.token_times],
+            end=first + m.end,
+            request_id=f"cmpl-{i}",
+        )
+        for i, (s, m) in enumerate(zip(run_specs, measured.records, strict=True))
+    ]
+    assert all(r.ok for r in records)
+    admissions = [
+        {"request": f"cmpl-{i}", "admitted": r.scheduled + d}
+        for i, (r, d) in enumerate(zip(records, way_in, strict=True))
+    ]
+    handoffs = []
+    for i, (r, (f, e)) in enumerate(zip(records, injected, strict=True)):
+        handoffs += [
+            {"request": f"cmpl-{i}", "first_token": r.token_times[0] - f},
+            {"request": f"cmpl-{i}", "finished": r.end - e},
+        ]
+    way_out = way_out_delays(records, handoffs[::-1])  # found by id, whatever the order
+    assert [f for f, _ in way_out] == pytest.approx(first_out.tolist(), abs=1e-9)
+    assert [e for _, e in way_out] == pytest.approx(final_out.tolist(), abs=1e-9)
+    # a model whose request and finish overheads are far off changes nothing once both ways are replayed
+    wrong = LatencyModel(
+        MODEL.steps, ServingOverheads(request_s=0.05, finish_s=0.03, admission_delay_per_running_s=0.01), MODEL.jitter
+    )
+    run, delays = specs_of_run(run_specs, records), admission_delays(records, admissions)
+    replayed = replay_run(SETUP, wrong, run, measured.step_seconds, delays, way_out)
+    for r, m in zip(replayed.records, records, strict=True):  # each request as the client saw it
+        assert r.ttft == pytest.approx(m.ttft, abs=1e-9) and r.e2el == pytest.approx(m.e2el, abs=1e-9)
+    a, b = measured.summary(), replayed.summary()
+    for metric in ("ttft_ms", "e2el_ms", "itl_ms"):
+        for p in ("p50", "p95", "p99"):
+            assert b[metric][p] == pytest.approx(a[metric][p], rel=1e-9)
+    # without the ways out (a trace written before they were recorded) the replay is today's: tokens seen at
+    # their step's end, the model's finish overhead
+    old = replay_run(SETUP, wrong, run, measured.step_seconds, delays, way_out_delays(records, []))
+    today = replay_run(SETUP, wrong, run, measured.step_seconds, delays)
+    assert old.summary()["ttft_ms"] == today.summary()["ttft_ms"]
+    assert old.summary()["e2el_ms"] == today.summary()["e2el_ms"]
+    assert old.summary()["ttft_ms"]["p50"] < 0.9 * a["ttft_ms"]["p50"]
+
+
+def test_way_out_delays_leave_requests_without_a_handoff_or_a_token_to_the_model() -> None:
+    records = [
+        RequestRecord(scheduled=1.0, token_times=[1.5, 1.6], end=1.7, request_id="a"),
+        RequestRecord(scheduled=2.0, token_times=[2.5], end=2.6),
+        RequestRecord(scheduled=3.0, end=3.5, request_id="c", error="overloaded"),
+        RequestRecord(scheduled=4.0, token_times=[4.5], end=4.9, request_id="d"),
+    ]
+    handoffs = [
+        {"request": "a", "first_token": 1.25},
+        {"request": "a", "finished": 1.6},
+        {"request": "c", "finished": 3.4},
+        {"request": "d", "first_token": 4.4},
+    ]
+    out = way_out_delays(records, handoffs)
+    assert out[0] == pytest.approx((0.25, 0.1)) and out[1] == (None, None)
+    assert out[2][0] is None and out[2][1] == pytest.approx(0.1)
+    assert out[3][0] == pytest.approx(0.1) and out[3][1] is None
 
 
 def test_a_replay_shorter_than_the_run_predicts_the_remaining_steps() -> None:

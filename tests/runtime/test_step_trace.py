@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from runtime_factories import create_sequences, reference_outputs, token_requests, toy_engine, toy_manifest
 
-from servegate.runtime.engine.step_trace import ENV, StepTrace, read_admissions, read_step_trace
+from servegate.contracts.errors import ServingError
+from servegate.runtime.engine.delivery import EventDelivery
+from servegate.runtime.engine.interface import ErrorEvent, TokenEvent
+from servegate.runtime.engine.step_trace import ENV, StepTrace, read_admissions, read_handoffs, read_step_trace
 
 
 def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path) -> None:
@@ -53,6 +56,46 @@ def test_a_traced_engine_records_when_it_admitted_each_request(tmp_path: Path) -
     assert all(before <= t <= steps[-1]["ended"] for t in times)
     assert min(times) <= steps[0]["ended"]
     assert all("began" in r for r in steps) and not any("request" in r for r in steps)
+
+
+def test_a_traced_engine_records_when_it_handed_each_first_token_and_result_to_the_sink(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    seqs = create_sequences(5, prompt_lens=(3, 12), max_tokens=(2, 4), seed=6)
+    requests = token_requests(seqs)
+    engine = toy_engine(step_trace=StepTrace(trace))
+    try:
+        engine.generate(requests)
+    finally:
+        engine.shutdown_sync()
+    handoffs, steps = read_handoffs(trace), read_step_trace(trace)
+    admitted = {a["request"]: a["admitted"] for a in read_admissions(trace)}
+    first = {h["request"]: h["first_token"] for h in handoffs if "first_token" in h}
+    final = {h["request"]: h["finished"] for h in handoffs if "finished" in h}
+    ids = sorted(r.id for r in requests)
+    assert sorted(first) == sorted(final) == ids and len(handoffs) == 2 * len(ids)  # one line per event
+    for rid in ids:  # on the steps' clock: admitted, then its first token, then its result, each inside a step
+        assert admitted[rid] <= first[rid] <= final[rid]
+        for t in (first[rid], final[rid]):
+            assert any(s["began"] <= t <= s["ended"] for s in steps)
+    assert read_admissions(trace) and not any("first_token" in a or "finished" in a for a in read_admissions(trace))
+    assert not any("request" in r for r in steps)
+
+
+def test_a_failed_request_records_its_error_handoff_and_an_untraced_delivery_records_nothing(tmp_path: Path) -> None:
+    trace = tmp_path / "steps.jsonl"
+    events: list[object] = []
+    streamed = EventDelivery(events.append, StepTrace(trace), "cmpl-a")
+    streamed.token(TokenEvent("cmpl-a", (1,), "a", None, 0.0))
+    streamed.token(TokenEvent("cmpl-a", (2,), "b", None, 0.0))  # not the first: no line
+    assert streamed.close() is True
+    streamed.send_last(ErrorEvent("cmpl-a", ServingError("internal")))  # the path deliver_failures takes
+    quiet = EventDelivery(events.append)
+    quiet.token(TokenEvent("cmpl-b", (1,), "a", None, 0.0))
+    quiet.finish(ErrorEvent("cmpl-b", ServingError("internal")))
+    lines = read_handoffs(trace)
+    assert [sorted(h) for h in lines] == [["first_token", "request"], ["finished", "request"]]
+    assert {h["request"] for h in lines} == {"cmpl-a"} and lines[0]["first_token"] <= lines[1]["finished"]
+    assert len(events) == 5
 
 
 def test_a_refused_request_is_recorded_as_refused_and_old_traces_have_no_admissions(tmp_path: Path) -> None:
