@@ -28,12 +28,12 @@ ENV = "SERVEGATE_STEP_TRACE"
 
 
 class StepTrace:
-    """Appends step and admission records to a file, one JSON object per line."""
+    """Appends step, admission and handoff records to a file, one JSON object per line."""
 
     def __init__(self, path: Path) -> None:
         self._file: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open
         self._lock = threading.Lock()
-        """Steps come from the loop thread, admissions from the callers' threads: one line at a time."""
+        """Steps come from the loop thread, admissions and handoffs from any thread: one line at a time."""
 
     def record(self, plan: Any, began: float, ended: float, arrivals: int, completed: int = 0) -> None:
         """One step: its scheduler output, start and end (perf_counter seconds), requests admitted meanwhile,
