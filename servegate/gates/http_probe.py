@@ -22,6 +22,7 @@ import httpx
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.gates.contract_probes import tenant_fields, tenant_headers
 from servegate.runtime.engine.interface import Engine
 
 READY_TIMEOUT_S = 600.0
@@ -61,11 +62,9 @@ class HttpProbe:
             "seed": seed,
         }
         headers: dict[str, str] = {}
-        source = self.served.preprocess.tenant_from
-        if source == "header" and tenant is not None:
-            headers["X-Tenant"] = tenant
-        elif source == "user" and tenant is not None:
-            body["user"] = tenant
+        if tenant is not None:
+            headers = tenant_headers(self.served, tenant)
+            body.update(tenant_fields(self.served, tenant))
         began = time.perf_counter()
         response = await self.client.post("/v1/completions", json=body, headers=headers)
         seconds = time.perf_counter() - began
