@@ -66,7 +66,8 @@ def check(
     if manifest is None and (baseline is None or candidate is None):
         raise ServegateError("give a MANIFEST, or both --baseline A and --candidate B (see gate check --help)")
 
-    from servegate.gates.check import check_manifest, plan_gates, run_check
+    from servegate.cli.preflight import check_before_gating
+    from servegate.gates.check import check_manifest, run_check
     from servegate.gates.reports import RichProgress, print_table, quiet_libraries, write_reports
 
     quiet_libraries()
@@ -74,15 +75,19 @@ def check(
     console = console_for(json_out)
     cache = OutputCache(cache_dir(), enabled=not no_cache)
     forced = list(gate or [])
+    outputs = {"--json": json_out, "--junit": junit, "--markdown": markdown}
     if manifest is not None:
         served = load(manifest, set_)
-        plan_gates(served.reference_form(), served, mode="reference", forced=forced)  # usage errors before work
+        # usage errors, unwritable outputs and a note the manifest cannot supply: all before any model loads
+        check_before_gating(
+            served.reference_form(), served, mode="reference", forced=forced, outputs=outputs, note=note
+        )
         with RichProgress(console) as progress:
             report = check_manifest(served, forced=forced, cache=cache, progress=progress)
     else:
         assert baseline is not None and candidate is not None
         base, cand = load(baseline, None), load(candidate, set_)
-        plan_gates(base, cand, forced=forced)
+        check_before_gating(base, cand, mode="change", forced=forced, outputs=outputs, note=note)
         with RichProgress(console) as progress:
             report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
     print_table(report, console)

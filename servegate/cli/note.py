@@ -67,10 +67,18 @@ def note(
         return
     if out is None:
         raise ServegateError("give -o SERVING.md (where to write the note), or --check SERVING.md to check one")
+    from servegate.cli.preflight import output_problems, raise_problems
     from servegate.model_cards.evidence import Evidence
     from servegate.model_cards.note import twin_path
-    from servegate.model_cards.note_files import write_note_files
+    from servegate.model_cards.note_files import check_note_path, write_note_files
 
+    check_note_path(out)
+    # every file this writes, before the evidence is read: a path that cannot take the note is said first
+    raise_problems(
+        output_problems(
+            {"-o": out, "-o (its JSON twin)": twin_path(out), "--model-card": model_card, "--json": json_out}
+        )
+    )
     evidence = Evidence.from_files(report=report, bench=bench, plan=plan)
     written = write_note_files(served, evidence, out, model_card)
     for warning in written.warnings:

@@ -46,8 +46,12 @@ def _public_source(source: str) -> str:
     return "local checkpoint (path not published)"
 
 
-def weight_checksums(served: ServedModel) -> tuple[dict[str, str], str]:
-    """(file -> sha256, where they come from): declared in the manifest, the zoo's catalogue, or hashed here."""
+def weight_checksums(served: ServedModel, *, hash_files: bool = True) -> tuple[dict[str, str], str]:
+    """(file -> sha256, where they come from): declared in the manifest, the zoo's catalogue, or hashed here.
+
+    With `hash_files=False` local weight files are only found, not hashed (an empty map when there are some):
+    what `gate check --note` asks before gating, so a large checkpoint is read once, when the note is written.
+    """
     w = served.weights
     if w.sha256:
         return dict(sorted(w.sha256.items())), "declared in weights.sha256 and verified before load"
@@ -82,18 +86,20 @@ def weight_checksums(served: ServedModel) -> tuple[dict[str, str], str]:
             "model identity (weight checksums)",
             f"no weight files found under weights.source ({root}); fix the source or declare weights.sha256",
         )
+    if not hash_files:
+        return {}, "computed from the weight files"
     return {p.relative_to(root).as_posix(): sha256_file(p) for p in files}, "computed from the weight files"
 
 
-def model_identity(served: ServedModel) -> dict[str, Any]:
-    """Item 1: public name or model class, version, fingerprint, weight checksums."""
+def model_identity(served: ServedModel, *, hash_files: bool = True) -> dict[str, Any]:
+    """Item 1: public name or model class, version, fingerprint, weight checksums (see weight_checksums)."""
     card = served.card
     if not (card.public_name or card.model_class):
         raise missing(
             "model identity",
             "set card.public_name (the published name) or card.model_class (a generic class) in the manifest",
         )
-    checksums, origin = weight_checksums(served)
+    checksums, origin = weight_checksums(served, hash_files=hash_files)
     return {
         "public_name": card.public_name,
         "model_class": card.model_class,

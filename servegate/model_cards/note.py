@@ -156,6 +156,30 @@ def _build_items(
     return items
 
 
+def manifest_problems(served: ServedModel, *, capacity_gate_runs: bool) -> list[str]:
+    """What a note written after `gate check` would lack that the manifest alone decides, one line per item.
+
+    `gate check --note` asks this before the first gate, so a card without a name costs a second, not the
+    gating. The items the check report supplies are left out; so is the capacity target while the capacity
+    gate will run (its measurement can supply the rows).
+    """
+    empty = Evidence()
+    builders = {
+        "model_identity": lambda: model_identity(served, hash_files=False),  # the files are hashed once, later
+        "workload_shape": lambda: workload_shape(served, empty),  # the capacity gate's figures carry no workload
+        "observability": lambda: observability(served, None),
+    }
+    if not capacity_gate_runs:
+        builders["capacity_target"] = lambda: capacity_target(served, empty)
+    problems = []
+    for build in builders.values():
+        try:
+            build()
+        except NoteError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def capacity_gate_bench(report: dict[str, Any] | None) -> dict[str, Any] | None:
     """The bench figures the `capacity` gate measured inside `gate check` (None when it did not run)."""
     for gate in (report or {}).get("gates", []):

@@ -20,14 +20,19 @@ from servegate.model_cards.public_safety import PublicFilter
 from servegate.model_cards.render_markdown import render_markdown
 
 
+def check_note_path(out_path: Path) -> None:
+    """A NoteError unless `out_path` names a Markdown file (the JSON twin goes beside it)."""
+    if out_path.suffix.lower() != ".md":
+        raise NoteError(f"the note is written as Markdown: give a .md path, e.g. SERVING.md (got {out_path})")
+
+
 def write_note_files(
     served: ServedModel, evidence: Evidence, out_path: Path, model_card: Path | None = None
 ) -> ServingNote:
     """Build the note, render it, scan it for private text, then write Markdown, JSON twin, plots and the card."""
+    check_note_path(out_path)
     pf = PublicFilter(served)
     note = build_note(served, evidence, pf)
-    if out_path.suffix.lower() != ".md":
-        raise NoteError(f"the note is written as Markdown: give -o a .md path (got {out_path})")
     plots = prepare_plots(evidence.bench, evidence.base_dir, out_path) if evidence.bench is not None else []
     note.plots = [meta for meta, _ in plots]
     markdown = render_markdown(note)
