@@ -52,8 +52,11 @@ class HttpProbe:
         self.client = client
         self.served = served
 
-    async def complete(self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None) -> TimedAnswer:
-        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`."""
+    async def complete(
+        self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None, ignore_eos: bool = False
+    ) -> TimedAnswer:
+        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`;
+        `ignore_eos` asks for exactly max_tokens tokens (vLLM's field, which servegate's API takes too)."""
         body: dict[str, Any] = {
             "model": self.served.name,
             "prompt": prompt,
@@ -61,6 +64,8 @@ class HttpProbe:
             "temperature": 0.0,
             "seed": seed,
         }
+        if ignore_eos:
+            body["ignore_eos"] = True
         headers: dict[str, str] = {}
         if tenant is not None:
             headers = tenant_headers(self.served, tenant)
