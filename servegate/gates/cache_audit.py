@@ -65,7 +65,8 @@ class RepeatSamples:
     unseen_high: list[float] = field(default_factory=list)
     """... and by the bound above it (for a no-cache finding)."""
     first_send: list[float] = field(default_factory=list)
-    """Each probe prompt's first send: what the engine takes when no cache holds the request."""
+    """Each probe prompt's first send: the engine's own cost of that request (unless a cache below kept it from an
+    earlier gate)."""
 
 
 def judge_repeats(
@@ -122,7 +123,8 @@ class RepeatTiming:
     unseen_median_ms: float
     """Never-seen prompts of the same shape (length in tokens, max_tokens): what an uncached answer costs."""
     first_send_median_ms: float
-    """The probe prompts' first sends: the engine's own cost of those requests when no cache held them."""
+    """The probe prompts' first sends: the engine's own cost of those very requests (reported, not judged: a cache
+    below may hold them from an earlier gate)."""
     speedup: float
     """Never-seen median / repeat median: how much faster an exact repeat answers than an uncached request."""
     seed_speedup: float

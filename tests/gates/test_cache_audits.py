@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour
 from support.long_context import long_context_manifest, save_long_context_llama
+from support.servers import start_gate_serve
 
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import CacheAudit
@@ -166,6 +167,39 @@ def test_an_endpoint_whose_response_cache_ignores_the_seed_is_found_not_passed_a
     assert found["unseen_shape_mismatches"] == 0  # the never-seen prompts had the probes' length in tokens
     distinct = {json.dumps(body["prompt"]) for body in remote.bodies}
     assert len(distinct) >= min(8, found["pairs"]) + found["pairs"]  # 8 probes, then one never-seen prompt a pair
+
+
+def remote_manifest(response_cache: bool) -> dict[str, Any]:
+    """What `gate serve` runs behind the endpoint: the tiny model, one tenant, its own response cache on or off."""
+    return {
+        "name": "remote",
+        "weights": {"source": "zoo:tiny-primary"},
+        "preprocess": {"chat_template": "none", "max_input_tokens": 96},
+        "runtime": {"max_model_len": 128, "threads": 1},
+        "postprocess": {"max_output_tokens": 16, "response_cache": {"enabled": response_cache, "scope": "global"}},
+    }
+
+
+def test_an_endpoint_in_front_of_gate_serve_finds_no_cache_there_and_finds_its_response_cache(tmp_path: Path) -> None:
+    """servegate's own response cache keys on the seed: behind an endpoint it is found as a cache keyed on it;
+    without it the honest remote is never reported as caching."""
+    found: dict[bool, tuple[GateResult, dict[str, Any]]] = {}
+    for cached in (False, True):
+        (tmp_path / str(cached)).mkdir()
+        server = start_gate_serve(tmp_path / str(cached), remote_manifest(cached))
+        try:
+            server.wait_ready()
+            gate = caching(endpoint(server.base_url + "/v1"))
+        finally:
+            server.stop()
+        found[cached] = gate, gate.measurements.to_dict()["timing_audits"]["response_cache"]
+    honest, timing = found[False]
+    assert honest.verdict != "fail" and timing["finding"] in ("no_cache", "inconclusive"), timing["reason"]
+    assert timing["ignore_eos"] and timing["unseen_shape_mismatches"] == 0 and timing["unseen_length_mismatches"] == 0
+    remote_cache, timing = found[True]
+    assert remote_cache.verdict == "fail" and timing["finding"] == "cache", timing["reason"]
+    assert "an undeclared response cache answers exact repeats (" in remote_cache.reason
+    assert timing["seed_speedup"] > 1.5 and timing["speedup"] > 1.5
 
 
 TENANTS = {
