@@ -5,7 +5,8 @@ Each round: the probe prompt is sent once (filling any cache there is), then, in
 requests of the same shape: its exact repeat; the same prompt with another seed; and a never-seen prompt of the
 probe's length in tokens (gates/unseen_prompts.py: the probe's head, a new window before its last token, new in
 every round). All ask greedily for the same max_tokens (the suite's, at most 16) with `ignore_eos`, so every
-answer has the same length. Greedy decoding ignores the seed, so the first two cost the engine the same work;
+answer has the same length (under an output contract, which text past the end-of-sequence would break, the
+suite's max_tokens without it). Greedy decoding ignores the seed, so the first two cost the engine the same work;
 the third costs what an uncached answer costs, and finds what a prefix cache holds of the head as the others do.
 A cache keyed on the seed answers only the repeat fast; a cache keyed on the prompt and sampling settings but
 not the seed (many gateway caches: under greedy decoding the seed changes nothing) answers the repeat and the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -187,6 +189,29 @@ async def _takes_ignore_eos(probe: HttpProbe, rng: random.Random, tenant: str | 
     return True
 
 
+UNSEEN_TRIES = 3
+"""Never-seen prompts tried in a round when the deployment refuses an answer as breaking its output contract."""
+
+
+async def _send_unseen(
+    send: Callable[[str, int, int], Awaitable[TimedAnswer]],
+    unseen: UnseenPrompts,
+    text: str,
+    rng: random.Random,
+    seed: int,
+    max_tokens: int,
+) -> TimedAnswer:
+    """A never-seen prompt's answer; one the output contract refuses (a new prompt may lead the model off the
+    format) is replaced by another never-seen prompt, up to UNSEEN_TRIES."""
+    for _ in range(UNSEEN_TRIES - 1):
+        try:
+            return await send(unseen.variant(text, rng), seed, max_tokens)
+        except ProbeError as exc:
+            if exc.code != "invalid_output":
+                raise
+    return await send(unseen.variant(text, rng), seed, max_tokens)
+
+
 async def detect_response_cache(
     probe: HttpProbe,
     prompts: list[tuple[str, int]],
@@ -202,7 +227,10 @@ async def detect_response_cache(
     rng = random.Random(seed)
     unseen = unseen if unseen is not None else UnseenPrompts()
     unseen.sent.update(text for text, _ in prompts)
-    exact = await _takes_ignore_eos(probe, rng, tenant)
+    post = probe.served.postprocess
+    checked = post.output_schema is not None or post.max_output_bytes is not None
+    # past the end-of-sequence an answer breaks an output contract: there the answers keep their own lengths
+    exact = not checked and await _takes_ignore_eos(probe, rng, tenant)
 
     async def send(prompt: str, request_seed: int, max_tokens: int) -> TimedAnswer:
         return await probe.complete(prompt, max_tokens=max_tokens, seed=request_seed, tenant=tenant, ignore_eos=exact)
@@ -216,7 +244,7 @@ async def detect_response_cache(
         if i in looks and judge_samples(s, config, alpha)[0] != "inconclusive":
             break
         text, suite_tokens = prompts[i % len(prompts)]
-        max_tokens = min(suite_tokens, MAX_AUDIT_TOKENS)
+        max_tokens = min(suite_tokens, MAX_AUDIT_TOKENS) if exact else suite_tokens
         base_seed = 1_000_003 * (i + 1) + seed
         first = await send(text, base_seed, max_tokens)  # fills any cache
         if text not in seen:
@@ -232,7 +260,7 @@ async def detect_response_cache(
             elif kind == "other_seed":
                 s.other_seed.append((await send(text, base_seed + 1, max_tokens)).seconds)
             else:
-                answer = await send(unseen.variant(text, rng), base_seed + 2, max_tokens)
+                answer = await _send_unseen(send, unseen, text, rng, base_seed + 2, max_tokens)
                 shape_mismatches += answer.prompt_tokens != first.prompt_tokens
                 length_mismatches += answer.completion_tokens != first.completion_tokens
                 ratio = max(1, first.completion_tokens) / max(1, answer.completion_tokens)

@@ -32,6 +32,11 @@ READY_TIMEOUT_S = 600.0
 class ProbeError(ServegateError):
     """An audit request was refused or failed: the timing of an error says nothing about caches."""
 
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The error body's `code` (e.g. `invalid_output`), None when there was none."""
+
 
 @dataclass(frozen=True)
 class TimedAnswer:
@@ -74,7 +79,9 @@ class HttpProbe:
         response = await self.client.post("/v1/completions", json=body, headers=headers)
         seconds = time.perf_counter() - began
         if response.status_code != 200:
-            raise ProbeError(f"an audit request answered HTTP {response.status_code}: {response.text[:200]}")
+            raise ProbeError(
+                f"an audit request answered HTTP {response.status_code}: {response.text[:200]}", _error_code(response)
+            )
         usage = response.json().get("usage") or {}
         return TimedAnswer(
             seconds,
@@ -82,6 +89,15 @@ class HttpProbe:
             int(usage.get("completion_tokens") or 0),
             response.headers.get("x-servegate-cache"),
         )
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    """The OpenAI-shaped error body's code, None when the body is not one."""
+    try:
+        code = (response.json().get("error") or {}).get("code")
+    except (ValueError, AttributeError):
+        return None
+    return code if isinstance(code, str) else None
 
 
 @asynccontextmanager

@@ -3,9 +3,10 @@
 A variant keeps the probe's length in tokens and its head, and replaces a window of tokens just before its
 last one: the content is new, so no cache of whole responses can hold it, while a prefix cache finds the head
 exactly as it finds it for the probe's own repeats (a prefix hit must not pass for a response-cache hit). The
-last token is kept because it is often the cue that shapes the answer ("=", ":", a newline), and the window is
-first refilled from the probe's own tokens, so the variant reads like the probe and its answer has a similar
-length. Without a tokenizer the unit is the character.
+last token is kept because it is often the cue that shapes the answer ("=", ":", a newline), and the window's
+digits and letters are first swapped for others of the prompt's own (punctuation stays), so the variant keeps
+the probe's format and its answer the probe's form and length: a JSON prompt stays JSON, a sum stays a sum.
+Without a tokenizer the unit is the character.
 """
 
 from __future__ import annotations
@@ -42,8 +43,35 @@ class UnseenPrompts:
         """The prompt's length in this helper's unit."""
         return len(self._encode(prompt))
 
+    def _kind(self, token: Any) -> tuple[bool, str] | None:
+        """A token's kind, for a like-for-like swap: digits for digits, letters for letters (and a leading space
+        kept); None for anything else (punctuation, the structure of the prompt, stays where it is)."""
+        text = self._decode([token])
+        word = text.strip()
+        kind = "digit" if word.isdigit() else "alpha" if word.isalpha() else None
+        return None if kind is None else (text[:1].isspace(), kind)
+
+    def _like_for_like(self, ids: list[Any], start: int, end: int, rng: random.Random) -> list[Any] | None:
+        """`ids` with each digit or letter token of the window swapped for one of the same kind from the prompt;
+        None when no such swap exists (the window is all punctuation, or each kind has a single token)."""
+        kinds = [self._kind(t) for t in ids]
+        pools: dict[tuple[bool, str], list[Any]] = {}
+        for token, kind in zip(ids, kinds, strict=True):
+            if kind is not None and token not in pools.setdefault(kind, []):
+                pools[kind].append(token)
+        swappable = [i for i in range(start, end) if kinds[i] is not None and len(pools[kinds[i]]) > 1]  # type: ignore[index]
+        if not swappable:
+            return None
+        out = list(ids)
+        for i in swappable:
+            out[i] = rng.choice(pools[kinds[i]])  # type: ignore[index]
+        return out
+
     def variant(self, prompt: str, rng: random.Random) -> str:
-        """A prompt of `prompt`'s length never sent before (the nearest length found, when none matched exactly)."""
+        """A prompt of `prompt`'s length never sent before (the nearest length found, when none matched exactly).
+
+        Tries in turn: like-for-like swaps in the window (the probe's format kept, so its answer keeps its form and
+        length: a JSON prompt stays JSON), any of the probe's tokens, then new words."""
         self.sent.add(prompt)
         ids = self._encode(prompt)
         n = len(ids)
@@ -54,9 +82,12 @@ class UnseenPrompts:
         window_chars = max(1, len(self._decode(ids[start:end])))
         best: tuple[int, str] | None = None
         for attempt in range(ATTEMPTS):
-            if len(pool) > 1 and attempt < ATTEMPTS // 2:  # the probe's own tokens first: its style, its answers
+            swapped = self._like_for_like(ids, start, end, rng) if attempt < ATTEMPTS // 3 else None
+            if swapped is not None:
+                text = self._decode(swapped)
+            elif len(pool) > 1 and attempt < 2 * ATTEMPTS // 3:
                 text = self._decode(ids[:start] + [rng.choice(pool) for _ in range(end - start)] + ids[end:])
-            else:  # then new words, their length walked around the window's (merges differ between tokenizers)
+            else:  # new words, their length walked around the window's (merges differ between tokenizers)
                 chars = max(1, window_chars + (attempt % 7) - 3)
                 text = head + random_text(rng, chars) + tail
             if text in self.sent:

@@ -325,6 +325,23 @@ def test_on_the_reference_engine_a_seed_blind_cache_fails_and_servegates_own_res
     assert found["finding"] == "cache" and found["header_hits"] == found["pairs"], found["reason"]  # keys on the seed
 
 
+def test_under_an_output_schema_the_audit_keeps_answers_valid_and_still_times_them() -> None:
+    """Past the end-of-sequence a JSON answer breaks the schema (502 invalid_output): the audit then asks for no
+    `ignore_eos`, and its never-seen prompts keep the probe's JSON (digits swapped for digits), so it runs."""
+    served = reference_with_prefix_cache().with_changes(
+        preprocess={"chat_template": "none", "max_input_tokens": 96, "truncation": "left"},
+        postprocess={"max_output_tokens": 32, "output_schema": {"type": "object"}},
+        quality={"suites": [{"name": "json", "dataset": "zoo:json", "limit": 8, "max_tokens": 32,
+                             "metrics": ["json_schema_valid"]}], "cache_audit": {"repeat_samples": 16}},
+    )  # fmt: skip
+    gate = caching(served)
+    audits = gate.measurements.to_dict()["timing_audits"]
+    assert audits["problem"] is None, audits["problem"]
+    timing = audits["response_cache"]
+    assert not timing["ignore_eos"] and timing["finding"] in ("no_cache", "inconclusive"), timing["reason"]
+    assert gate.verdict == "pass", gate.reason
+
+
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_long_context_llama(tmp_path_factory.mktemp("long-context"))
