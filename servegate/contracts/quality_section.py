@@ -122,12 +122,13 @@ class CacheAudit(Section):
     enabled: bool = True
     """Run the response-cache detector and the tenant isolation audit (false: counters and scope checks only)."""
     max_repeat_speedup: float = Field(default=1.5, gt=1, le=100)
-    """How much faster (fresh median / repeat median) an exact repeat may answer than a never-seen request of
-    the same shape and prefix before an undeclared response cache is reported. MLPerf TEST04 allows 1.1 on a
-    quiet machine; 1.5 stays clear of a shared machine's timing noise while real response caches answer 5-100x
-    faster."""
+    """How much faster (never-seen median / repeat median) an exact repeat, or the same prompt with another seed,
+    may answer than a never-seen request of the same shape and prefix before a response cache is reported.
+    MLPerf TEST04 allows 1.1 on a quiet machine; 1.5 stays clear of a shared machine's timing noise while real
+    response caches answer 5-100x faster."""
     repeat_samples: int = Field(default=24, ge=8, le=10_000)
-    """Repeat/fresh pairs the response-cache detector times."""
+    """Rounds the response-cache detector times at most (each: a first send, the exact repeat, the same prompt
+    with another seed, a never-seen prompt of the same shape)."""
     tenant_samples: int = Field(default=40, ge=8, le=10_000)
     """Requests per side (fresh, cross-tenant, same-tenant repeat) of the tenant audit: 40 detects a shift of
     0.87 standard deviations at alpha 0.01 with power 0.9 (docs/cache-audits.md); the paper used 250."""

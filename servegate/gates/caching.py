@@ -214,6 +214,9 @@ class CachingGate(Gate):
         failed = [r for v, r in timed if v == "fail"]
         if failed:
             return self.result("fail", failed[0], m)
+        repeats = m.timing_audits.response_cache if m.timing_audits is not None else None
+        if repeats is not None and repeats.finding == "cache_ignores_seed":  # no counter sees it, on any backend
+            return self.result(repeats.verdict, f"response-cache timing: {repeats.reason}", m)
         if warm_hits == 0 and repeat_response == 0:
             return self.result("warn", "the warm passes never hit a cache: warm-vs-cold equality was not exercised", m)
         checked = (

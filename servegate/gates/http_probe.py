@@ -32,6 +32,11 @@ READY_TIMEOUT_S = 600.0
 class ProbeError(ServegateError):
     """An audit request was refused or failed: the timing of an error says nothing about caches."""
 
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The error body's `code` (e.g. `invalid_output`), None when there was none."""
+
 
 @dataclass(frozen=True)
 class TimedAnswer:
@@ -52,8 +57,11 @@ class HttpProbe:
         self.client = client
         self.served = served
 
-    async def complete(self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None) -> TimedAnswer:
-        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`."""
+    async def complete(
+        self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None, ignore_eos: bool = False
+    ) -> TimedAnswer:
+        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`;
+        `ignore_eos` asks for exactly max_tokens tokens (vLLM's field, which servegate's API takes too)."""
         body: dict[str, Any] = {
             "model": self.served.name,
             "prompt": prompt,
@@ -61,6 +69,8 @@ class HttpProbe:
             "temperature": 0.0,
             "seed": seed,
         }
+        if ignore_eos:
+            body["ignore_eos"] = True
         headers: dict[str, str] = {}
         if tenant is not None:
             headers = tenant_headers(self.served, tenant)
@@ -69,7 +79,9 @@ class HttpProbe:
         response = await self.client.post("/v1/completions", json=body, headers=headers)
         seconds = time.perf_counter() - began
         if response.status_code != 200:
-            raise ProbeError(f"an audit request answered HTTP {response.status_code}: {response.text[:200]}")
+            raise ProbeError(
+                f"an audit request answered HTTP {response.status_code}: {response.text[:200]}", _error_code(response)
+            )
         usage = response.json().get("usage") or {}
         return TimedAnswer(
             seconds,
@@ -77,6 +89,15 @@ class HttpProbe:
             int(usage.get("completion_tokens") or 0),
             response.headers.get("x-servegate-cache"),
         )
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    """The OpenAI-shaped error body's code, None when the body is not one."""
+    try:
+        code = (response.json().get("error") or {}).get("code")
+    except (ValueError, AttributeError):
+        return None
+    return code if isinstance(code, str) else None
 
 
 @asynccontextmanager

@@ -10,6 +10,7 @@ import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.cache_audit import RepeatTiming, detect_response_cache
@@ -17,6 +18,7 @@ from servegate.gates.evaluation import SuiteData, SuiteItem
 from servegate.gates.http_probe import ProbeError, served_over_http
 from servegate.gates.result import Verdict
 from servegate.gates.tenant_audit import TenantTiming, audit_tenants
+from servegate.gates.unseen_prompts import UnseenPrompts
 from servegate.runtime.engine.interface import Engine
 
 AUDIT_TENANTS = ("servegate-audit-a", "servegate-audit-b")
@@ -71,6 +73,16 @@ class TimingAudits:
         }
 
 
+def _tokenizer(served: ServedModel) -> Any:
+    """The manifest's tokenizer, for never-seen prompts of the probes' length in tokens (None: by characters)."""
+    from servegate.runtime.model.weights import load_tokenizer
+
+    try:
+        return load_tokenizer(served)
+    except ServegateError:  # weights without a local tokenizer: the length is matched in characters, and said so
+        return None
+
+
 def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[SuiteData, SuiteItem]]) -> TimingAudits:
     """Serve `served` on a fresh engine and run the response-cache detector, then (with tenants) the tenant audit."""
     config = ctx.candidate.quality.cache_audit
@@ -93,6 +105,7 @@ def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[
                 config,
                 declared=served.postprocess.response_cache.enabled,
                 tenant=AUDIT_TENANTS[0] if tenants else None,
+                unseen=UnseenPrompts(_tokenizer(served)),
             )
             ctx.progress.advance()
             isolation = None

@@ -95,9 +95,10 @@ def render_timing_audits(audits: dict[str, Any]) -> list[str]:
     if repeat:
         out.append(
             f"- response cache (MLPerf TEST04): **{repeat.get('finding')}**; exact repeats answered in "
-            f"{repeat.get('repeat_median_ms')} ms (median) against {repeat.get('fresh_median_ms')} ms for fresh "
-            f"requests of the same shape ({repeat.get('speedup')}x, limit {repeat.get('max_speedup')}x, "
-            f"{repeat.get('pairs')} pairs, declared: {'yes' if repeat.get('declared') else 'no'})"
+            f"{repeat.get('repeat_median_ms')} ms (median), the same prompt with another seed in "
+            f"{repeat.get('other_seed_median_ms')} ms, against {repeat.get('unseen_median_ms')} ms for never-seen "
+            f"prompts of the same shape ({repeat.get('speedup')}x, limit {repeat.get('max_speedup')}x, "
+            f"{repeat.get('pairs')} rounds, declared: {'yes' if repeat.get('declared') else 'no'})"
         )
     isolation = audits.get("tenant_isolation")
     if isolation:

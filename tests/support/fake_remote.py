@@ -5,7 +5,8 @@ with usage and logprobs, and records every request body it got, so tests can see
 sent (token ids after truncation, stop strings, cache salt). `answer` decides the text: by default the
 reference engine's own greedy output for the prompt ids (a remote that serves the same model), or any
 function of the prompt ids (a remote that answers differently). Fault switches plant what only timing shows:
-a hidden global response cache, and a prefix cache that ignores vLLM's cache_salt.
+a hidden global response cache (keyed on the whole body, or on all of it but the seed), and a prefix cache
+that ignores vLLM's cache_salt.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class RemoteBehaviour:
     """None: each token id of the prompt's last token, as text 'x' (set by a test to anything)."""
     hidden_response_cache: bool = False
     """Fault: a global response cache nobody declared; an exactly repeated body answers 5x faster."""
+    response_cache_ignores_seed: bool = False
+    """The hidden response cache keys on the body without its `seed`, as many gateway caches do (greedy decoding
+    does not use it): the same prompt with another seed is a hit too."""
     prefill_s_per_token: float = 0.0
     """Seconds before the first chunk per prompt token the prefix cache does not hold (added to delay_s)."""
     prefix_cache: Literal["off", "salted", "shared"] = "off"
@@ -124,7 +128,8 @@ class FakeRemote:
         else:
             delay += b.prefill_s_per_token * len(ids)
         if b.hidden_response_cache:
-            key_text = json.dumps(body, sort_keys=True)
+            keyed = {k: v for k, v in body.items() if k != "seed"} if b.response_cache_ignores_seed else body
+            key_text = json.dumps(keyed, sort_keys=True)
             if key_text in self._responses:
                 return delay / 5
             self._responses.add(key_text)
