@@ -70,6 +70,16 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+TokenSource = Literal["engine", "remote", "logprobs", "tokenizer"]
+TOKEN_SOURCES: dict[str, str] = {
+    "engine": "the ids the engine generated",
+    "remote": "the remote's own token ids (vLLM's return_token_ids)",
+    "logprobs": "the remote's logprobs tokens, read as ids with the manifest's tokenizer",
+    "tokenizer": "the remote's text re-tokenized with the manifest's tokenizer (no EOS; text decides equality)",
+}
+"""Where a result's token ids come from, and what that means."""
+
+
 @dataclass(frozen=True)
 class TokenEvent:
     """New output text for a request (one or more tokens)."""
@@ -83,6 +93,10 @@ class TokenEvent:
     """time.monotonic() when the tokens were produced."""
     cached: bool = False
     """The whole output, replayed from the response cache (its FinishEvent follows at once)."""
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+    """Per token, its top alternatives (only when the request asks for top_logprobs)."""
+    tokens: tuple[str, ...] | None = None
+    """Each token's own text as the engine names it (a remote's logprobs tokens); None: the tokenizer names them."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,11 @@ class FinishEvent:
     usage: Usage
     logprobs: tuple[float, ...] | None = None
     top_logprobs: tuple[dict[str, float], ...] | None = None
+    tokens: tuple[str, ...] | None = None
+    """Each output token's own text as the engine names it (a remote's logprobs tokens), one per logprob;
+    None: the tokenizer names them from token_ids."""
+    token_source: TokenSource = "engine"
+    """Where token_ids come from (TOKEN_SOURCES)."""
     fallback_used: bool = False
     """Served by the fallback model."""
     cached: bool = False
