@@ -62,7 +62,7 @@ class BatchingMeasurements(Measurements):
     finished_after_deadline: int
     """Requests that finished later than failure_policy.request_timeout_s plus the slack (requests)."""
     token_source: str = "engine"
-    """Where the candidate's output tokens came from (engine.interface.TOKEN_SOURCES: engine, remote, logprobs,
+    """Where the candidate's output tokens came from (engine.interface.TokenSource: engine, remote, logprobs,
     tokenizer; several joined by ', '); with `tokenizer` the texts alone decide equality."""
 
 

@@ -62,7 +62,7 @@ class ItemOutput:
     scores: dict[str, float] | None = None
     """Per-sample metric values lm-eval logged for this item (lm-eval suites only; others are scored here)."""
     token_source: str = "engine"
-    """Where token_ids come from (engine.interface.TOKEN_SOURCES): the engine's ids, a remote's, its logprobs'
+    """Where token_ids come from (engine.interface.TokenSource): the engine's ids, a remote's, its logprobs'
     token names, or its text re-tokenized."""
 
     @classmethod

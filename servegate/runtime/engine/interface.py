@@ -71,13 +71,9 @@ class Usage:
 
 
 TokenSource = Literal["engine", "remote", "logprobs", "tokenizer"]
-TOKEN_SOURCES: dict[str, str] = {
-    "engine": "the ids the engine generated",
-    "remote": "the remote's own token ids (vLLM's return_token_ids)",
-    "logprobs": "the remote's logprobs tokens, read as ids with the manifest's tokenizer",
-    "tokenizer": "the remote's text re-tokenized with the manifest's tokenizer (no EOS; text decides equality)",
-}
-"""Where a result's token ids come from, and what that means."""
+"""Where a result's token ids come from: `engine`, the ids the engine generated; `remote`, a remote's own ids
+(vLLM's return_token_ids); `logprobs`, a remote's logprobs tokens read as ids with the manifest's tokenizer;
+`tokenizer`, a remote's text re-tokenized with the manifest's tokenizer (no EOS: the text decides equality)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +110,7 @@ class FinishEvent:
     """Each output token's own text as the engine names it (a remote's logprobs tokens), one per logprob;
     None: the tokenizer names them from token_ids."""
     token_source: TokenSource = "engine"
-    """Where token_ids come from (TOKEN_SOURCES)."""
+    """Where token_ids come from (TokenSource)."""
     fallback_used: bool = False
     """Served by the fallback model."""
     cached: bool = False
