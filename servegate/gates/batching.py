@@ -2,7 +2,8 @@
 
 Each probe runs on the unbatched reference (`batching: none`), then on the candidate's batching mode one at
 a time and inside batches of different size, composition and order; every output must equal the
-unbatched one token for token. A
+unbatched one, text and tokens (a remote's tokens as it named them in its logprobs; where it named none,
+its text re-tokenized, and the text decides: `token_source` in the report). A
 request whose deadline has already passed must end in `deadline_exceeded`, and no request may finish
 after its deadline.
 """
@@ -19,7 +20,16 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.caching import probe_items
-from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generate, make_suite_data, requests_for
+from servegate.gates.evaluation import (
+    ItemOutput,
+    SuiteData,
+    SuiteItem,
+    generate,
+    make_suite_data,
+    requests_for,
+    same_output,
+    token_sources,
+)
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, Measurements, example
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
@@ -44,13 +54,16 @@ class BatchingMeasurements(Measurements):
     outputs_compared: int
     """Outputs compared with the unbatched reference, over all arrangements (outputs)."""
     mismatches: int
-    """Outputs whose tokens or error differ from the unbatched reference (outputs)."""
+    """Outputs whose text, tokens or error differ from the unbatched reference (outputs)."""
     mismatch_rate: float
     """mismatches / outputs_compared (fraction, 0 to 1)."""
     expired_request: str
     """How a request whose deadline passed before it arrived ended (an error code, or `an answer`)."""
     finished_after_deadline: int
     """Requests that finished later than failure_policy.request_timeout_s plus the slack (requests)."""
+    token_source: str = "engine"
+    """Where the candidate's output tokens came from (engine.interface.TokenSource: engine, remote, logprobs,
+    tokenizer; several joined by ', '); with `tokenizer` the texts alone decide equality."""
 
 
 def without_caches(served: ServedModel) -> ServedModel:
@@ -62,6 +75,11 @@ def without_caches(served: ServedModel) -> ServedModel:
     post["response_cache"] = {**post["response_cache"], "enabled": False}
     fail = {**served.failure_policy.model_dump(mode="python"), "fallback": None}
     return served.with_changes(runtime=rt, postprocess=post, failure_policy=fail)
+
+
+def _tokens_from(source: str) -> str:
+    """Where the compared tokens came from, for the reason line (nothing for the engine's own ids)."""
+    return "" if source in ("engine", "none") else f" (candidate tokens: {source})"
 
 
 def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[list[int]]]]:
@@ -107,6 +125,7 @@ class BatchingGate(Gate):
         engine = ctx.engines.get(served, tag="batching")
 
         mismatches: list[tuple[str, int, ItemOutput]] = []
+        seen: list[ItemOutput] = []
         late: list[str] = []
         compared = 0
         for label, batches in layouts:
@@ -114,7 +133,8 @@ class BatchingGate(Gate):
                 for i, result in zip(batch, generate(engine, [requests[i] for i in batch]), strict=True):
                     got = ItemOutput.from_result(requests[i].id, result)
                     compared += 1
-                    if got.token_ids != alone[i].token_ids or got.error != alone[i].error:
+                    seen.append(got)
+                    if not same_output(got, alone[i]):
                         mismatches.append((label, i, got))
                     if isinstance(result, FinishEvent) and result.e2e_s is not None:
                         if result.e2e_s > served.failure_policy.request_timeout_s + DEADLINE_SLACK_S:
@@ -134,6 +154,7 @@ class BatchingGate(Gate):
             mismatch_rate=round(rate, 6),
             expired_request=expired,
             finished_after_deadline=len(late),
+            token_source=token_sources(seen),
         )
         evidence = []
         for label, i, got in mismatches[: ctx.candidate.quality.max_failure_examples]:
@@ -160,7 +181,7 @@ class BatchingGate(Gate):
         return self.result(
             "pass",
             f"batch invariant: {compared} outputs in {len(layouts)} arrangements ({served.batching.mode}) equal "
-            "the unbatched reference; expired request -> deadline_exceeded",
+            f"the unbatched reference{_tokens_from(measurements.token_source)}; expired request -> deadline_exceeded",
             measurements,
         )
 

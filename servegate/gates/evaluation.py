@@ -61,6 +61,9 @@ class ItemOutput:
     output_valid: bool | None = None
     scores: dict[str, float] | None = None
     """Per-sample metric values lm-eval logged for this item (lm-eval suites only; others are scored here)."""
+    token_source: str = "engine"
+    """Where token_ids come from (engine.interface.TokenSource): the engine's ids, a remote's, its logprobs'
+    token names, or its text re-tokenized."""
 
     @classmethod
     def from_result(cls, item_id: str, result: FinishEvent | ErrorEvent) -> ItemOutput:
@@ -78,12 +81,33 @@ class ItemOutput:
             result.fallback_used,
             result.cached,
             result.output_valid,
+            token_source=result.token_source,
         )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ItemOutput:
         """Rebuild from the cached JSON form."""
         return cls(**{**data, "token_ids": tuple(data.get("token_ids", ()))})
+
+
+def same_output(a: ItemOutput, b: ItemOutput) -> bool:
+    """Whether two outputs are the same answer: the same error, else the same text and, where both sides' ids
+    are the model's own (not the text re-tokenized, which has no EOS), the same tokens."""
+    if a.error != b.error:
+        return False
+    if a.error is not None:
+        return True
+    if a.text != b.text:
+        return False
+    if "tokenizer" in (a.token_source, b.token_source):
+        return True  # ids read from the text say nothing the text does not
+    return a.token_ids == b.token_ids
+
+
+def token_sources(outputs: Sequence[ItemOutput]) -> str:
+    """The token sources of the answered outputs, in first-seen order, joined by ', ' (`none` when none answered)."""
+    seen = dict.fromkeys(o.token_source for o in outputs if o.error is None)
+    return ", ".join(seen) or "none"
 
 
 @dataclass

@@ -13,7 +13,7 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext
 from servegate.gates.comparison import QualityComparison, SuiteScores, compare_runs, margin_for
-from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteRun, score_run
+from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteRun, same_output, score_run, token_sources
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements, example
 from servegate.gates.statistics import paired_noninferiority
@@ -78,6 +78,9 @@ class TruncationMeasurements(Measurements):
     """Suite name -> what the limit does to it."""
     suites: dict[str, SuiteScores]
     """Suite name -> the per-metric paired tests of the whole suite, the candidate's results spliced in."""
+    token_source: str = "engine"
+    """Where the candidate's output tokens came from (engine.interface.TokenSource: engine, remote, logprobs,
+    tokenizer; several joined by ', '); with `tokenizer` the texts alone decide whether an item came back unchanged."""
     long_prompt_notes: list[str] | None = field(default=None, metadata=OPTIONAL)
     """Suites whose prompts over the limit fail on their own though the whole suite passes; absent on a failure."""
 
@@ -106,11 +109,17 @@ class TruncationGate(Gate):
         comparison = QualityComparison()
         problems: list[str] = []
         subset_notes: list[str] = []
+        answered: list[ItemOutput] = []
         per_suite = {
-            data.name: _suite(ctx, candidate, data, comparison, problems, subset_notes) for data in ctx.suites()
+            data.name: _suite(ctx, candidate, data, comparison, problems, subset_notes, answered)
+            for data in ctx.suites()
         }
         measurements = TruncationMeasurements(
-            limit_tokens=limit, policy=policy, per_suite=per_suite, suites=comparison.suite_scores()
+            limit_tokens=limit,
+            policy=policy,
+            per_suite=per_suite,
+            suites=comparison.suite_scores(),
+            token_source=token_sources(answered),
         )
         evidence = comparison.evidence
         if problems:
@@ -133,9 +142,11 @@ def _suite(
     comparison: QualityComparison,
     problems: list[str],
     subset_notes: list[str],
+    answered: list[ItemOutput],
 ) -> TruncationSuite:
     """Run one suite's affected items (and a sample of the rest) under the limit; add its paired tests to
-    `comparison`, behaviour problems to `problems` and a failing over-limit subset to `subset_notes`."""
+    `comparison`, behaviour problems to `problems`, a failing over-limit subset to `subset_notes` and the
+    candidate's outputs to `answered`."""
     limit, policy = candidate.preprocess.max_input_tokens, candidate.preprocess.truncation
     base = ctx.run_suite(ctx.baseline, data, role="baseline")
     full = [o.prompt_tokens + o.truncated_tokens if o.error is None else None for o in base.outputs]
@@ -149,10 +160,11 @@ def _suite(
     items = [data.items[i] for i in run_idx]
     got = ctx.run_suite(candidate, data, role="candidate", items=items).outputs if items else []
     by_index: dict[int, ItemOutput] = dict(zip(run_idx, got, strict=True))
+    answered += got
 
     for i in others:
         out, ref = by_index[i], base.outputs[i]
-        if out.error is not None or out.truncated_tokens or out.token_ids != ref.token_ids:
+        if out.error is not None or out.truncated_tokens or not same_output(out, ref):
             problems.append(f"{data.name}/{data.items[i].id}: an item under the limit came back changed")
     for i in affected:
         n = full[i]

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from servegate.contracts import logprob_bodies
 from servegate.contracts.responses import (
     AssistantMessage,
     ChatChoice,
@@ -41,43 +42,23 @@ def usage_body(usage: Usage) -> UsageBody:
     )
 
 
-def _token_logprobs(event: FinishEvent) -> tuple[list[float], list[dict[str, float]] | None]:
-    values = list(event.logprobs or ())
-    alternatives = [dict(t) for t in event.top_logprobs] if event.top_logprobs else None
-    return values, alternatives
+def _alternatives(event: FinishEvent) -> list[dict[str, float]] | None:
+    """The top alternatives per token, None when the request asked for none."""
+    return [dict(t) for t in event.top_logprobs] if event.top_logprobs is not None else None
 
 
 def completion_logprobs(event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any] | None:
     """The completions API's logprobs object, {tokens, token_logprobs, top_logprobs, text_offset}."""
     if event.logprobs is None:
         return None
-    values, alternatives = _token_logprobs(event)
-    offsets, at = [], 0
-    for token in tokens:
-        offsets.append(at)
-        at += len(token)
-    return {"tokens": list(tokens), "token_logprobs": values, "top_logprobs": alternatives, "text_offset": offsets}
+    return logprob_bodies.completion_logprobs(tokens, event.logprobs, _alternatives(event))
 
 
 def chat_logprobs(event: FinishEvent, tokens: Sequence[str]) -> dict[str, Any] | None:
     """The chat API's logprobs object, {content: [{token, logprob, bytes, top_logprobs}]}."""
     if event.logprobs is None:
         return None
-    values, alternatives = _token_logprobs(event)
-    content = []
-    for i, (token, value) in enumerate(zip(tokens, values, strict=False)):
-        top = alternatives[i] if alternatives and i < len(alternatives) else {}
-        content.append(
-            {
-                "token": token,
-                "logprob": value,
-                "bytes": list(token.encode("utf-8")),
-                "top_logprobs": [
-                    {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for t, lp in top.items()
-                ],
-            }
-        )
-    return {"content": content}
+    return logprob_bodies.chat_logprobs(tokens, event.logprobs, _alternatives(event))
 
 
 def total_usage(usages: Sequence[Usage], n: int) -> Usage:
@@ -135,14 +116,22 @@ class BodyBuilder:
         usage = usage_body(total_usage([event.usage for event, _ in choices], self.n))
         return self._dump(ChatCompletionResponse(**self._head(), choices=bodies, usage=usage))
 
-    def completion_chunk(self, text: str, reason: FinishReason | None = None, index: int = 0) -> dict[str, Any]:
-        """One streamed completion chunk of choice `index`."""
-        choice = CompletionChoice(index=index, text=text, finish_reason=reason)
+    def completion_chunk(
+        self, text: str, reason: FinishReason | None = None, index: int = 0, logprobs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One streamed completion chunk of choice `index` (with its tokens' logprobs object when asked for)."""
+        choice = CompletionChoice(index=index, text=text, finish_reason=reason, logprobs=logprobs)
         return self._dump(CompletionResponse(**self._head(), choices=[choice]))
 
-    def chat_chunk(self, delta: ChatDelta, reason: FinishReason | None = None, index: int = 0) -> dict[str, Any]:
-        """One streamed chat chunk of choice `index`."""
-        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=reason)
+    def chat_chunk(
+        self,
+        delta: ChatDelta,
+        reason: FinishReason | None = None,
+        index: int = 0,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One streamed chat chunk of choice `index` (with its tokens' logprobs object when asked for)."""
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=reason, logprobs=logprobs)
         body = self._dump(ChatCompletionChunk(**self._head(), choices=[choice]))
         body["choices"][0]["delta"] = delta.model_dump(mode="json", exclude_none=True)  # OpenAI omits unset keys
         return body

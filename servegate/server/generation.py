@@ -186,13 +186,30 @@ def cache_state(state: ServerState, finishes: list[bool]) -> str | None:
     return "partial" if any(finishes) else "miss"
 
 
+def _tokenizer(state: ServerState) -> Any:
+    """The engine's tokenizer, None where it has none of its own."""
+    preprocessor = getattr(state.engine, "preprocessor", None)
+    return getattr(preprocessor, "tokenizer", None)
+
+
 def token_strings(state: ServerState, run: EngineRun, finish: FinishEvent) -> list[str]:
     """Each generated token's own text, as the top alternatives name tokens (EOS as the tokenizer writes it)."""
-    preprocessor = getattr(state.engine, "preprocessor", None)  # an endpoint engine has no tokenizer of its own
-    tokenizer = getattr(preprocessor, "tokenizer", None)
+    if finish.tokens is not None:  # the engine named them (an endpoint: as the remote's logprobs did)
+        return list(finish.tokens)
+    tokenizer = _tokenizer(state)
     if tokenizer is None:
         return token_texts(run.tokens)
     return [tokenizer.decode([int(token)]) for token in finish.token_ids]
+
+
+def event_token_strings(state: ServerState, event: TokenEvent) -> list[str]:
+    """The own text of each token of one streamed event, named as token_strings names them."""
+    if event.tokens is not None:
+        return list(event.tokens)
+    tokenizer = _tokenizer(state)
+    if tokenizer is None or not event.token_ids:
+        return token_texts([event])
+    return [tokenizer.decode([int(token)]) for token in event.token_ids]
 
 
 async def complete(

@@ -17,11 +17,12 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
+from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
 from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
 from servegate.server.bodies import BodyBuilder, finish_reason
-from servegate.server.generation import EngineRun, cache_state, first_failure
+from servegate.server.generation import EngineRun, cache_state, event_token_strings, first_failure
 from servegate.server.state import ServerState
 
 log = logging.getLogger("servegate.server")
@@ -61,7 +62,23 @@ def _finish_chunk(
     return builder.completion_chunk(rest, reason, index)
 
 
+def _chunk_logprobs(
+    state: ServerState, event: TokenEvent, chat: bool, offset: int
+) -> tuple[dict[str, Any] | None, int]:
+    """The logprobs object of one streamed event (None when not asked for), and the text offset after it."""
+    if event.logprobs is None:
+        return None, offset
+    names = event_token_strings(state, event)
+    tops = list(event.top_logprobs) if event.top_logprobs is not None else None
+    if chat:
+        body = logprob_bodies.chat_logprobs(names, event.logprobs, tops)
+    else:
+        body = logprob_bodies.completion_logprobs(names, event.logprobs, tops, offset)
+    return body, offset + sum(len(n) for n in names[: len(event.logprobs)])
+
+
 async def _chunks(
+    state: ServerState,
     runs: list[EngineRun],
     firsts: list[TokenEvent | FinishEvent],
     builder: BodyBuilder,
@@ -76,6 +93,7 @@ async def _chunks(
         asyncio.ensure_future(_pump(i, run, queue)) for i, run in enumerate(runs) if isinstance(firsts[i], TokenEvent)
     ]
     streamed = [""] * len(runs)
+    offsets = [0] * len(runs)
     usages: list[Usage] = []
     finished = 0
     try:
@@ -88,10 +106,14 @@ async def _chunks(
                 yield sse(event.to_body())
                 break
             if isinstance(event, TokenEvent):
-                if event.text:
+                logprobs, offsets[index] = _chunk_logprobs(state, event, chat, offsets[index])
+                if event.text or logprobs is not None:  # a token without text (EOS) still has its logprob
                     streamed[index] += event.text
-                    chunk = builder.chat_chunk(ChatDelta(content=event.text), index=index) if chat else None
-                    yield sse(chunk if chat else builder.completion_chunk(event.text, index=index))
+                    if chat:
+                        delta = ChatDelta(content=event.text)
+                        yield sse(builder.chat_chunk(delta, index=index, logprobs=logprobs))
+                    else:
+                        yield sse(builder.completion_chunk(event.text, index=index, logprobs=logprobs))
                 continue
             yield sse(_finish_chunk(runs[index], event, streamed[index], builder, chat, index))
             runs[index].record(endpoint, event)
@@ -131,5 +153,5 @@ async def stream_response(
     headers = {"Cache-Control": "no-cache", "X-Request-Id": builder.id, "X-Accel-Buffering": "no"}
     if builder.cache is not None:
         headers["X-Servegate-Cache"] = builder.cache
-    body = _chunks(runs, firsts, builder, endpoint, chat, include_usage)
+    body = _chunks(state, runs, firsts, builder, endpoint, chat, include_usage)
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)

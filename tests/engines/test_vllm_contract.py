@@ -96,6 +96,48 @@ def test_limits_truncation_logprobs_and_the_queue_bound_hold_in_front_of_vllm(
     assert isinstance(late, ErrorEvent) and late.error.code == "deadline_exceeded", late
 
 
+def test_logprobs_pass_through_an_endpoint_in_front_of_vllm(vllm_server: VllmServer, tmp_path: Path) -> None:
+    """vLLM's own token ids (`return_token_ids`), and its logprobs in the OpenAI shape, lists of one length."""
+    import httpx
+
+    from servegate.server import create_app
+
+    served = endpoint(
+        tmp_path, vllm_server, "preprocess: {max_input_tokens: 128, chat_template: none}", name="logprobs"
+    )
+    params = SamplingParams(max_tokens=8, logprobs=True, top_logprobs=2)
+    [answer] = build(served).generate([GenerationRequest("lp", prompt="the model 123+456=", params=params)])
+    assert isinstance(answer, FinishEvent) and answer.token_source == "remote", answer
+    assert answer.logprobs is not None and answer.tokens is not None and answer.top_logprobs is not None
+    n = answer.usage.completion_tokens
+    assert len(answer.token_ids) == len(answer.logprobs) == len(answer.tokens) == len(answer.top_logprobs) == n > 0
+
+    async def ask() -> list[httpx.Response]:
+        app = create_app(served)
+        completion = {"model": "logprobs", "prompt": "the model 123+456=", "max_tokens": 8, "temperature": 0,
+                      "logprobs": 2}  # fmt: skip
+        chat = {"model": "logprobs", "messages": [{"role": "user", "content": "12+34="}], "max_tokens": 8,
+                "temperature": 0, "logprobs": True}  # fmt: skip
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gate", timeout=120) as client:
+                for _ in range(600):
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.1)
+                return [await client.post("/v1/completions", json=completion),
+                        await client.post("/v1/chat/completions", json=chat)]  # fmt: skip
+
+    through, talk = asyncio.run(ask())
+    assert through.status_code == 200 and talk.status_code == 200, (through.text, talk.text)
+    logprobs = through.json()["choices"][0]["logprobs"]
+    lengths = {len(logprobs[k]) for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    assert lengths == {through.json()["usage"]["completion_tokens"]}
+    assert "".join(logprobs["tokens"]).startswith(through.json()["choices"][0]["text"])
+    content = talk.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == talk.json()["usage"]["completion_tokens"] > 0 and all(c["logprob"] <= 0 for c in content)
+
+
 def test_gates_on_a_vllm_endpoint_measure_vllm(vllm_server: VllmServer, tmp_path: Path) -> None:
     base = reference_with_suites(tmp_path)
     same = endpoint(tmp_path, vllm_server, "preprocess: {max_input_tokens: 128}\n" + suites(80), name="same")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
+from support.servegate_remote import ServegateRemote
 
 from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
@@ -71,6 +72,33 @@ def test_a_remote_that_answers_differently_fails_quantization_and_truncation_gat
     verdicts = {g.name: g.verdict for g in report.gates if g.verdict != "skipped"}
     assert verdicts == {"quantization": "fail", "truncation": "fail"}
     assert report.verdict == "fail"
+
+
+def test_an_honest_endpoint_in_front_of_servegate_passes_the_batching_and_truncation_gates() -> None:
+    """The issue: servegate's own server sends no token ids, and both gates counted every equal text as changed."""
+    remote = json.loads(json.dumps(BASE))
+    remote["name"] = "remote"  # the model id it lists, the candidate's endpoint_model
+    remote["postprocess"]["logprobs"] = True
+    with ServegateRemote(remote) as running:
+        report = check(reference(), candidate(running.url), "batching", "truncation")
+    ran = {g.name: g for g in report.gates if g.verdict != "skipped"}
+    assert {name: g.verdict for name, g in ran.items()} == {"batching": "pass", "truncation": "pass"}, [
+        g.reason for g in ran.values()
+    ]
+    assert ran["batching"].measurements.mismatches == 0
+    assert ran["batching"].measurements.token_source == ran["truncation"].measurements.token_source == "logprobs"
+    assert "servegate" in ran["batching"].measurements.ran_on
+
+
+def test_an_endpoint_whose_remote_names_no_tokens_is_compared_by_its_text() -> None:
+    """No logprobs offered: the tokens are the text re-tokenized (no EOS), so the text decides, and says so."""
+    remote = json.loads(json.dumps(BASE))
+    remote["name"] = "remote"
+    with ServegateRemote(remote) as running:  # postprocess.logprobs is off: it refuses logprobs
+        report = check(reference(), candidate(running.url), "batching")
+    [batching] = [g for g in report.gates if g.name == "batching"]
+    assert batching.verdict == "pass", batching.reason
+    assert batching.measurements.token_source == "tokenizer" and "candidate tokens: tokenizer" in batching.reason
 
 
 def test_an_unreachable_remote_is_unavailable_not_inferior() -> None:

@@ -118,6 +118,26 @@ def test_logprob_tokens_are_named_as_their_top_alternatives_name_them(server: Se
         assert logprobs["tokens"][-1] == info["eos_token"]
 
 
+def _stream(server: ServerProcess, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", server.url(path), json={**body, "stream": True}, timeout=60) as stream:
+        assert stream.status_code == 200
+        return [json.loads(x[6:]) for x in stream.iter_lines() if x.startswith("data: {")]
+
+
+def test_a_stream_carries_each_tokens_logprobs_as_the_whole_answer_does(server: ServerProcess) -> None:
+    """Streamed, logprobs came back null (an endpoint in front of servegate then had none to pass on)."""
+    body = {"model": MODEL, "prompt": "503+96=", "max_tokens": 12, "temperature": 0, "logprobs": 2}
+    parts = [c["choices"][0]["logprobs"] for c in _stream(server, "/v1/completions", body) if c["choices"]]
+    whole = _complete(server, **body)["choices"][0]["logprobs"]  # the response cache replays the streamed one
+    streamed = {k: [v for p in parts if p for v in p[k]] for k in whole}
+    assert streamed == whole and len(whole["tokens"]) > 0
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "7+8="}], "max_tokens": 8, "temperature": 0,
+            "logprobs": True, "top_logprobs": 1}  # fmt: skip
+    pieces = [c["choices"][0]["logprobs"] for c in _stream(server, "/v1/chat/completions", chat) if c["choices"]]
+    answer = _post(server, "/v1/chat/completions", chat).json()["choices"][0]["logprobs"]["content"]
+    assert [e for p in pieces if p for e in p["content"]] == answer and answer
+
+
 def test_tokenizer_routes_answer_as_vllm_shapes_them(server: ServerProcess) -> None:
     info = httpx.get(server.url("/tokenizer_info"), timeout=10)
     assert info.status_code == 200

@@ -54,6 +54,11 @@ class RemoteBehaviour:
     does not use it): the same prompt with another seed is a hit too."""
     prefill_s_per_token: float = 0.0
     """Seconds before the first chunk per prompt token the prefix cache does not hold (added to delay_s)."""
+    logprobs: bool = True
+    """False: `logprobs` in a request is ignored and none are streamed (a remote that offers none)."""
+    token_ids: Callable[[str], list[int]] | None = None
+    """vLLM's `return_token_ids`: the ids of an answer's text (one per character, the rest in the last chunk),
+    sent when the request asks for them; None: no ids are ever sent."""
     prefix_cache: Literal["off", "salted", "shared"] = "off"
     """Prefix cache of 16-token blocks: `salted` per cache_salt (as vLLM), `shared` ignoring it (the fault:
     tenants share entries, which only the time to first token shows: /metrics counts nothing)."""
@@ -145,14 +150,20 @@ class FakeRemote:
         try:
             if delay_s:
                 await asyncio.sleep(delay_s)
-            want = body.get("logprobs")
+            want = body.get("logprobs") and self.behaviour.logprobs
+            given = self.behaviour.token_ids
+            ids = given(text) if given is not None and body.get("return_token_ids") else None
             for i, char in enumerate(text):
                 choice: dict[str, Any] = {"index": 0, "text": char, "finish_reason": None}
                 if want:
                     choice["logprobs"] = {"tokens": [char], "token_logprobs": [-0.5 - i / 100],
                                           "top_logprobs": [{char: -0.5 - i / 100}]}  # fmt: skip
+                if ids is not None:
+                    choice["token_ids"] = ids[i : i + 1]
                 yield f"data: {json.dumps({'choices': [choice]})}\n\n"
             end = {"index": 0, "text": "", "finish_reason": "length", "stop_reason": None}
+            if ids is not None and ids[len(text) :]:
+                end["token_ids"] = ids[len(text) :]
             yield f"data: {json.dumps({'choices': [end]})}\n\n"
             usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(text)}
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"

@@ -49,7 +49,18 @@ class Admission:
         cache = self.parts.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            sink(TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True))
+            sink(
+                TokenEvent(
+                    request.id,
+                    hit.token_ids,
+                    hit.text,
+                    hit.logprobs,
+                    time.monotonic(),
+                    cached=True,
+                    top_logprobs=hit.top_logprobs,
+                    tokens=hit.tokens,
+                )
+            )
             sink(hit)
             return None
         try:

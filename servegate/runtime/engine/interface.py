@@ -70,6 +70,12 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+TokenSource = Literal["engine", "remote", "logprobs", "tokenizer"]
+"""Where a result's token ids come from: `engine`, the ids the engine generated; `remote`, a remote's own ids
+(vLLM's return_token_ids); `logprobs`, a remote's logprobs tokens read as ids with the manifest's tokenizer;
+`tokenizer`, a remote's text re-tokenized with the manifest's tokenizer (no EOS: the text decides equality)."""
+
+
 @dataclass(frozen=True)
 class TokenEvent:
     """New output text for a request (one or more tokens)."""
@@ -83,6 +89,10 @@ class TokenEvent:
     """time.monotonic() when the tokens were produced."""
     cached: bool = False
     """The whole output, replayed from the response cache (its FinishEvent follows at once)."""
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+    """Per token, its top alternatives (only when the request asks for top_logprobs)."""
+    tokens: tuple[str, ...] | None = None
+    """Each token's own text as the engine names it (a remote's logprobs tokens); None: the tokenizer names them."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,11 @@ class FinishEvent:
     usage: Usage
     logprobs: tuple[float, ...] | None = None
     top_logprobs: tuple[dict[str, float], ...] | None = None
+    tokens: tuple[str, ...] | None = None
+    """Each output token's own text as the engine names it (a remote's logprobs tokens), one per logprob;
+    None: the tokenizer names them from token_ids."""
+    token_source: TokenSource = "engine"
+    """Where token_ids come from (TokenSource)."""
     fallback_used: bool = False
     """Served by the fallback model."""
     cached: bool = False

@@ -129,7 +129,10 @@ class EngineLoop:
             if state.first_token_at is None:
                 state.first_token_at = now
             wanted = (logprob,) if state.params.logprobs and logprob is not None else None
-            state.delivery.token(TokenEvent(state.request.id, (token,), delta.text, wanted, now))
+            # sampling appended this token's alternatives (a stream carries them per token, as OpenAI's does)
+            top = (state.top_logprobs[-1],) if wanted and state.params.top_logprobs > 0 and state.top_logprobs else None
+            event = TokenEvent(state.request.id, (token,), delta.text, wanted, now, top_logprobs=top)
+            state.delivery.token(event)
             if delta.finish_reason is not None:
                 done.append(state)
         finish_requests(done, now, self.parts, self.table)

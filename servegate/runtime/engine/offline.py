@@ -3,7 +3,9 @@
 Input lines: {"id": ..., "prompt": "..."} or {"id": ..., "messages": [...]}, plus any request parameter
 of the completions / chat API (max_tokens, temperature, top_p, top_k, seed, stop, logprobs, user),
 validated by the same contract as the server, with the same defaults. Output lines, in input order:
-{"id", "text", "finish_reason", "usage"} or {"id", "error": {"message", "type", "code", "param"}}.
+{"id", "text", "finish_reason", "usage"} or {"id", "error": {"message", "type", "code", "param"}}; with
+logprobs asked for, "logprobs" in the shape the line's API answers it (completions: tokens, token_logprobs,
+top_logprobs, text_offset; chat: content).
 
 Resumable: each result is appended, flushed and fsynced before the next, so after a kill every line
 in the output is whole except perhaps a torn last one, which a rerun cuts off. A rerun skips the ids
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import ChatCompletionRequest, parse_request
@@ -154,8 +157,20 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
     return request
 
 
-def result_record(rid: RecordId, event: FinishEvent | ErrorEvent) -> dict[str, Any]:
-    """The output line of one result."""
+def token_names(engine: Any, event: FinishEvent) -> list[str]:
+    """Each generated token's own text: as the engine named it (a remote), else as its tokenizer writes it."""
+    if event.tokens is not None:
+        return list(event.tokens)
+    tokenizer = getattr(getattr(engine, "preprocessor", None), "tokenizer", None)
+    if tokenizer is None:
+        return []  # logprob_bodies names each entry "" rather than dropping it
+    return [tokenizer.decode([int(token)]) for token in event.token_ids]
+
+
+def result_record(
+    rid: RecordId, event: FinishEvent | ErrorEvent, chat: bool = False, names: list[str] | None = None
+) -> dict[str, Any]:
+    """The output line of one result; logprobs in the API's shape (`chat`: the chat API's), tokens as `names`."""
     if isinstance(event, ErrorEvent):
         return {"id": rid, "error": event.error.to_body()["error"]}
     usage = event.usage
@@ -171,7 +186,11 @@ def result_record(rid: RecordId, event: FinishEvent | ErrorEvent) -> dict[str, A
         },
     }
     if event.logprobs is not None:
-        record["logprobs"] = list(event.logprobs)
+        tops = list(event.top_logprobs) if event.top_logprobs is not None else None
+        if chat:
+            record["logprobs"] = logprob_bodies.chat_logprobs(names or [], event.logprobs, tops)
+        else:
+            record["logprobs"] = logprob_bodies.completion_logprobs(names or [], event.logprobs, tops)
     for flag in ("fallback_used", "cached"):
         if getattr(event, flag):
             record[flag] = True
@@ -191,7 +210,8 @@ async def _result_of(engine: Any, served: ServedModel, item: InputLine) -> dict[
             final = event
     if final is None:  # an engine must end every request; say so rather than drop the line
         final = ErrorEvent(str(item.id), ServingError("internal", incident="no-result"))
-    return result_record(item.id, final)
+    names = token_names(engine, final) if isinstance(final, FinishEvent) and final.logprobs is not None else None
+    return result_record(item.id, final, chat=request.messages is not None, names=names)
 
 
 class _Appender:

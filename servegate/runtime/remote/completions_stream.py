@@ -16,6 +16,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest, trim_at_stop
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, TokenEvent, Usage
 from servegate.runtime.postprocess import OutputValidator
+from servegate.runtime.remote.token_source import TokenReader, answer_tokens
 
 
 def error_from_status(status: int, body: str) -> ServingError:
@@ -44,6 +45,8 @@ class RemoteReply:
     token_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     top_logprobs: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    tokens: list[str] = dataclasses.field(default_factory=list)
+    """Each logprob's token as the remote names it (its own text; EOS as the remote writes it)."""
     first: float | None = None
     finish: str | None = None
     stop_reason: Any = None
@@ -51,8 +54,22 @@ class RemoteReply:
     streamed: bool = False
 
 
-def completions_body(model: str, admitted: AdmittedRequest, cache_salt: str | None, vllm: bool) -> dict[str, Any]:
-    """The completions request a remote gets: the prompt as the manifest made it, as token ids, streamed."""
+def no_logprobs(base_url: str, why: str) -> ServingError:
+    """The catalogued refusal of a request that asks for logprobs a remote does not give."""
+    return ServingError(
+        "unsupported_parameter",
+        param="logprobs",
+        detail=f"the endpoint {base_url} returns no log-probabilities for generated tokens: {why}",
+    )
+
+
+def completions_body(
+    model: str, admitted: AdmittedRequest, cache_salt: str | None, vllm: bool, token_logprobs: bool = False
+) -> dict[str, Any]:
+    """The completions request a remote gets: the prompt as the manifest made it, as token ids, streamed.
+
+    `token_logprobs`: ask for logprobs although the client did not, so that the remote names its tokens
+    (a remote other than vLLM sends no token ids)."""
     p = admitted.request.params
     body: dict[str, Any] = {
         "model": model,
@@ -72,6 +89,8 @@ def completions_body(model: str, admitted: AdmittedRequest, cache_salt: str | No
         body["ignore_eos"] = True
     if p.logprobs or p.top_logprobs:
         body["logprobs"] = max(1, p.top_logprobs)
+    elif token_logprobs:
+        body["logprobs"] = 1
     if vllm:
         body["return_token_ids"] = True  # token ids as generated, not re-tokenized text
         if cache_salt is not None:
@@ -79,8 +98,13 @@ def completions_body(model: str, admitted: AdmittedRequest, cache_salt: str | No
     return body
 
 
-def read_choice(rid: str, choice: dict[str, Any], reply: RemoteReply) -> TokenEvent | None:
-    """Fold one streamed completions choice into `reply`; a TokenEvent when it carries text."""
+def read_choice(
+    rid: str, choice: dict[str, Any], reply: RemoteReply, wanted: bool = True, alternatives_wanted: bool = True
+) -> TokenEvent | None:
+    """Fold one streamed completions choice into `reply`; a TokenEvent when it carries text or tokens.
+
+    `wanted`, `alternatives_wanted`: the client asked for logprobs, for top alternatives (else the event
+    carries none, though the remote sent them)."""
     text = choice.get("text") or ""
     if choice.get("finish_reason"):
         reply.finish = str(choice["finish_reason"])
@@ -88,30 +112,48 @@ def read_choice(rid: str, choice: dict[str, Any], reply: RemoteReply) -> TokenEv
     ids = [int(t) for t in choice.get("token_ids") or []]
     reply.token_ids.extend(ids)
     logprobs = choice.get("logprobs") or {}
-    values = [float(v) for v in logprobs.get("token_logprobs") or [] if v is not None]
+    raw = logprobs.get("token_logprobs") or []
+    names = list(logprobs.get("tokens") or [])
+    tops = list(logprobs.get("top_logprobs") or [])
+    values, named, alternatives = [], [], []
+    for i, value in enumerate(raw):  # one entry per token; the lists line up by position
+        if value is None:
+            continue
+        values.append(float(value))
+        named.append(str(names[i]) if i < len(names) else "")
+        top = tops[i] if i < len(tops) else None
+        alternatives.append({str(k): float(v) for k, v in top.items()} if isinstance(top, dict) else {})
     reply.logprobs.extend(values)
-    reply.top_logprobs.extend(dict(t) for t in logprobs.get("top_logprobs") or [] if t is not None)
-    if not text and not ids:
+    reply.tokens.extend(named)
+    reply.top_logprobs.extend(alternatives)
+    if not text and not ids and not values:
         return None
     now = time.monotonic()
     reply.first = reply.first or now
     reply.text += text
-    return TokenEvent(rid, tuple(ids), text, tuple(values) if values else None, now)
+    if not wanted or not values:
+        return TokenEvent(rid, tuple(ids), text, None, now)
+    tops_out = tuple(alternatives) if alternatives_wanted else None
+    return TokenEvent(rid, tuple(ids), text, tuple(values), now, top_logprobs=tops_out, tokens=tuple(named))
 
 
 def final_event(
     served: ServedModel,
     validator: OutputValidator | None,
-    tokenizer: Any,
+    reader: TokenReader,
     admitted: AdmittedRequest,
     reply: RemoteReply,
+    base_url: str = "",
 ) -> FinishEvent | ErrorEvent:
-    """The final result with the manifest's postprocess applied: stop strings, the output schema."""
+    """The final result with the manifest's postprocess applied: stop strings, the output schema; the token ids
+    from the best source the remote gave (token_source.py). A request for logprobs the remote did not give
+    gets `unsupported_parameter`, never an empty list."""
     request, now = admitted.request, time.monotonic()
     text, stopped = trim_at_stop(reply.text, admitted.stop)
-    token_ids = reply.token_ids
-    if not token_ids and text:  # a remote that does not return ids: the manifest's tokenizer reads the text
-        token_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    params = request.params
+    if params.logprobs and (text or reply.token_ids) and not reply.logprobs:
+        return ErrorEvent(request.id, no_logprobs(base_url, "the answer has text but no token_logprobs"))
+    token_ids, source = answer_tokens(reader, reply.token_ids, reply.tokens, text)
     if stopped or isinstance(reply.stop_reason, str):
         reason = "stop"
     elif reply.finish == "stop":
@@ -125,7 +167,6 @@ def final_event(
         if problem is not None and served.failure_policy.on_invalid_output == "error":
             return ErrorEvent(request.id, ServingError("invalid_output", detail=problem))
     usage = reply.usage or {}
-    params = request.params
     result = FinishEvent(
         request_id=request.id,
         text=text,
@@ -137,7 +178,9 @@ def final_event(
             admitted.truncated_tokens,
         ),
         logprobs=tuple(reply.logprobs) if params.logprobs else None,
-        top_logprobs=tuple(reply.top_logprobs) if params.top_logprobs > 0 else None,
+        top_logprobs=tuple(reply.top_logprobs) if params.logprobs and params.top_logprobs > 0 else None,
+        tokens=tuple(reply.tokens) if params.logprobs else None,
+        token_source=source,
         output_valid=valid,
         ttft_s=None if reply.first is None else reply.first - admitted.arrival,
         e2e_s=now - admitted.arrival,

@@ -57,10 +57,12 @@ from servegate.runtime.remote.completions_stream import (
     completions_body,
     error_from_status,
     final_event,
+    no_logprobs,
     read_choice,
 )
 from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
 from servegate.runtime.remote.own_loop import run_on_own_loop
+from servegate.runtime.remote.token_source import TokenReader
 
 
 class EndpointEngine:
@@ -93,6 +95,9 @@ class EndpointEngine:
         )
         self._given_client = client
         self._tokenizer = tokenizer
+        self._reader: TokenReader | None = None
+        self.names_tokens = True
+        """Whether to ask a remote other than vLLM for logprobs to learn its tokens (False once it refused them)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._start_lock = threading.Lock()
         self._in_flight = 0
@@ -115,6 +120,7 @@ class EndpointEngine:
                 self._tokenizer = load_tokenizer(self.served)
             identity = asyncio.run(probe_identity(self.base_url, self.model))
             self.identity = identity
+            self._reader = TokenReader(self._tokenizer)
             self.contract = contract_parts(self.served, self._tokenizer)
             if self._fallback is not None:
                 self._fallback.start_sync()
@@ -156,7 +162,16 @@ class EndpointEngine:
         cache = self.contract.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            yield TokenEvent(request.id, hit.token_ids, hit.text, hit.logprobs, time.monotonic(), cached=True)
+            yield TokenEvent(
+                request.id,
+                hit.token_ids,
+                hit.text,
+                hit.logprobs,
+                time.monotonic(),
+                cached=True,
+                top_logprobs=hit.top_logprobs,
+                tokens=hit.tokens,
+            )
             yield hit
             return
         reply = RemoteReply()
@@ -219,27 +234,52 @@ class EndpointEngine:
             task.cancel()
             self.admission.release()
 
+    @property
+    def _vllm(self) -> bool:
+        return self.identity is not None and self.identity.engine == "vllm"
+
     def _body(self, admitted: AdmittedRequest) -> dict[str, Any]:
-        """The completions request the remote gets (vLLM also gets token ids back and the tenant's cache salt)."""
-        vllm = self.identity is not None and self.identity.engine == "vllm"
-        return completions_body(
-            self.model, admitted, salt_token(self.served, admitted.cache_salt) if vllm else None, vllm
-        )
+        """The completions request the remote gets: vLLM also gets token ids back and the tenant's cache salt;
+        any other remote is asked for logprobs, which name its tokens (token_source.py)."""
+        vllm = self._vllm
+        salt = salt_token(self.served, admitted.cache_salt) if vllm else None
+        return completions_body(self.model, admitted, salt, vllm, token_logprobs=not vllm and self.names_tokens)
 
     def _finish(self, admitted: AdmittedRequest, reply: RemoteReply) -> FinishEvent | ErrorEvent:
         """The final result with the manifest's postprocess applied, cached when the manifest caches."""
-        assert self.contract is not None
-        result = final_event(self.served, self.contract.validator, self._tokenizer, admitted, reply)
+        assert self.contract is not None and self._reader is not None
+        result = final_event(self.served, self.contract.validator, self._reader, admitted, reply, self.base_url)
         cache = self.contract.response_cache
         if cache is not None and isinstance(result, FinishEvent):
             cache.put(admitted.request, result)
         return result
 
+    async def _open(self, admitted: AdmittedRequest) -> Any:
+        """POST the streamed request; a remote that refuses the logprobs asked only to name tokens is asked
+        again without them (and not again later). A refusal of logprobs the client asked for is theirs."""
+        params = admitted.request.params
+        while True:
+            body = self._body(admitted)
+            resp = await self._client().send(
+                self._client().build_request("POST", self.base_url + "/completions", json=body), stream=True
+            )
+            if resp.status_code == 200:
+                return resp
+            text = (await resp.aread()).decode("utf-8", "replace")
+            await resp.aclose()
+            error = error_from_status(resp.status_code, text)
+            if resp.status_code == 400 and "logprobs" in body and _names(text, "logprobs"):
+                if not (params.logprobs or params.top_logprobs):
+                    self.names_tokens = False  # it offers none: its tokens come from the text from now on
+                    continue
+                raise no_logprobs(self.base_url, f"it answered 400: {error.message}")
+            raise error
+
     async def _stream(self, admitted: AdmittedRequest, reply: RemoteReply) -> AsyncIterator[Event]:
         rid = admitted.request.id
-        async with self._client().stream("POST", self.base_url + "/completions", json=self._body(admitted)) as resp:
-            if resp.status_code != 200:
-                raise error_from_status(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
+        params = admitted.request.params
+        resp = await self._open(admitted)
+        try:
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -253,9 +293,14 @@ class EndpointEngine:
                 if chunk.get("usage"):
                     reply.usage = chunk["usage"]
                 for choice in chunk.get("choices") or []:
-                    event = read_choice(rid, choice, reply)
-                    if event is not None:
-                        yield event
+                    event = read_choice(rid, choice, reply, params.logprobs, params.top_logprobs > 0)
+                    if event is None:
+                        continue
+                    if params.logprobs and not reply.logprobs:  # refused before anything streams: a proper status
+                        raise no_logprobs(self.base_url, "its first token came without token_logprobs")
+                    yield event
+        finally:
+            await resp.aclose()
 
     # --- the fallback ---------------------------------------------------------------------------
 
@@ -330,6 +375,17 @@ class EndpointEngine:
             response_cache_hits=cache.hits if cache is not None else 0,
             fallback_uses=self._fallback.uses if self._fallback is not None else 0,
         )
+
+
+def _names(body: str, param: str) -> bool:
+    """Whether a remote's error body is about `param` (its `param` field, else its message names it)."""
+    try:
+        err = json.loads(body).get("error", {})
+    except (json.JSONDecodeError, AttributeError):
+        return param in body
+    if not isinstance(err, dict):
+        return param in body
+    return err.get("param") == param or param in str(err.get("message") or "")
 
 
 __all__ = ["EndpointEngine"]
