@@ -200,8 +200,9 @@ class Runtime(Section):
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
     """Seed for sampling when a request gives none."""
     threads: int | None = Field(default=None, ge=1, le=1024)
-    """CPU threads for torch and for the BLAS linear layers use (`null`: torch's default). A fallback engine
-    on CPU beside a primary on CPU gets at most the cores the primary's threads leave, and at least one."""
+    """CPU threads for torch and for the BLAS linear layers use (`null`: OMP_NUM_THREADS when set, else half
+    the cores, at least one; not every core, whose team stalls whenever a neighbour takes one). A fallback
+    engine on CPU beside a primary on CPU gets at most the cores the primary's threads leave, and at least one."""
     cpu_linear: Literal["auto", "torch", "openblas"] = "auto"
     """Kernel for float32 linear layers on CPU: `torch` (MKL), `openblas` (numpy's OpenBLAS, up to 2x faster
     matrix-vector products on non-Intel CPUs), or `auto` (openblas on a non-Intel CPU when numpy has it and

@@ -13,12 +13,20 @@ so queueing is never hidden.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer, own_server, peak_memory
+from servegate.capacity.bench.contention import (
+    Contention,
+    ContentionProbe,
+    judge_contention,
+    run_queue_times,
+    wait_share_between,
+)
+from servegate.capacity.bench.own_server import bench_url, manifest_tokenizer, own_server, peak_memory
 from servegate.capacity.bench.run_metrics import slo_from_targets
 from servegate.capacity.bench.targets import PromptFactory
 from servegate.capacity.planning.target_checks import TargetCheck, check_targets
@@ -26,7 +34,22 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
-from servegate.gates.capacity_paired import bench_change_sides, bench_interleaved, judge, paired_mode
+from servegate.gates.capacity_machine import (
+    Control,
+    excuse,
+    has_excusable_miss,
+    held_note,
+    judge_control,
+    machine_reasons,
+)
+from servegate.gates.capacity_paired import (
+    CapacityVerdict,
+    as_bench_result,
+    bench_change_sides,
+    bench_interleaved,
+    judge,
+    paired_mode,
+)
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
 
@@ -105,6 +128,12 @@ class CapacityMeasurements(Measurements):
     """Whether the candidate was benched interleaved with the baseline (a change), not alone."""
     memory_unchecked: str | None = field(default=None, metadata=OPTIONAL)
     """Why the memory target was not checked; absent when it was."""
+    contention: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    """For a server benched here: the contention probe's team over one thread, the server threads' share of time
+    waiting for a core, whether its cores were contended and why (capacity/bench/contention.py)."""
+    control: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    """After a miss on a machine that seemed to hold: the reference form benched interleaved with the candidate,
+    its per-round p50s and spread, the candidate's verdict in that bench, whether the machine moved and why."""
 
 
 @register_gate(
@@ -128,6 +157,8 @@ class CapacityGate(Gate):
                 from servegate.capacity.bench.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
+                if not paired_mode(ctx.mode, ctx.baseline, served):  # torch's import overlaps the other gates
+                    ctx.prepared[f"{self.name}:probe"] = _probe(served)
                 if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
                     ctx.prepared[f"{self.name}:baseline"] = LocalServer(ctx.baseline).launch()
 
@@ -149,23 +180,68 @@ class CapacityGate(Gate):
             prepared = _RunningVllm(ctx.engines.get(served))  # the vLLM the other gates use, started once
         server = prepared if prepared is not None else self.server_factory(served)
         own_note = getattr(server, "memory_note", None)
-        change = None
-        if paired:
+        # a server that runs here shares this machine's cores: a miss counts only when they held (capacity_machine.py)
+        here = served.runtime.backend == "reference" and not paired
+        probe = (ctx.prepared.pop(f"{self.name}:probe", None) or _probe(served)) if here else None
+        change = control = contention = None
+        try:
             with server as running:
-                change = self._bench_change(running.url, ctx)
-                result, peak = change.candidate, peak_memory(running)
-        else:
-            measured = bench_own_server(
-                served,
-                [workload],
-                server=server,
-                tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
-                slo=slo_from_targets(targets),
-                progress=ctx.progress,
-                label=label,
-            )
-            result, peak = measured.results[0], measured.peak_memory_bytes
-        report = result.as_dict()
+                if paired:
+                    change = self._bench_change(running.url, ctx)
+                    result = change.candidate
+                else:
+                    result, contention = _bench_alone(served, running, probe, ctx.progress, label)
+                report = result.as_dict()
+                peak = peak_memory(running)
+                verdict, peak, note, unchecked = self._judge(ctx, report, result, (peak, own_note), memory, change)
+                if here and has_excusable_miss(verdict):
+                    verdict, control = self._unless_moved(ctx, verdict, report, contention, running.url, probe)
+        finally:
+            if probe is not None:
+                probe.stop()
+        measurements = CapacityMeasurements(
+            **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
+            targets=verdict.checks,
+            memory_total_bytes=memory.total_bytes if memory is not None else None,
+            peak_memory_bytes=peak,
+            machine_speed=report.get("machine_speed"),
+            client_limited=report.get("client_limited"),
+            load_average=report.get("load_average"),
+            paired=paired,
+            contention=contention.as_dict() if contention is not None else None,
+            control=control.as_dict() if control is not None else None,
+        )
+        if report["requests"]["completed"] == 0:
+            if on_remote(served):
+                where = served.runtime.endpoint_url
+                return self.result("unavailable", f"no request to {where} completed", measurements)
+            return self.result("fail", "no request of the bench completed", measurements)
+        if unchecked:
+            measurements = replace(measurements, memory_unchecked=unchecked)
+        if verdict.verdict != "pass":
+            also = f"; {unchecked}" if unchecked else ""
+            excused = any(c.get("machine_moved") for c in verdict.checks)  # the machine's moves said there already
+            unsteady = "" if excused else _unsteady(report)
+            return self.result(verdict.verdict, verdict.reason + also + unsteady, measurements)
+        how = "against the baseline, interleaved, and " if paired else ""
+        met = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}"
+        if unchecked:
+            return self.result("warn", f"{met}; {unchecked}", measurements)
+        return self.result("pass", met + (f" ({note})" if note else ""), measurements)
+
+    def _judge(
+        self,
+        ctx: GateContext,
+        report: dict[str, Any],
+        result: Any,
+        measured: tuple[int | None, str | None],
+        memory: Any,
+        change: Any,
+    ) -> tuple[CapacityVerdict, int | None, str, str]:
+        """Every target against the bench (`measured`: the server's peak memory and its own note on it): the
+        verdict, the peak memory, the memory note and why memory was not checked ('' when it was)."""
+        served, targets = ctx.candidate, ctx.candidate.capacity.targets
+        peak, own_note = measured
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
@@ -183,32 +259,50 @@ class CapacityGate(Gate):
                 unchecked = "memory target not checked: the model config could not be read"
         checks = check_targets(targets, report, memory_bytes)
         records = [r for run in result.runs for r in run.records]
-        verdict = judge(targets, records, checks, change, describe_miss=_miss, load=report.get("load_average"))
-        measurements = CapacityMeasurements(
-            **{k: report[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
-            targets=verdict.checks,
-            memory_total_bytes=memory.total_bytes if memory is not None else None,
-            peak_memory_bytes=peak,
-            machine_speed=report.get("machine_speed"),
-            client_limited=report.get("client_limited"),
-            load_average=report.get("load_average"),
-            paired=paired,
-        )
-        if report["requests"]["completed"] == 0:
-            if on_remote(served):
-                where = served.runtime.endpoint_url
-                return self.result("unavailable", f"no request to {where} completed", measurements)
-            return self.result("fail", "no request of the bench completed", measurements)
-        if unchecked:
-            measurements = replace(measurements, memory_unchecked=unchecked)
-        if verdict.verdict != "pass":
-            also = f"; {unchecked}" if unchecked else ""
-            return self.result(verdict.verdict, verdict.reason + also + _unsteady(report), measurements)
-        how = "against the baseline, interleaved, and " if paired else ""
-        met = f"{len(verdict.checks)} target(s) met {how}at {_load(workload)}"
-        if unchecked:
-            return self.result("warn", f"{met}; {unchecked}", measurements)
-        return self.result("pass", met + (f" ({note})" if note else ""), measurements)
+        # a server here has its machine judged in capacity_machine.py; a remote's misses on an oversubscribed client
+        # machine are warnings here
+        load = None if served.runtime.backend == "reference" and change is None else report.get("load_average")
+        verdict = judge(targets, records, checks, change, describe_miss=_miss, load=load)
+        return verdict, peak, note, unchecked
+
+    def _unless_moved(
+        self,
+        ctx: GateContext,
+        verdict: CapacityVerdict,
+        report: dict[str, Any],
+        contention: Contention | None,
+        candidate_url: str,
+        probe: ContentionProbe | None,
+    ) -> tuple[CapacityVerdict, Control | None]:
+        """A miss of a server benched here: excused when the machine moved during the bench; else measured again,
+        interleaved with the reference form, and excused when the machine moved then (capacity_machine.py)."""
+        reasons = machine_reasons(report, contention)
+        if reasons:
+            return excuse(verdict, reasons), None
+        if ctx.baseline.runtime.backend != "reference":
+            return verdict, None
+        control = self._control(ctx, candidate_url, probe)
+        if control.reasons:
+            return excuse(verdict, control.reasons), control
+        return CapacityVerdict(verdict.verdict, verdict.reason + held_note(control), verdict.checks), control
+
+    def _control(self, ctx: GateContext, candidate_url: str, probe: ContentionProbe | None) -> Control:
+        """The reference form's server started beside the candidate's, both benched interleaved."""
+        served, reference = ctx.candidate, ctx.baseline
+        targets = served.capacity.targets
+        prompts = PromptFactory(manifest_tokenizer(served))
+        total = 2 * served.capacity.workload.num_requests
+        ctx.progress.start(f"capacity: {total} requests (the reference form interleaved: did the machine hold?)", total)
+        with self.server_factory(reference) as reference_server:
+            began = time.time()
+            runs = asyncio.run(
+                bench_interleaved(reference_server.url, candidate_url, reference, served, prompts, ctx.progress.advance)
+            )
+            ended = time.time()
+        side = as_bench_result(runs, served.capacity.workload, slo_from_targets(targets), candidate_url)
+        second = judge(targets, runs.pooled("candidate"), check_targets(targets, side.as_dict(), None))
+        seen = judge_contention(probe.samples_between(began, ended), probe.threads) if probe is not None else None
+        return judge_control(runs, second.verdict, seen)
 
     def _bench_change(self, candidate_url: str, ctx: GateContext) -> Any:
         """A change: the baseline's server started beside the candidate's and both benched interleaved."""
@@ -253,3 +347,35 @@ def _load(workload: Any) -> str:
     if workload.arrival == "closed":
         return f"{workload.concurrency} requests in flight"
     return f"{workload.rate_rps:g} requests/s ({workload.arrival})"
+
+
+def _probe(served: ServedModel) -> ContentionProbe:
+    """The contention probe for the server's torch team (runtime.threads, else the runtime's default), launched."""
+    from servegate.runtime.model.cpu_linear import default_threads
+
+    return ContentionProbe(served.runtime.threads or default_threads()).launch()
+
+
+def _bench_alone(
+    served: ServedModel, running: Any, probe: ContentionProbe | None, progress: Any, label: str
+) -> tuple[Any, Contention | None]:
+    """The declared workload against the running server, with what the probe and the server's own threads'
+    run-queue wait said about its cores meanwhile (None when nothing was probed)."""
+    pid = getattr(running, "pid", None)
+    before = run_queue_times(pid) if pid else None
+    if probe is not None:
+        probe.begin()
+    began = time.time()
+    result = bench_url(
+        running.url,
+        served.capacity.workload,
+        served=served,
+        tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
+        slo=slo_from_targets(served.capacity.targets),
+        progress=progress,
+        label=label,
+    )
+    if probe is None:
+        return result, None
+    wait = wait_share_between(before, run_queue_times(pid) if pid else None)
+    return result, judge_contention(probe.samples_between(began, time.time()), probe.threads, wait)

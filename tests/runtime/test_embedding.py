@@ -52,12 +52,13 @@ def model() -> EmbeddingModel:
 
 
 def test_torch_threads_follow_the_manifest_not_an_earlier_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_linear, "TORCH_DEFAULT_THREADS", 3)
+    monkeypatch.setattr(cpu_linear, "TORCH_DEFAULT_THREADS", 6)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # what a generation model routed to OpenBLAS leaves behind
         EmbeddingModel(minilm())
-        assert torch.get_num_threads() == 3  # no runtime.threads: torch's default again
+        assert torch.get_num_threads() == 3  # no runtime.threads: the default again, half the cores
         served = minilm()
         EmbeddingModel(served.model_copy(update={"runtime": served.runtime.model_copy(update={"threads": 2})}))
         assert torch.get_num_threads() == 2

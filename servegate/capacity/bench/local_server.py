@@ -51,6 +51,11 @@ class LocalServer:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs (None before launch() and after stop())."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def url(self) -> str:
         """Base URL of the OpenAI API (…/v1)."""
         return f"http://127.0.0.1:{self.port}/v1"

@@ -23,27 +23,29 @@ _said: set[tuple[str, int, str]] = set()
 """Fallbacks whose lowered threads were already reported at WARNING in this process."""
 
 
-def fallback_threads(primary_threads: int | None, declared: int | None, cores: int) -> int | None:
-    """The torch threads the fallback gets: its `declared` `runtime.threads` (None: torch's default, `cores`),
-    lowered to what the primary's threads leave of `cores` but never below 1; None when left as declared."""
-    wanted = declared or cores
-    room = max(1, cores - (primary_threads or cores))
+def fallback_threads(primary_threads: int | None, declared: int | None, cores: int, default: int) -> int | None:
+    """The torch threads the fallback gets: its `declared` `runtime.threads` (None: the runtime's `default`),
+    lowered to what the primary's threads (None: `default`) leave of `cores` but never below 1; None when
+    left as declared."""
+    wanted = declared or default
+    room = max(1, cores - (primary_threads or default))
     return room if wanted > room else declared
 
 
 def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
     """The fallback manifest as it runs beside `primary` in one process: its threads capped (see above)
     when both run on CPU, with a warning saying so; unchanged otherwise."""
-    from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS
+    from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, default_threads
 
     if primary.runtime.backend != "reference" or fallback.runtime.backend != "reference":
         return fallback
     if not (_on_cpu(primary) and _on_cpu(fallback)):
         return fallback
-    threads = fallback_threads(primary.runtime.threads, fallback.runtime.threads, TORCH_DEFAULT_THREADS)
+    default = default_threads()
+    threads = fallback_threads(primary.runtime.threads, fallback.runtime.threads, TORCH_DEFAULT_THREADS, default)
     if threads == fallback.runtime.threads:
         return fallback
-    declared = fallback.runtime.threads or f"torch's default ({TORCH_DEFAULT_THREADS})"
+    declared = fallback.runtime.threads or f"the default ({default})"
     said = (fallback.name, threads, str(declared))
     # gate check builds the same engine several times: say it once per process
     (log.info if said in _said else log.warning)(
@@ -52,7 +54,7 @@ def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
         fallback.name,
         threads,
         declared,
-        primary.runtime.threads or TORCH_DEFAULT_THREADS,
+        primary.runtime.threads or default,
         TORCH_DEFAULT_THREADS,
     )
     _said.add(said)

@@ -16,6 +16,7 @@ when it was replaced or moved, so `model.to(...)` after routing stays correct.
 from __future__ import annotations
 
 import functools
+import os
 import types
 from pathlib import Path
 from typing import Any, Literal
@@ -27,16 +28,32 @@ import torch.nn.functional as F
 CpuLinear = Literal["auto", "torch", "openblas"]
 
 TORCH_DEFAULT_THREADS = torch.get_num_threads()
-"""torch's intra-op threads when servegate's runtime was first imported (its default: the physical cores)."""
+"""torch's intra-op threads when servegate's runtime was first imported (its default: the physical cores,
+or OMP_NUM_THREADS when set)."""
+
+
+def default_threads() -> int:
+    """The threads a runtime gets when its manifest leaves `runtime.threads` unset: OMP_NUM_THREADS when
+    set, else half the cores torch counts, at least one.
+
+    Not every core, as torch would: torch waits at the end of each parallel op for its slowest thread, so a
+    team as large as the machine stalls whenever anything else takes a core, the server's own HTTP thread
+    and a load generator included. On the 2-core VM the quickstart's decode steps took 4 ms on one thread
+    and 250 ms on two with two processes spinning at nice 19 beside it (benchmarks/README.md, "Threads and
+    contention"); half leaves a core per thread for the rest.
+    """
+    if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    return max(1, TORCH_DEFAULT_THREADS // 2)
 
 
 def use_torch_threads(threads: int | None) -> None:
-    """Give torch `threads` intra-op threads (a manifest's `runtime.threads`), else its default.
+    """Give torch `threads` intra-op threads (a manifest's `runtime.threads`), else default_threads().
 
     Every model load starts from its own manifest's setting: a model routed to OpenBLAS earlier in the
     process left torch on one thread, which would otherwise carry over to the next model loaded.
     """
-    torch.set_num_threads(threads or TORCH_DEFAULT_THREADS)
+    torch.set_num_threads(threads or default_threads())
 
 
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -149,7 +166,7 @@ def route_linears(model: torch.nn.Module) -> int:
 def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None) -> int:
     """Route the model's linears as `runtime.cpu_linear` says and size the thread pools; returns how many were.
 
-    Routed, the BLAS pool gets the threads (`runtime.threads`, else torch's default) and torch keeps one:
+    Routed, the BLAS pool gets the threads (`runtime.threads`, else default_threads()) and torch keeps one:
     OpenBLAS's workers spin between calls, and torch's OpenMP workers spin after each parallel op, so two
     pools on the same cores slow every step down (2x measured); torch's remaining work at decode (norms,
     rotary, attention over one query) is too small to gain from a second thread.
@@ -160,6 +177,6 @@ def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | N
     dtype = getattr(model, "dtype", None) or parameter.dtype
     if not resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=routable_weight_bytes(model)):
         return 0
-    set_blas_threads(threads or TORCH_DEFAULT_THREADS)
+    set_blas_threads(threads or default_threads())
     torch.set_num_threads(1)
     return route_linears(model)
