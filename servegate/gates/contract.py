@@ -394,6 +394,6 @@ def remote_context(ctx: GateContext) -> FieldCheck | None:
 
     async def probe() -> FieldCheck:
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
-            return await measure_context(client, engine.base_url, engine.model, declared, tokenizer)
+            return await measure_context(client, engine.base_url, engine.model, served, tokenizer)
 
     return asyncio.run(probe())

@@ -5,7 +5,10 @@ Context: a remote that reports no context length (servegate's /v1/models did not
 `max_model_len`; TGI's and llama.cpp's do not) gets one prompt at the declared context, sent as token ids
 straight to the remote (servegate's own input limit would cut it first): `max_model_len - 1` prompt tokens
 and 1 to generate. It holds when the remote answers 200 and its usage counts every prompt token; a refusal
-(vLLM answers 400 to a prompt past its context) or a shorter count (a remote that truncates) is drift.
+(vLLM answers 400 to a prompt past its context) or a shorter count (a remote that truncates) is drift,
+unless a remote cap on prompts could explain it (the manifest's own max_input_tokens is lower): then the
+longest request this front sends (max_input_tokens + max_output_tokens) is tried; it failing is drift, it
+passing leaves the declared context not verified.
 
 Seed: the same seed must give the same sample, which shows only where samples vary. At temperature 1 the
 zoo model gives the same text for most seeds (on "1+1=", 338 of 780 pairs of draws with different seeds
@@ -130,37 +133,63 @@ def filler_ids(tokenizer: Any, count: int) -> list[int]:
 
 
 async def measure_context(
-    client: httpx.AsyncClient, base_url: str, model: str, declared: int, tokenizer: Any
+    client: httpx.AsyncClient, base_url: str, model: str, served: ServedModel, tokenizer: Any
 ) -> FieldCheck:
-    """Send the remote one prompt at the declared context (declared - 1 tokens, 1 to generate) as token ids."""
-    sent = declared - 1
-    body = {"model": model, "prompt": filler_ids(tokenizer, sent), "max_tokens": 1, "temperature": 0.0}
-    what = f"a prompt of {sent} tokens with 1 to generate (the declared {declared})"
+    """A prompt at the declared context (declared - 1 tokens, 1 to generate) sent to the remote as token ids.
+
+    A remote may cap prompts below its context (servegate's own server at its max_input_tokens, TGI at
+    --max-input-tokens), and a refused or cut long prompt cannot tell that cap from a shorter context. So
+    when the manifest's own input limit is lower, a second request sends the longest request this front
+    ever sends (max_input_tokens of prompt, max_output_tokens to generate): refused or cut, the remote cannot
+    serve the manifest (drift); answered whole, the declared context is not verified.
+    """
+    declared = served.runtime.max_model_len
+    pre, post = served.preprocess, served.postprocess
+    url = base_url.rstrip("/") + "/completions"
+    whole = await _context_probe(client, url, model, tokenizer, declared - 1, 1, declared)
+    if whole.problem is None or pre.max_input_tokens >= declared - 1:
+        return whole
+    longest = await _context_probe(
+        client, url, model, tokenizer, pre.max_input_tokens, post.max_output_tokens, declared
+    )
+    if longest.how == "not verified" or longest.problem is not None:
+        return FieldCheck(CONTEXT_FIELD, longest.how, longest.detail, longest.problem, requests=2)
+    detail = (
+        f"the remote {whole.detail}; it serves the longest request this front sends ({pre.max_input_tokens} prompt + "
+        f"{post.max_output_tokens} output tokens), but whether it serves {declared} tokens is not known"
+    )
+    return FieldCheck(CONTEXT_FIELD, "not verified", detail, requests=2)
+
+
+async def _context_probe(
+    client: httpx.AsyncClient, url: str, model: str, tokenizer: Any, sent: int, generate: int, declared: int
+) -> FieldCheck:
+    """One greedy request of `sent` prompt tokens and `generate` to generate: kept whole, refused, or cut (the
+    detail says what the remote did; the problem adds the field and the fix)."""
+    body = {"model": model, "prompt": filler_ids(tokenizer, sent), "max_tokens": generate, "temperature": 0.0}
+    what = f"a prompt of {sent} tokens with {generate} to generate (the declared {declared})"
     try:
-        response = await client.post(base_url.rstrip("/") + "/completions", json=body)
+        response = await client.post(url, json=body)
     except (httpx.HTTPError, OSError) as exc:
         return FieldCheck(CONTEXT_FIELD, "not verified", f"{what} got no answer ({type(exc).__name__})", requests=1)
     if response.status_code >= 500:
         detail = f"{what} got HTTP {response.status_code}, which says nothing of the context"
         return FieldCheck(CONTEXT_FIELD, "not verified", detail, requests=1)
+    counted = _prompt_tokens(response) if response.status_code == 200 else None
     if response.status_code != 200:
-        problem = (
-            f"runtime.max_model_len declares {declared} tokens, the remote refused {what}: HTTP "
-            f"{response.status_code} {_message(response)}: lower max_model_len or restart the remote with a "
-            "longer context"
-        )
-        return FieldCheck(CONTEXT_FIELD, "measured", problem, problem=problem, requests=1)
-    counted = _prompt_tokens(response)
-    if counted is None:
+        seen = f"refused {what}: HTTP {response.status_code} {_message(response)}"
+    elif counted is None:
         detail = f"{what} was answered without usage.prompt_tokens, so whether all of it was kept is unknown"
         return FieldCheck(CONTEXT_FIELD, "not verified", detail, requests=1)
-    if counted != sent:
-        problem = (
-            f"runtime.max_model_len declares {declared} tokens, the remote kept {counted} of the {sent} prompt "
-            f"tokens of {what}: lower max_model_len or restart the remote with a longer context"
-        )
-        return FieldCheck(CONTEXT_FIELD, "measured", problem, problem=problem, requests=1)
-    return FieldCheck(CONTEXT_FIELD, "measured", f"{what} accepted whole", requests=1)
+    elif counted != sent:
+        seen = f"kept {counted} of the {sent} prompt tokens of {what}"
+    else:
+        return FieldCheck(CONTEXT_FIELD, "measured", f"{what} accepted whole", requests=1)
+    problem = (
+        f"runtime.max_model_len declares {declared} tokens, the remote {seen}: lower max_model_len or restart "
+        "the remote with a longer context"
+    )
+    return FieldCheck(CONTEXT_FIELD, "measured", seen, problem=problem, requests=1)
 
 
 def _message(response: httpx.Response) -> str:

@@ -23,10 +23,11 @@ REFERENCE: dict[str, Any] = {
 }
 
 
-def endpoint(url: str, model: str = "remote") -> ServedModel:
-    """The reference manifest behind an endpoint at `url` (prompts up to 64 tokens: 96 of context at most)."""
+def endpoint(url: str, model: str = "remote", max_input_tokens: int = 64) -> ServedModel:
+    """The reference manifest behind an endpoint at `url`; prompts up to 64 tokens by default (96 of context)."""
     data = json.loads(json.dumps(REFERENCE))
     data["runtime"].update(backend="endpoint", endpoint_url=url, endpoint_model=model)
+    data["preprocess"]["max_input_tokens"] = max_input_tokens
     return ServedModel.model_validate(data)
 
 
@@ -56,12 +57,27 @@ def test_an_honest_remote_that_reports_nothing_passes_with_both_fields_measured(
 
 @pytest.mark.parametrize("over_context", ["refuse", "truncate"])
 def test_a_remote_serving_96_tokens_of_a_declared_128_fails_the_contract_gate(over_context: str) -> None:
-    """The issue's first remote: nothing the front sends reaches 96 tokens, and /v1/models says nothing."""
+    """The issue's first remote, behind a front that sends up to 96 + 32 tokens; /v1/models says nothing, and no
+    suite prompt or catalogue probe is long enough to show it."""
     with remote(context=96, over_context=over_context) as short:
-        contract = contract_of(endpoint(short.url))
+        contract = contract_of(endpoint(short.url, max_input_tokens=96))
     assert contract.verdict == "fail", contract.reason
     assert "runtime.max_model_len declares 128 tokens" in contract.reason
-    assert ("refused" if over_context == "refuse" else "kept 95 of the 127") in contract.reason
+    # the long prompt, then the longest request this front sends (96 prompt tokens, 32 to generate)
+    expected = "refused a prompt of 96 tokens with 32" if over_context == "refuse" else "kept 64 of the 96"
+    assert expected in contract.reason
+    assert contract.measurements.field_requests == 8
+
+
+def test_a_shorter_context_that_every_request_of_the_front_fits_is_named_not_verified() -> None:
+    """64 + 32 tokens fit in 96: a 127-token prompt is refused, which a cap on prompts would explain too."""
+    with remote(context=96) as short:
+        contract = contract_of(endpoint(short.url))
+    assert contract.verdict == "warn", contract.reason
+    [missing] = contract.measurements.not_verified
+    assert missing.startswith("runtime.max_model_len: the remote refused a prompt of 127 tokens")
+    assert "the context is 96 tokens" in missing and "whether it serves 128 tokens is not known" in missing
+    assert "not verified: runtime.max_model_len" in contract.reason
 
 
 def test_a_remote_that_ignores_the_seed_fails_the_contract_gate() -> None:
