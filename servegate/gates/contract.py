@@ -181,10 +181,14 @@ class ContractMeasurements(Measurements):
 @register_gate(
     "contract",
     watches=GATE_WATCHES["contract"],
-    purpose="Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree.",
+    purpose=(
+        "Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree, "
+        "and a remote serves the declared context (measured where it reports none)."
+    ),
 )
 class ContractGate(Gate):
-    """Catalogue probes over HTTP, output validity, streamed == non-streamed, same seed -> same output."""
+    """Catalogue probes over HTTP, output validity, streamed == non-streamed, same seed -> same output (where
+    draws differ), a remote's context (reported or measured); what could not be measured is named."""
 
     app_factory: AppFactory | None = None
     """Set in tests to drive a test double instead of servegate.server."""
