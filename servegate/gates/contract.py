@@ -27,6 +27,7 @@ from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
 from servegate.gates.contract_measure import (
+    CONTEXT_FIELD,
     SEED_TEMPERATURE,
     SEED_TOKENS,
     Draw,
@@ -390,6 +391,9 @@ def remote_context(ctx: GateContext) -> FieldCheck | None:
     identity = ctx.remote or getattr(engine, "identity", None)
     if identity is not None and identity.max_model_len is not None:
         return context_reported(declared, identity.max_model_len)
+    if served.preprocess.task != "generate":
+        why = "the remote reports none, and an embedding model's context is not probed"
+        return FieldCheck(CONTEXT_FIELD, "not verified", why)
     tokenizer = getattr(getattr(engine.contract, "preprocessor", None), "tokenizer", None)
     if tokenizer is None:
         from servegate.runtime.model.weights import load_tokenizer
