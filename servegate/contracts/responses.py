@@ -236,6 +236,9 @@ class ModelCard(_Body):
     """Unix time the server started."""
     owned_by: str = "servegate"
     """Owner."""
+    max_model_len: int
+    """The context the model is served with: prompt plus output tokens (runtime.max_model_len), as vLLM
+    reports it in the same place."""
 
 
 class ModelList(_Body):

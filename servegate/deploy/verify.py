@@ -89,7 +89,7 @@ def _compare(path: str, declared: Any, observed: Any, source: str, what: str = "
     if declared is None:
         return _result(path, None, f"reported {observed!r}; the manifest declares none", source, None, observed)
     ok = declared == observed
-    reason = f"{observed!r} as declared" if ok else f"declared {declared!r}, the deployment reports {observed!r}"
+    reason = f"{observed!r} as declared" if ok else f"manifest {declared!r}, served {observed!r}"
     return _result(path, ok, reason, source, declared, observed)
 
 
@@ -174,6 +174,18 @@ def _gateway_check(served: ServedModel, remote: _Remote) -> GateResult:
     ok = observed == served.fingerprint
     reason = "the gateway serves this manifest" if ok else f"the gateway serves fingerprint {str(observed)[:12]}"
     return _result("fingerprint", ok, reason, "GET /ready", served.fingerprint, observed)
+
+
+def _name_the_fields(checks: list[GateResult]) -> list[GateResult]:
+    """A fingerprint that differs says which compared fields differ too (a fingerprint alone names none)."""
+    fingerprint = next((c for c in checks if c.name == "fingerprint" and c.verdict == "fail"), None)
+    if fingerprint is None:
+        return checks
+    drifted = [f"{c.name}: {c.reason}" for c in checks if c.verdict == "fail" and c.name != "fingerprint"]
+    which = "; ".join(drifted) if drifted else "no field this check can read differs (the change is elsewhere)"
+    declared = str(getattr(fingerprint.measurements, "declared", ""))[:12]
+    fingerprint.reason = f"{fingerprint.reason}, not this manifest's {declared}: {which}"
+    return checks
 
 
 def _cache_checks(served: ServedModel, remote: _Remote) -> list[GateResult]:
@@ -309,5 +321,6 @@ def verify_deployment(
     checks += _cache_checks(served, remote)
     if served.preprocess.task == "generate":  # the warm-up and error probes are completions
         checks += _warmup_checks(served, remote) + _error_checks(served, remote)
+    checks = _name_the_fields(checks)
     identity = {"name": served.name, "version": served.version, "fingerprint": served.fingerprint}
     return VerifyReport(url=remote.base, manifest=identity, checks=checks, duration_s=time.perf_counter() - start)

@@ -3,8 +3,11 @@
 Runs the HTTP app in process (`servegate.server.create_app`, driven through httpx's ASGI transport):
 every catalogued error is provoked and must come back with its status, code and param; no probe may
 get a 500; valid requests give outputs valid under `output_schema`; streamed text equals non-streamed
-text; the same seed gives the same output. Without the server, the engine-level part runs and the
-gate warns that the HTTP contract was not checked.
+text; the same seed gives the same output, measured where draws differ (contract_measure.py). On a remote,
+the context it serves is read from its /v1/models or, where it reports none, measured with a prompt at the
+declared context. A field that could be neither read nor measured is listed as not verified and the gate
+warns. Without the server, the engine-level part runs and the gate warns that the HTTP contract was not
+checked.
 """
 
 from __future__ import annotations
@@ -22,7 +25,19 @@ import jsonschema
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext
+from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.gates.contract_measure import (
+    CONTEXT_FIELD,
+    SEED_TEMPERATURE,
+    SEED_TOKENS,
+    Draw,
+    FieldCheck,
+    check_seed,
+    context_reported,
+    measure_context,
+    seed_body,
+    seed_prompts,
+)
 from servegate.gates.contract_probes import (
     COMPLETIONS,
     NOT_PROVOKABLE,
@@ -33,7 +48,7 @@ from servegate.gates.contract_probes import (
     tenant_headers,
     variant_manifest,
 )
-from servegate.gates.http_target import wait_ready
+from servegate.gates.http_target import REQUEST_TIMEOUT_S, wait_ready
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
 from servegate.gates.structured_load import StructuredUnderLoad, check_structured
@@ -155,15 +170,26 @@ class ContractMeasurements(Measurements):
     structured_under_load: StructuredUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Schema validity and answer size at concurrency 1 and under load (when output_schema or
     max_output_bytes is declared)."""
+    checked: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
+    """How each measured field was checked: field -> `reported` / `measured` and what was seen (the seed
+    everywhere; runtime.max_model_len on a remote)."""
+    not_verified: list[str] | None = field(default=None, metadata=OPTIONAL)
+    """Fields that could be neither read nor measured, each with why (the verdict is then warn)."""
+    field_requests: int | None = field(default=None, metadata=OPTIONAL)
+    """Requests the field measurements sent: the seed draws and the context probe (requests)."""
 
 
 @register_gate(
     "contract",
     watches=GATE_WATCHES["contract"],
-    purpose="Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree.",
+    purpose=(
+        "Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree, "
+        "and a remote serves the declared context (measured where it reports none)."
+    ),
 )
 class ContractGate(Gate):
-    """Catalogue probes over HTTP, output validity, streamed == non-streamed, same seed -> same output."""
+    """Catalogue probes over HTTP, output validity, streamed == non-streamed, same seed -> same output (where
+    draws differ), a remote's context (reported or measured); what could not be measured is named."""
 
     app_factory: AppFactory | None = None
     """Set in tests to drive a test double instead of servegate.server."""
@@ -176,31 +202,42 @@ class ContractGate(Gate):
         if drift:
             seen = ContractMeasurements(remote=ctx.remote.to_dict())
             return self.result("fail", f"{drift[0]} ({len(drift)} problem(s))", seen, [{"problem": p} for p in drift])
+        context = remote_context(ctx)
         if create_app is None:
-            return self._engine_only(ctx, prompts)
+            return self._engine_only(ctx, prompts, context)
         server_log = logging.getLogger("servegate.server")
         level = server_log.level
         server_log.setLevel(logging.CRITICAL)  # the probes provoke warnings on purpose (e.g. the unready warm-up)
         try:
-            problems, measurements = asyncio.run(self._http(ctx, create_app, prompts))
+            problems, measurements, seed = asyncio.run(self._http(ctx, create_app, prompts))
             structured_problems, structured = check_structured(ctx)
         finally:
             server_log.setLevel(level)
         if structured is not None:
             problems += structured_problems
             measurements = replace(measurements, structured_under_load=structured)
+        checks = [c for c in (context, seed) if c is not None]
+        problems += [c.problem for c in checks if c.problem]
+        measurements = with_checks(measurements, checks)
         if problems:
             return self.result("fail", f"{problems[0]} ({len(problems)} problem(s))", measurements,
                                [{"problem": p} for p in problems])  # fmt: skip
-        return self.result(
-            "pass",
-            f"{measurements.probes} probes answered as declared; stream == non-stream; same seed, same output",
-            measurements,
-        )
+        summary = f"{measurements.probes} probes answered as declared; stream == non-stream"
+        return self._verdict(summary, measurements, checks)
+
+    def _verdict(self, summary: str, measurements: ContractMeasurements, checks: list[FieldCheck]) -> GateResult:
+        """Pass when every field was reported or measured; warn, naming them, when some were not verified."""
+        held = [_held(c) for c in checks if c.how != "not verified"]
+        missing = [c for c in checks if c.how == "not verified"]
+        reason = "; ".join([summary, *held])
+        if missing:
+            names = "; ".join(f"{c.field} ({c.detail})" for c in missing)
+            return self.result("warn", f"{reason}; not verified: {names}", measurements)
+        return self.result("pass", reason, measurements)
 
     async def _http(
         self, ctx: GateContext, create_app: AppFactory, prompts: list[str]
-    ) -> tuple[list[str], ContractMeasurements]:
+    ) -> tuple[list[str], ContractMeasurements, FieldCheck]:
         servers = _Servers(ctx, create_app)
         problems: list[str] = []
         probes = probes_for(ctx.candidate, prompts[0])
@@ -219,15 +256,23 @@ class ContractGate(Gate):
                 ctx.progress.advance()
             main = await servers.client("main")
             problems += await self._outputs(ctx.candidate, main, prompts)
+            # a response cache would answer the repeated seed itself: the draws go where it is off
+            cached = ctx.candidate.postprocess.response_cache.enabled
+            seeded = await servers.client("uncached" if cached else "main")
+            seed = await check_seed(http_draw(ctx.candidate, seeded), seed_prompts(ctx.candidate, prompts))
             ctx.progress.advance(3)
         missing = sorted(set(CATALOGUE) - set(covered))
         if missing:
             problems.append(f"catalogue codes with no probe: {', '.join(missing)}")
-        return problems, ContractMeasurements(
-            probes=len(probes),
-            codes_provoked=sorted({p.code for p in probes}),
-            not_provokable=NOT_PROVOKABLE,
-            prompts_checked=len(prompts),
+        return (
+            problems,
+            ContractMeasurements(
+                probes=len(probes),
+                codes_provoked=sorted({p.code for p in probes}),
+                not_provokable=NOT_PROVOKABLE,
+                prompts_checked=len(prompts),
+            ),
+            seed,
         )
 
     async def _outputs(self, served: ServedModel, client: Any, prompts: list[str]) -> list[str]:
@@ -257,22 +302,13 @@ class ContractGate(Gate):
                     jsonschema.validate(json.loads(text), schema)
                 except (ValueError, jsonschema.ValidationError):
                     problems.append("a 200 answer is not valid under output_schema (on_invalid_output: error)")
-        seeded = {"model": served.name, "prompt": prompts[0], "max_tokens": 16, "temperature": 1.0, "seed": 1234}
-        seeded.update(tenant_fields(served))
-        first = await client.post(COMPLETIONS, json=seeded, headers=headers)
-        second = await client.post(COMPLETIONS, json=seeded, headers=headers)
-        if first.status_code == 200 and first.json()["choices"][0]["text"] != second.json()["choices"][0]["text"]:
-            problems.append("the same seed gave different outputs")
         return problems
 
-    def _engine_only(self, ctx: GateContext, prompts: list[str]) -> GateResult:
+    def _engine_only(self, ctx: GateContext, prompts: list[str], context: FieldCheck | None) -> GateResult:
         """Same seed -> same output, streamed == generated, on the engine; the HTTP contract unchecked."""
-        engine = ctx.engines.fresh(ctx.candidate)
+        engine = ctx.engines.fresh(variant_manifest(ctx.candidate, "uncached"))
         problems = []
-        seeded = SamplingParams(max_tokens=16, temperature=1.0, seed=1234)
-        a, b = engine.generate([GenerationRequest(id=f"seed-{i}", prompt=prompts[0], params=seeded) for i in range(2)])
-        if isinstance(a, FinishEvent) and isinstance(b, FinishEvent) and a.token_ids != b.token_ids:
-            problems.append("the same seed gave different outputs")
+        seed = asyncio.run(check_seed(engine_draw(engine), seed_prompts(ctx.candidate, prompts)))
         greedy = SamplingParams(max_tokens=16)
         whole = engine.generate([GenerationRequest(id="plain", prompt=prompts[0], params=greedy)])[0]
 
@@ -284,11 +320,88 @@ class ContractGate(Gate):
 
         if isinstance(whole, FinishEvent) and asyncio.run(stream()) != whole.text:
             problems.append("streamed text differs from generated text")
-        measurements = ContractMeasurements(http_checked=False, prompts_checked=1)
+        checks = [c for c in (context, seed) if c is not None]
+        problems += [c.problem for c in checks if c.problem]
+        measurements = with_checks(ContractMeasurements(http_checked=False, prompts_checked=1), checks)
         if problems:
             return self.result("fail", problems[0], measurements)
+        held = "; ".join(_held(c) for c in checks if c.how != "not verified")
+        missing = "; ".join(f"{c.field} ({c.detail})" for c in checks if c.how == "not verified")
         return self.result(
             "warn",
-            "engine-level contract holds; the HTTP contract was not checked (servegate.server unavailable)",
+            "engine-level contract holds; the HTTP contract was not checked (servegate.server unavailable)"
+            + (f"; {held}" if held else "")
+            + (f"; not verified: {missing}" if missing else ""),
             measurements,
         )
+
+
+def _held(check: FieldCheck) -> str:
+    return f"{check.field} {check.how}: {check.detail}"
+
+
+def with_checks(measurements: ContractMeasurements, checks: list[FieldCheck]) -> ContractMeasurements:
+    """The measurements with how each field was checked, and the fields not verified, filled in."""
+    return replace(
+        measurements,
+        checked={c.field: f"{c.how}: {c.detail}" for c in checks if c.how != "not verified"} or None,
+        not_verified=[f"{c.field}: {c.detail}" for c in checks if c.how == "not verified"] or None,
+        field_requests=sum(c.requests for c in checks),
+    )
+
+
+def http_draw(served: ServedModel, client: Any) -> Draw:
+    """A seed draw as a client sends it: POST /v1/completions, sampled, naming the tenant as the manifest says."""
+    headers = tenant_headers(served)
+
+    async def draw(prompt: str, seed: int) -> tuple[str | None, str]:
+        body = {**seed_body(served.name, prompt, seed), **tenant_fields(served)}
+        response = await client.post(COMPLETIONS, json=body, headers=headers)
+        if response.status_code != 200:
+            return None, f"HTTP {response.status_code} {_error_of(response)[0]}"
+        return str(response.json()["choices"][0].get("text") or ""), "HTTP 200"
+
+    return draw
+
+
+def engine_draw(engine: Any) -> Draw:
+    """A seed draw on the engine itself (no HTTP server to send it through)."""
+
+    async def draw(prompt: str, seed: int) -> tuple[str | None, str]:
+        params = SamplingParams(max_tokens=SEED_TOKENS, temperature=SEED_TEMPERATURE, seed=seed)
+        [result] = await asyncio.to_thread(engine.generate, [GenerationRequest(f"seed-{seed}", prompt, params=params)])
+        if not isinstance(result, FinishEvent):
+            return None, str(getattr(getattr(result, "error", None), "code", "error"))
+        return result.text, "finished"
+
+    return draw
+
+
+def remote_context(ctx: GateContext) -> FieldCheck | None:
+    """The context a remote candidate serves: as its /v1/models reports it, else measured with one prompt at the
+    declared context sent to the remote directly; None for servegate's own runtime (it enforces the limit)."""
+    served = ctx.candidate
+    if not on_remote(served):
+        return None
+    import httpx
+
+    declared = served.runtime.max_model_len
+    engine = ctx.engines.get(served)
+    engine.start_sync()
+    identity = ctx.remote or getattr(engine, "identity", None)
+    if identity is not None and identity.max_model_len is not None:
+        return context_reported(declared, identity.max_model_len)
+    if served.preprocess.task != "generate":
+        why = "the remote reports none, and an embedding model's context is not probed"
+        return FieldCheck(CONTEXT_FIELD, "not verified", why)
+    tokenizer = getattr(getattr(engine.contract, "preprocessor", None), "tokenizer", None)
+    if tokenizer is None:
+        from servegate.runtime.model.weights import load_tokenizer
+
+        tokenizer = load_tokenizer(served)
+
+    async def probe() -> FieldCheck:
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+            return await measure_context(client, engine.base_url, engine.model, served, tokenizer)
+
+    return asyncio.run(probe())

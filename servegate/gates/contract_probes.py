@@ -2,7 +2,8 @@
 
 Each probe names the server variant it needs: `main` (the manifest as declared), `overload` (a queue of
 one), `deadline` (a 1 ms deadline) or `unready` (a warm-up that can never match, so the model never
-becomes ready). Codes a client cannot provoke are listed in NOT_PROVOKABLE with the reason.
+becomes ready); the seed draws use `uncached` (the response cache off, so a repeat reaches the model).
+Codes a client cannot provoke are listed in NOT_PROVOKABLE with the reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 
 from servegate.contracts.manifest import ServedModel
 
-Variant = Literal["main", "overload", "deadline", "unready"]
+Variant = Literal["main", "overload", "deadline", "unready", "uncached"]
 COMPLETIONS = "/v1/completions"
 UNKNOWN_FIELD = "servegate_probe_unknown_field"
 HARMLESS_FIELD = "metadata"
@@ -208,6 +209,10 @@ def variant_manifest(served: ServedModel, variant: Variant) -> ServedModel:
         return served.with_changes(failure_policy={**fail, "max_queue": 1}, runtime=no_warmup)
     if variant == "deadline":
         return served.with_changes(failure_policy={**fail, "request_timeout_s": 0.001}, runtime=no_warmup)
+    if variant == "uncached":
+        post = {**served.postprocess.model_dump(mode="python")}
+        post["response_cache"] = {**post["response_cache"], "enabled": False}
+        return served.with_changes(postprocess=post)
     if variant == "unready":
         runtime = served.runtime.model_dump(mode="python")
         runtime["warmup"] = [{"prompt": "1+1=", "expect": "\u0000servegate-never", "max_tokens": 1}]

@@ -210,9 +210,10 @@ async def poll(request: Request, request_id: str) -> Response:
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    """The served model, OpenAI-shaped."""
+    """The served model, OpenAI-shaped, with its context length (`max_model_len`, as vLLM reports it)."""
     state = _state(request)
-    card = ModelCard(id=state.served.name, created=int(state.started_at))
+    served = state.served
+    card = ModelCard(id=served.name, created=int(state.started_at), max_model_len=served.runtime.max_model_len)
     return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
 
 

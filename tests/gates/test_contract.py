@@ -28,10 +28,12 @@ def test_probe_expectations_follow_the_manifest(load) -> None:  # noqa: ANN001
     assert (overload.status, overload.expect_code, overload.expect_header) == (429, "overloaded", "retry-after")
 
 
-def test_a_server_that_keeps_the_contract_passes(load, check, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_a_kept_contract_passes_all_it_can_measure(load, check, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(ContractGate, "app_factory", staticmethod(create_app))
     result = gate_result(check(load("reject.yaml"), gates=("contract",)), "contract")
-    assert result.verdict == "pass", result.reason
+    # the oracle engine answers alike at every temperature: the seed cannot be measured, and the gate says so
+    assert result.verdict == "warn", result.reason
+    assert [n.split(":")[0] for n in result.measurements.not_verified] == ["seed"]
     assert set(result.measurements.codes_provoked) == set(CATALOGUE) - set(NOT_PROVOKABLE)
 
 

@@ -83,14 +83,15 @@ def test_json_that_breaks_only_above_concurrency_4_fails_the_contract_gate(
     if breaks:
         assert contract.verdict == "fail" and "structured output breaks under load" in contract.reason
         assert phases[2].validity < 0.5 and phases[3].validity < 0.5
-    else:
-        assert contract.verdict == "pass", contract.reason
+    else:  # the oracle engine answers alike at every temperature: only the seed is left unmeasured, and said
+        assert contract.verdict == "warn", contract.reason
+        assert [n.split(":")[0] for n in contract.measurements.not_verified] == ["seed"]
         assert phases[2].validity == phases[3].validity == 1.0
 
 
 def test_an_answer_over_max_output_bytes_fails_the_contract_gate(load: Callable[..., ServedModel], check: Any) -> None:
     within = gate_result(check(with_schema(load("base.yaml"), max_output_bytes=64), gates=("contract",)), "contract")
-    assert within.verdict == "pass", within.reason
+    assert within.verdict == "warn" and within.reason.endswith("would look the same)"), within.reason  # the seed
     over = gate_result(check(with_schema(load("base.yaml"), max_output_bytes=8), gates=("contract",)), "contract")
     assert over.verdict == "fail" and "over postprocess.max_output_bytes 8" in over.reason
     assert all(p.bytes_max == 14 for p in over.measurements.structured_under_load.phases)

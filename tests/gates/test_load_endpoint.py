@@ -108,8 +108,9 @@ def test_endpoint_json_that_breaks_only_above_concurrency_4_fails_the_contract_g
         assert result.verdict == "fail"
         assert any("structured output breaks under load" in e["problem"] for e in result.evidence)
         assert min(p.validity for p in phases[2:]) < 0.8
-    else:
-        assert result.verdict == "pass", result.reason
+    else:  # the oracle remote answers alike at every temperature: only the seed is left unmeasured, and said
+        assert result.verdict == "warn" and "not verified: seed" in result.reason, result.reason
+        assert [n.split(":")[0] for n in result.measurements.not_verified] == ["seed"]
         assert [p.validity for p in phases[2:]] == [1.0, 1.0]
 
 
