@@ -41,7 +41,7 @@ from typing import Literal
 from scipy.stats import mannwhitneyu
 
 from servegate.contracts.quality_section import CacheAudit
-from servegate.gates.http_probe import HttpProbe, ProbeError, TimedAnswer, random_text
+from servegate.gates.http_probe import HttpProbe, ProbeError, TimedAnswer, answers_checked, random_text
 from servegate.gates.result import Verdict
 from servegate.gates.tenant_audit import MIN_CACHE_SPEEDUP
 from servegate.gates.unseen_prompts import UnseenPrompts
@@ -227,10 +227,8 @@ async def detect_response_cache(
     rng = random.Random(seed)
     unseen = unseen if unseen is not None else UnseenPrompts()
     unseen.sent.update(text for text, _ in prompts)
-    post = probe.served.postprocess
-    checked = post.output_schema is not None or post.max_output_bytes is not None
     # past the end-of-sequence an answer breaks an output contract: there the answers keep their own lengths
-    exact = not checked and await _takes_ignore_eos(probe, rng, tenant)
+    exact = not answers_checked(probe.served) and await _takes_ignore_eos(probe, rng, tenant)
 
     async def send(prompt: str, request_seed: int, max_tokens: int) -> TimedAnswer:
         return await probe.complete(prompt, max_tokens=max_tokens, seed=request_seed, tenant=tenant, ignore_eos=exact)

@@ -10,10 +10,11 @@ any httpx client, so the same probes also run against a real server at a URL.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import string
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -49,19 +50,26 @@ class TimedAnswer:
     """servegate's X-Servegate-Cache header (`hit`, `miss`, `partial`), None when the server sends none."""
 
 
+def answers_checked(served: ServedModel) -> bool:
+    """Whether the deployment judges each whole answer against an output contract (postprocess.output_schema or
+    max_output_bytes): there an answer cut short, or run past its end-of-sequence, may be refused as invalid_output
+    (HTTP 502), so the audits ask only for answers the contract can take, or time what goes out before it judges."""
+    post = served.postprocess
+    return post.output_schema is not None or post.max_output_bytes is not None
+
+
 class HttpProbe:
     """Sends completion requests to a served manifest and times each one (non-streamed: the time to the last
-    byte; with max_tokens 1 that is the time to the first token plus a constant)."""
+    byte; with max_tokens 1 that is the time to the first token plus a constant; streamed: to the first event)."""
 
     def __init__(self, client: httpx.AsyncClient, served: ServedModel) -> None:
         self.client = client
         self.served = served
 
-    async def complete(
-        self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None, ignore_eos: bool = False
-    ) -> TimedAnswer:
-        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`;
-        `ignore_eos` asks for exactly max_tokens tokens (vLLM's field, which servegate's API takes too)."""
+    def _request(
+        self, prompt: str, max_tokens: int, seed: int, tenant: str | None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """A greedy completion body for `prompt` and the headers that name `tenant`."""
         body: dict[str, Any] = {
             "model": self.served.name,
             "prompt": prompt,
@@ -69,12 +77,20 @@ class HttpProbe:
             "temperature": 0.0,
             "seed": seed,
         }
-        if ignore_eos:
-            body["ignore_eos"] = True
         headers: dict[str, str] = {}
         if tenant is not None:
             headers = tenant_headers(self.served, tenant)
             body.update(tenant_fields(self.served, tenant))
+        return body, headers
+
+    async def complete(
+        self, prompt: str, *, max_tokens: int, seed: int, tenant: str | None = None, ignore_eos: bool = False
+    ) -> TimedAnswer:
+        """POST /v1/completions greedily with `seed` (which changes the request, not the answer) as `tenant`;
+        `ignore_eos` asks for exactly max_tokens tokens (vLLM's field, which servegate's API takes too)."""
+        body, headers = self._request(prompt, max_tokens, seed, tenant)
+        if ignore_eos:
+            body["ignore_eos"] = True
         began = time.perf_counter()
         response = await self.client.post("/v1/completions", json=body, headers=headers)
         seconds = time.perf_counter() - began
@@ -88,6 +104,43 @@ class HttpProbe:
             int(usage.get("prompt_tokens") or 0),
             int(usage.get("completion_tokens") or 0),
             response.headers.get("x-servegate-cache"),
+        )
+
+    async def first_token(self, prompt: str, *, seed: int, tenant: str | None = None) -> TimedAnswer:
+        """Stream a greedy one-token completion as `tenant` and time it to its first event: the time to first token
+        as a client sees it. An output contract judges the whole answer at its end, after that token went out, so a
+        refusal there (invalid_output as the stream's last event) still leaves a timed first token; then no usage
+        chunk follows and prompt_tokens is 0. Any other error, before or in the stream, raises ProbeError."""
+        body, headers = self._request(prompt, 1, seed, tenant)
+        body.update(stream=True, stream_options={"include_usage": True})
+        first: float | None = None
+        usage: dict[str, Any] = {}
+        began = time.perf_counter()
+        async with self.client.stream("POST", "/v1/completions", json=body, headers=headers) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise ProbeError(
+                    f"an audit stream answered HTTP {response.status_code}: {response.text[:200]}",
+                    _error_code(response),
+                )
+            async for line in response.aiter_lines():
+                data = line.removeprefix("data:").strip()
+                if not line.startswith("data:") or data == "[DONE]":
+                    continue
+                first = first if first is not None else time.perf_counter()
+                event = json.loads(data)
+                error = event.get("error") if isinstance(event, dict) else None
+                if error:
+                    code = error.get("code") if isinstance(error, dict) else None
+                    if code != "invalid_output":
+                        raise ProbeError(f"an audit stream ended in an error: {data[:200]}", code)
+                    break
+                usage = event.get("usage") or usage
+            cache = response.headers.get("x-servegate-cache")
+        if first is None:
+            raise ProbeError("an audit stream ended without an event")
+        return TimedAnswer(
+            first - began, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), cache
         )
 
 
@@ -135,8 +188,13 @@ def random_text(rng: random.Random, chars: int) -> str:
     return " ".join(words)[:chars]
 
 
-async def chars_per_token(probe: HttpProbe, rng: random.Random, tenant: str | None) -> float:
-    """How many characters of random_text make one prompt token on this deployment (one calibration request)."""
+async def chars_per_token(
+    probe: HttpProbe, rng: random.Random, tenant: str | None, count: Callable[[str], int] | None = None
+) -> float:
+    """How many characters of random_text make one prompt token on this deployment (one calibration request): by
+    the server's count, else (an answer the output contract refused carries none) by `count`, the manifest's
+    tokenizer; else 1, the fewest any tokenizer makes of lowercase words (prompts then fall short, never over)."""
     sample = random_text(rng, 64)
-    answer = await probe.complete(sample, max_tokens=1, seed=rng.randrange(2**31), tenant=tenant)
-    return len(sample) / max(1, answer.prompt_tokens)
+    answer = await probe.first_token(sample, seed=rng.randrange(2**31), tenant=tenant)
+    tokens = answer.prompt_tokens or (count(sample) if count is not None else len(sample))
+    return len(sample) / max(1, tokens)

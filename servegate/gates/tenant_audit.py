@@ -4,8 +4,16 @@ APIs" (ICML 2025): a cache shared across tenants shows in the time to first toke
 Each round, tenant A sends a long never-seen prompt P (warming any cache), then, in a seeded random order:
 tenant B sends a never-seen prompt F (fresh: a cache miss), tenant B sends P (cross: a hit only if caches
 cross tenants), tenant A sends P again (own: the hit a cache gives, the positive control). Every request
-has its own seed and max_tokens 1, so no response cache answers it and its time is the time to the first
-token. Three one-sided Mann-Whitney tests decide: own < fresh (the cache shows in timing at all), cross <
+has its own seed and max_tokens 1, so no response cache answers it, and is streamed and timed to its first
+event: the time to the first token. Streamed, because an output contract (postprocess.output_schema or
+max_output_bytes) judges a whole answer at its end: a one-token answer to random words is no valid JSON, and a
+request refused non-streamed (HTTP 502) has no time, while a stream has sent its first token by the time the
+refusal comes as its last event. Asking for an answer the contract could take instead cannot work: no model
+answers random words with JSON a schema accepts, and a long answer would bury the prefill's difference in decode
+time; nor does retrying as the response-cache detector does: another prompt of random words is refused just the
+same. Prompt lengths come from the server's usage, else (a refused answer carries none) the manifest's tokenizer.
+
+Three one-sided Mann-Whitney tests decide: own < fresh (the cache shows in timing at all), cross <
 fresh (B reaches A's entries), cross > own (B does not). A leak needs cross < fresh below alpha, a median
 speed-up of at least 1.25x and B getting at least half of A's own speed-up; isolation needs the control
 (own < fresh below alpha, by at least 1.25x) and cross > own below alpha;
@@ -24,6 +32,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +74,9 @@ class TenantTiming:
     """Requests per side."""
     prompt_tokens: int
     """Mean prompt length of the audit prompts, tokens."""
+    tokens_counted_by: Literal["server", "tokenizer", "characters"]
+    """Who counted prompt_tokens: the server's usage; the manifest's tokenizer (answers the output contract refused
+    carry no usage); or neither (characters, an upper bound)."""
     fresh_median_ms: float
     cross_median_ms: float
     own_median_ms: float
@@ -122,27 +134,49 @@ def _reason(finding: Finding, p: dict[str, float], meds: tuple[float, float, flo
     return f"inconclusive: timing noise hides whether tenant B reaches A's entries ({figures})"
 
 
+def _prompt_tokens(
+    texts: list[str], served_counts: list[int], count: Callable[[str], int] | None
+) -> tuple[list[int], Literal["server", "tokenizer", "characters"]]:
+    """The warmed prompts' lengths, all counted one way: by the server when every answer carried its usage, else
+    by the manifest's tokenizer, else in characters."""
+    if all(served_counts):
+        return served_counts, "server"
+    if count is not None:
+        return [count(text) for text in texts], "tokenizer"
+    return [len(text) for text in texts], "characters"
+
+
 async def audit_tenants(
-    probe: HttpProbe, config: CacheAudit, *, tenants: tuple[str, str], seed: int = 0
+    probe: HttpProbe,
+    config: CacheAudit,
+    *,
+    tenants: tuple[str, str],
+    seed: int = 0,
+    count: Callable[[str], int] | None = None,
 ) -> TenantTiming:
-    """Run `config.tenant_samples` rounds (module docstring) and judge them."""
+    """Run `config.tenant_samples` rounds (module docstring) and judge them; `count` is the manifest's tokenizer's
+    prompt length, for prompts whose answers the output contract refused (None: none at hand)."""
     rng = random.Random(seed)
     a, b = tenants
-    ratio = await chars_per_token(probe, rng, a)
+    ratio = await chars_per_token(probe, rng, a, count)
     chars = max(16, int(prompt_budget(probe.served, 1) * PROMPT_SHARE * ratio))
     fresh: list[float] = []
     cross: list[float] = []
     own: list[float] = []
-    tokens: list[int] = []
+    warmed_texts: list[str] = []
+    served_counts: list[int] = []
     for _ in range(config.tenant_samples):
         warmed, other = random_text(rng, chars), random_text(rng, chars)
-        first = await probe.complete(warmed, max_tokens=1, seed=rng.randrange(2**31), tenant=a)
-        tokens.append(first.prompt_tokens)
+        # streamed and timed to the first event: an output contract's refusal of the whole answer comes after it
+        first = await probe.first_token(warmed, seed=rng.randrange(2**31), tenant=a)
+        warmed_texts.append(warmed)
+        served_counts.append(first.prompt_tokens)
         sends = [("fresh", other, b), ("cross", warmed, b), ("own", warmed, a)]
         rng.shuffle(sends)
         for kind, text, tenant in sends:
-            answer = await probe.complete(text, max_tokens=1, seed=rng.randrange(2**31), tenant=tenant)
+            answer = await probe.first_token(text, seed=rng.randrange(2**31), tenant=tenant)
             {"fresh": fresh, "cross": cross, "own": own}[kind].append(answer.seconds)
+    tokens, counted_by = _prompt_tokens(warmed_texts, served_counts, count)
     finding, p, share = judge_tenants(fresh, cross, own, config.alpha)
     meds = (statistics.median(fresh), statistics.median(cross), statistics.median(own))
     mean_tokens = round(sum(tokens) / len(tokens))
@@ -150,6 +184,7 @@ async def audit_tenants(
     return TenantTiming(
         samples=config.tenant_samples,
         prompt_tokens=mean_tokens,
+        tokens_counted_by=counted_by,
         fresh_median_ms=round(meds[0] * 1e3, 3),
         cross_median_ms=round(meds[1] * 1e3, 3),
         own_median_ms=round(meds[2] * 1e3, 3),

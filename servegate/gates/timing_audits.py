@@ -97,25 +97,34 @@ def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[
     ctx.progress.start("caching: timing audits", steps)
     engine = _Borrowed(ctx.engines.fresh(served))
 
-    async def audits() -> tuple[RepeatTiming, TenantTiming | None]:
+    async def audits() -> TimingAudits:
+        problems: list[str] = []
+        unseen = UnseenPrompts(_tokenizer(served))
         async with served_over_http(served, engine) as probe:  # type: ignore[arg-type]
-            repeats = await detect_response_cache(
-                probe,
-                prompts,
-                config,
-                declared=served.postprocess.response_cache.enabled,
-                tenant=AUDIT_TENANTS[0] if tenants else None,
-                unseen=UnseenPrompts(_tokenizer(served)),
-            )
+            repeats: RepeatTiming | None = None
+            try:
+                repeats = await detect_response_cache(
+                    probe,
+                    prompts,
+                    config,
+                    declared=served.postprocess.response_cache.enabled,
+                    tenant=AUDIT_TENANTS[0] if tenants else None,
+                    unseen=unseen,
+                )
+            except ProbeError as exc:  # its probes' answers refused (say, by an output schema): the tenant audit's
+                problems.append(f"response-cache timing: {exc}")  # streamed first tokens may still be timed
             ctx.progress.advance()
             isolation = None
             if tenants:
-                isolation = await audit_tenants(probe, config, tenants=AUDIT_TENANTS)
+                count = unseen.length if unseen.unit == "tokens" else None
+                try:
+                    isolation = await audit_tenants(probe, config, tenants=AUDIT_TENANTS, count=count)
+                except ProbeError as exc:
+                    problems.append(f"tenant timing: {exc}")
                 ctx.progress.advance()
-            return repeats, isolation
+        return TimingAudits(repeats, isolation, not_run, problem="; ".join(problems) or None)
 
     try:
-        repeats, isolation = asyncio.run(audits())
-    except ProbeError as exc:  # an answer that is an error has no cache timing: say so, do not guess
+        return asyncio.run(audits())
+    except ProbeError as exc:  # the audit server never came up: no timing at all, say so, do not guess
         return TimingAudits(None, None, not_run, problem=str(exc))
-    return TimingAudits(repeats, isolation, not_run)

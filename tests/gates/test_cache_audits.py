@@ -239,6 +239,43 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
     assert all("cache_salt" in body for body in remote.bodies)
 
 
+def json_remote(kind: str) -> FakeRemote:
+    """prefix_remote's timing, answering the start of one JSON object: whole (valid) at the suite's 8 tokens, a
+    bare `{` (refused as invalid_output under an output schema) at the tenant audit's one token."""
+    answer = '{"a": 1}'.__getitem__
+    return FakeRemote(RemoteBehaviour(delay_s=0.003, prefill_s_per_token=0.0005, prefix_cache=kind,  # type: ignore[arg-type]
+                                      answer=lambda ids, max_tokens: answer(slice(max_tokens))))  # fmt: skip
+
+
+def test_under_an_output_schema_the_tenant_audit_times_first_tokens_and_finds_sharing_and_isolation() -> None:
+    """A one-token answer is no JSON object: refused whole (502), its first token still streams; the audit times
+    that, so the shared cache still fails and the salted one passes, each measured, never stopped."""
+    for kind, verdict, finding in (("shared", "fail", "shared"), ("salted", "pass", "isolated")):
+        with json_remote(kind) as remote:
+            served = tenant_endpoint(remote.url)
+            post = {**served.postprocess.model_dump(mode="python"), "output_schema": {"type": "object"}}
+            gate = caching(served.with_changes(postprocess=post))
+        audits = gate.measurements.to_dict()["timing_audits"]
+        assert audits["problem"] is None, audits["problem"]
+        found = audits["isolation"]
+        assert found is not None and found["finding"] == finding, found and found["reason"]
+        assert found["samples"] == 16 and found["prompt_tokens"] > 60, found
+        assert gate.verdict == verdict, gate.reason
+
+
+def test_a_response_cache_detector_whose_answers_are_all_refused_stops_alone_and_the_tenant_audit_still_runs() -> None:
+    """No answer of this remote is JSON: the detector's probes are refused and it stops (a warning naming it), while
+    the tenant audit, timing streamed first tokens, still finds the salted cache isolated."""
+    with prefix_remote("salted") as remote:
+        served = tenant_endpoint(remote.url)
+        post = {**served.postprocess.model_dump(mode="python"), "output_schema": {"type": "object"}}
+        gate = caching(served.with_changes(postprocess=post))
+    audits = gate.measurements.to_dict()["timing_audits"]
+    assert audits["response_cache"] is None and "response-cache timing:" in audits["problem"], audits["problem"]
+    assert "invalid_output" in audits["problem"] and "tenant timing" not in audits["problem"]
+    assert audits["isolation"]["finding"] == "isolated", audits["isolation"]["reason"]
+
+
 @pytest.mark.slow
 def test_the_tenant_audit_at_the_papers_250_per_side_finds_the_shared_cache() -> None:
     with prefix_remote("shared") as remote:
