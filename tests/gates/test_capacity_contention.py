@@ -107,7 +107,7 @@ def check(served: ServedModel, gate: Any) -> Any:
     return gate.run(GateContext(served.reference_form(), served, mode="reference"))
 
 
-@pytest.mark.parametrize("nice", [0, 19])
+@pytest.mark.parametrize("nice", [0, pytest.param(19, marks=pytest.mark.slow)])
 def test_the_probe_sees_a_thread_team_stall_beside_spinning_processes(nice: int) -> None:
     """A team as large as the machine with a process spinning on each of its cores: each parallel op waits."""
     threads = max(2, CPUS)
