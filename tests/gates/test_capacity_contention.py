@@ -132,7 +132,7 @@ def test_a_process_beside_spinning_processes_waits_for_a_core() -> None:
     assert judge_contention([], 1, share).contended
 
 
-@pytest.mark.parametrize("nice", [0, 19])
+@pytest.mark.parametrize("nice", [0, pytest.param(19, marks=pytest.mark.slow)])
 def test_a_miss_beside_competing_processes_is_inconclusive_and_says_why(held_machine: None, nice: int) -> None:
     """The server misses its target (a slow synthetic server standing in for the stalled one) while processes spin
     on every core: the probe of the manifest's thread team sees it, and the gate warns, naming the contention.

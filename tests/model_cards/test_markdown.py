@@ -70,8 +70,8 @@ def test_tables(note_text: tuple[ServingNote, str]) -> None:
 
     capacity = next(t for t in tables if t[0] == ["Metric", "Target", "Predicted", "Measured", "Met"])
     assert len(capacity) - 1 == len(note.items["capacity_target"]["rows"])
-    p99 = next(r for r in capacity if r[0] == "E2E latency p99")
-    assert p99 == ["E2E latency p99", "≤ 5,000.0 ms", "250.0 ms", "300.0 ms", "yes"]
+    p95 = next(r for r in capacity if r[0] == "E2E latency p95")
+    assert p95 == ["E2E latency p95", "≤ 5,000.0 ms", "140.0 ms", "150.0 ms", "yes"]
 
     errors = next(t for t in tables if t[0][:2] == ["Code", "HTTP status"])
     client = {code for code, spec in CATALOGUE.items() if spec.client_error}
