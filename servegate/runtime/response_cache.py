@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from servegate.contracts.sections import ResponseCache as ResponseCacheConfig
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest
+from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, TokenEvent
 
 
 class ResponseCache:
@@ -75,3 +75,18 @@ class ResponseCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def replay(hit: FinishEvent) -> tuple[TokenEvent, FinishEvent]:
+    """A cached answer as the events a fresh one sends: all its tokens in one event (marked cached), then the end."""
+    tokens = TokenEvent(
+        hit.request_id,
+        hit.token_ids,
+        hit.text,
+        hit.logprobs,
+        time.monotonic(),
+        cached=True,
+        top_logprobs=hit.top_logprobs,
+        tokens=hit.tokens,
+    )
+    return tokens, hit

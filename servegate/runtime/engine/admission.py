@@ -11,7 +11,7 @@ import time
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.endings import deliver_failures
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, Sink, TokenEvent
+from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, Sink
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState, new_request_state
 from servegate.runtime.engine.request_table import Failure, RequestTable
@@ -24,6 +24,7 @@ from servegate.runtime.failure_policy.outcomes import (
     past_deadline,
     unavailable,
 )
+from servegate.runtime.response_cache import replay
 
 
 class Admission:
@@ -49,19 +50,8 @@ class Admission:
         cache = self.parts.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            sink(
-                TokenEvent(
-                    request.id,
-                    hit.token_ids,
-                    hit.text,
-                    hit.logprobs,
-                    time.monotonic(),
-                    cached=True,
-                    top_logprobs=hit.top_logprobs,
-                    tokens=hit.tokens,
-                )
-            )
-            sink(hit)
+            for event in replay(hit):
+                sink(event)
             return None
         try:
             state = new_request_state(self.served, self.parts, request, sink, self.table.new_seq_id(), self.trace)

@@ -63,6 +63,7 @@ from servegate.runtime.remote.completions_stream import (
 from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
 from servegate.runtime.remote.own_loop import run_on_own_loop
 from servegate.runtime.remote.token_source import TokenReader
+from servegate.runtime.response_cache import replay
 
 
 class EndpointEngine:
@@ -162,17 +163,8 @@ class EndpointEngine:
         cache = self.contract.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            yield TokenEvent(
-                request.id,
-                hit.token_ids,
-                hit.text,
-                hit.logprobs,
-                time.monotonic(),
-                cached=True,
-                top_logprobs=hit.top_logprobs,
-                tokens=hit.tokens,
-            )
-            yield hit
+            for event in replay(hit):
+                yield event
             return
         reply = RemoteReply()
         with self._lock:
