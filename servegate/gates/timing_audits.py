@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from servegate.contracts.errors import ServegateError
+from servegate.capacity.bench.own_server import manifest_tokenizer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.cache_audit import RepeatTiming, detect_response_cache
@@ -73,16 +73,6 @@ class TimingAudits:
         }
 
 
-def _tokenizer(served: ServedModel) -> Any:
-    """The manifest's tokenizer, for never-seen prompts of the probes' length in tokens (None: by characters)."""
-    from servegate.runtime.model.weights import load_tokenizer
-
-    try:
-        return load_tokenizer(served)
-    except ServegateError:  # weights without a local tokenizer: the length is matched in characters, and said so
-        return None
-
-
 def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[SuiteData, SuiteItem]]) -> TimingAudits:
     """Serve `served` on a fresh engine and run the response-cache detector, then (with tenants) the tenant audit."""
     config = ctx.candidate.quality.cache_audit
@@ -99,7 +89,7 @@ def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[
 
     async def audits() -> TimingAudits:
         problems: list[str] = []
-        unseen = UnseenPrompts(_tokenizer(served))
+        unseen = UnseenPrompts(manifest_tokenizer(served))  # None: lengths matched in characters, and said so
         async with served_over_http(served, engine) as probe:  # type: ignore[arg-type]
             repeats: RepeatTiming | None = None
             try:
