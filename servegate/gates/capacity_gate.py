@@ -26,6 +26,7 @@ from servegate.capacity.bench.contention import (
     run_queue_times,
     wait_share_between,
 )
+from servegate.capacity.bench.interleaved import InterleavedRuns
 from servegate.capacity.bench.own_server import bench_url, manifest_tokenizer, own_server, peak_memory
 from servegate.capacity.bench.run_metrics import slo_from_targets
 from servegate.capacity.bench.targets import PromptFactory
@@ -290,15 +291,9 @@ class CapacityGate(Gate):
         """The reference form's server started beside the candidate's, both benched interleaved."""
         served, reference = ctx.candidate, ctx.baseline
         targets = served.capacity.targets
-        prompts = PromptFactory(manifest_tokenizer(served))
         total = 2 * served.capacity.workload.num_requests
         ctx.progress.start(f"capacity: {total} requests (the reference form interleaved: did the machine hold?)", total)
-        with self.server_factory(reference) as reference_server:
-            began = time.time()
-            runs = asyncio.run(
-                bench_interleaved(reference_server.url, candidate_url, reference, served, prompts, ctx.progress.advance)
-            )
-            ended = time.time()
+        runs, began, ended = self._bench_beside(ctx, reference, candidate_url)
         side = as_bench_result(runs, served.capacity.workload, slo_from_targets(targets), candidate_url)
         second = judge(targets, runs.pooled("candidate"), check_targets(targets, side.as_dict(), None))
         seen = judge_contention(probe.samples_between(began, ended), probe.threads) if probe is not None else None
@@ -307,14 +302,23 @@ class CapacityGate(Gate):
     def _bench_change(self, candidate_url: str, ctx: GateContext) -> Any:
         """A change: the baseline's server started beside the candidate's and both benched interleaved."""
         served = ctx.candidate
-        prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
-        slo = slo_from_targets(served.capacity.targets)
         prepared = ctx.prepared.pop(f"{self.name}:baseline", None)
-        with prepared if prepared is not None else self.server_factory(ctx.baseline) as base_server:
+        runs, _, _ = self._bench_beside(ctx, ctx.baseline, candidate_url, prepared)
+        return bench_change_sides(runs, served, slo_from_targets(served.capacity.targets), candidate_url)
+
+    def _bench_beside(
+        self, ctx: GateContext, other: ServedModel, candidate_url: str, prepared: Any = None
+    ) -> tuple[InterleavedRuns, float, float]:
+        """`other`'s server (`prepared`, else started) beside the candidate's, both benched interleaved with the
+        same prompts: the runs, and the wall-clock times (time.time()) the bench began and ended."""
+        served = ctx.candidate
+        prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
+        with prepared if prepared is not None else self.server_factory(other) as other_server:
+            began = time.time()
             runs = asyncio.run(
-                bench_interleaved(base_server.url, candidate_url, ctx.baseline, served, prompts, ctx.progress.advance)
+                bench_interleaved(other_server.url, candidate_url, other, served, prompts, ctx.progress.advance)
             )
-        return bench_change_sides(runs, served, slo, candidate_url)
+            return runs, began, time.time()
 
 
 def _miss(check: TargetCheck) -> str:
