@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from servegate.capacity.bench.machine_speed import read_sample_lines
 
 INTERVAL_S = 0.1
 """Seconds the probe sleeps between samples."""
@@ -261,9 +264,7 @@ class ContentionProbe:
             self.samples = _read(self._path)
             self._proc = None
         if self._dir is not None:
-            for child in self._dir.iterdir():
-                child.unlink(missing_ok=True)
-            self._dir.rmdir()
+            shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
         return self.samples
 
@@ -281,20 +282,5 @@ class ContentionProbe:
 
 
 def _read(path: Path | None) -> list[ProbeSample]:
-    """The probe's lines; a line cut short when it was stopped is skipped."""
-    if path is None:
-        return []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) != 3:
-            continue
-        try:
-            out.append(ProbeSample(*(float(p) for p in parts)))
-        except ValueError:
-            continue
-    return out
+    """The probe's lines as samples."""
+    return [ProbeSample(*numbers) for numbers in read_sample_lines(path, 3)]

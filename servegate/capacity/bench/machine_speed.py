@@ -248,18 +248,26 @@ class MachineSpeedMonitor:
 
 
 def _read_samples(path: Path, cpu: int) -> list[Sample]:
-    """A sampler's lines; a line cut short when it was stopped is skipped."""
-    out = []
+    """A sampler's lines as samples of `cpu`."""
+    return [Sample(at, cpu, took) for at, took in read_sample_lines(path, 2)]
+
+
+def read_sample_lines(path: Path | None, width: int) -> list[tuple[float, ...]]:
+    """The lines a sampler process wrote to `path`, each `width` numbers; a line cut short when the sampler was
+    stopped (or one that is not numbers) is skipped, and a file not (yet) there reads as no lines."""
+    if path is None:
+        return []
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
-        return out
+        return []
+    out = []
     for line in lines:
         parts = line.split()
-        if len(parts) != 2:
+        if len(parts) != width:
             continue
         try:
-            out.append(Sample(float(parts[0]), cpu, float(parts[1])))
+            out.append(tuple(float(p) for p in parts))
         except ValueError:
             continue
     return out
