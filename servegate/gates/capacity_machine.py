@@ -48,7 +48,7 @@ def machine_reasons(report: dict[str, Any], contention: Contention | None) -> li
     """Why the machine did not hold still during a bench (its report and what the probe saw); [] when it did."""
     from servegate.capacity.bench.machine_speed import MachineSpeed
 
-    reasons = [f"the server's cores were contended: {r}" for r in (contention.reasons if contention else [])]
+    reasons = _contended(contention)
     load = report.get("load_average")
     if load and load.get("oversubscribed"):
         reasons.append(f"load average {max(load['before'], load['after']):.1f} on {load['cpus']} CPUs")
@@ -59,9 +59,19 @@ def machine_reasons(report: dict[str, Any], contention: Contention | None) -> li
     return reasons
 
 
+def _contended(contention: Contention | None) -> list[str]:
+    """The probe's reasons, each said as the server's cores' (none without a probe)."""
+    return [f"the server's cores were contended: {r}" for r in (contention.reasons if contention else [])]
+
+
+def _excusable(check: dict[str, Any]) -> bool:
+    """A failed latency or throughput target (one a moving machine can cause; memory is not)."""
+    return check.get("verdict") == "fail" and check.get("name") != "memory"
+
+
 def has_excusable_miss(verdict: CapacityVerdict) -> bool:
     """Whether a latency or throughput target failed (the ones a moving machine can cause)."""
-    return any(c.get("verdict") == "fail" and c.get("name") != "memory" for c in verdict.checks)
+    return any(_excusable(c) for c in verdict.checks)
 
 
 def excuse(verdict: CapacityVerdict, reasons: Sequence[str]) -> CapacityVerdict:
@@ -69,11 +79,7 @@ def excuse(verdict: CapacityVerdict, reasons: Sequence[str]) -> CapacityVerdict:
     if not reasons or not has_excusable_miss(verdict):
         return verdict
     why = "; ".join(reasons)
-    checks = [
-        {**c, "verdict": "warn", "machine_moved": True} if c.get("verdict") == "fail" and c.get("name") != "memory"
-        else c
-        for c in verdict.checks
-    ]  # fmt: skip
+    checks = [{**c, "verdict": "warn", "machine_moved": True} if _excusable(c) else c for c in verdict.checks]
     # the misses keep their sentences; a failed memory budget stays a failure beside them
     worst = "fail" if any(c.get("verdict") == "fail" for c in checks) else "warn"
     return CapacityVerdict(worst, verdict.reason + MOVED.format(why=why), checks)
@@ -120,7 +126,7 @@ def judge_control(runs: InterleavedRuns, candidate_verdict: str, contention: Con
     per_round = tpot if metric == "tpot_ms" else [latencies_ms(r, "e2e_ms") for r in runs.baseline]
     rounds = [float(np.median(v)) for v in per_round if v.size]
     control = Control(metric, rounds, candidate_verdict, contention)
-    reasons = [f"the server's cores were contended: {r}" for r in (contention.reasons if contention else [])]
+    reasons = _contended(contention)
     if rounds and not control.spread <= CONTROL_SPREAD and max(rounds) - min(rounds) > CONTROL_FLOOR_MS:
         reasons.append(
             f"the reference form, benched interleaved with it, ran its rounds at {min(rounds):.3g}-"
