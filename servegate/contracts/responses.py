@@ -19,6 +19,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
+class PromptTokensDetails(_Body):
+    """What the prompt's tokens cost: how many came from the KV prefix cache (OpenAI's field)."""
+
+    cached_tokens: int = Field(ge=0)
+    """Prompt tokens read from the prefix cache instead of computed."""
+
+
 class UsageBody(_Body):
     """Token counts of one request."""
 
@@ -30,6 +37,8 @@ class UsageBody(_Body):
     """prompt_tokens + completion_tokens."""
     truncated_tokens: int = Field(default=0, ge=0)
     """Prompt tokens dropped by preprocess.truncation (0 when nothing was dropped)."""
+    prompt_tokens_details: PromptTokensDetails | None = None
+    """Prefix-cache hits of the prompt; null when the manifest declares no prefix cache."""
 
 
 FinishReason = Literal["stop", "length"]

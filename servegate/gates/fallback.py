@@ -17,7 +17,7 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE, ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext, GateSetupError
+from servegate.gates.base import Gate, GateContext, GateSetupError, on_remote
 from servegate.gates.comparison import QualityComparison, SuiteScores, compare_runs
 from servegate.gates.evaluation import SuiteRun, burst, make_suite_data, requests_for
 from servegate.gates.registry import register_gate
@@ -26,6 +26,17 @@ from servegate.gates.statistics import BoundaryCheck, boundary_check
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent
 
 FORCED_REQUESTS = 16
+
+
+def forced_count(primary: ServedModel, trigger: str) -> int:
+    """Requests a forced trigger sends: on a remote, overload first fills every slot the endpoint admits.
+
+    The endpoint backend keeps `batching.max_batch_size` requests in flight to its remote before any waits
+    in its queue of 1, so a burst no larger than that finishes normally and provokes nothing.
+    """
+    if trigger == "overload" and on_remote(primary):
+        return primary.batching.max_batch_size + 1 + FORCED_REQUESTS
+    return FORCED_REQUESTS
 
 
 def validity_metrics(metrics: list[str]) -> list[str]:
@@ -174,7 +185,6 @@ class FallbackGate(Gate):
         if not suites or not suites[0].items:
             return {}, [("warn", "no suite items to send as forced requests")]
         data = suites[0]
-        items = [data.items[i % len(data.items)] for i in range(FORCED_REQUESTS)]
         policy = primary.failure_policy.model_dump(mode="python")
         out: dict[str, ForcedRouting] = {}
         checks: list[tuple[Verdict, str]] = []
@@ -184,6 +194,7 @@ class FallbackGate(Gate):
         ):
             ctx.progress.start(f"fallback: forced {trigger}", 1)
             engine = ctx.engines.fresh(primary.with_changes(failure_policy={**policy, **change}))
+            items = [data.items[i % len(data.items)] for i in range(forced_count(primary, trigger))]
             requests = requests_for(data, items)
             delivered = burst(engine, requests)
             ctx.progress.advance()

@@ -22,6 +22,7 @@ from servegate.contracts.responses import (
     EmbeddingResponse,
     EmbeddingUsage,
     FinishReason,
+    PromptTokensDetails,
     UsageBody,
 )
 from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
@@ -39,6 +40,9 @@ def usage_body(usage: Usage) -> UsageBody:
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
         truncated_tokens=usage.truncated_tokens,
+        prompt_tokens_details=None
+        if usage.cached_tokens is None
+        else PromptTokensDetails(cached_tokens=usage.cached_tokens),
     )
 
 
@@ -68,7 +72,14 @@ def total_usage(usages: Sequence[Usage], n: int) -> Usage:
         prompt_tokens=sum(u.prompt_tokens for u in firsts),
         completion_tokens=sum(u.completion_tokens for u in usages),
         truncated_tokens=sum(u.truncated_tokens for u in firsts),
+        cached_tokens=_total_cached(firsts),
     )
+
+
+def _total_cached(usages: Sequence[Usage]) -> int | None:
+    """Prefix-cache hits of the prompts, None when any usage has none to say (no prefix cache declared)."""
+    counts = [u.cached_tokens for u in usages]
+    return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
 
 
 Choice = tuple[FinishEvent, Sequence[str]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -99,6 +99,9 @@ class ServerMetrics:
             "servegate_truncated_tokens", "Prompt tokens dropped by the truncation policy.", ["endpoint"], registry=r
         )
         r.register(_EngineCollector(stats))
+        # process_resident_memory_bytes and friends: the model lives in this process, so its resident memory
+        # is the deployment's, which an endpoint manifest in front of this server checks its budget against
+        ProcessCollector(registry=r)
 
     def request_done(self, endpoint: str, status: int) -> None:
         """Count one finished request."""

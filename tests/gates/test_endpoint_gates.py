@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour, reference_answer
 from support.servegate_remote import ServegateRemote
@@ -196,3 +197,49 @@ def test_gate_validate_says_what_is_enforced_here_and_what_only_describes_the_re
     assert scope["declared_not_verified"]["runtime.quantization"]["method"] == "int8-weight"
     assert "preprocess" in scope["enforced_in_front"]
     assert "declared by the remote, not verified" in done.stderr
+
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
+
+
+def test_an_honest_endpoint_in_front_of_gate_serve_passes_caching_fallback_and_capacity(tmp_path: Path) -> None:
+    """The issue's last warnings: the remote's prefix hits (its usage), its overload (a burst past every slot the
+    endpoint admits) and its memory (its /metrics) were invisible, so three gates warned on an honest remote."""
+    import shutil
+
+    import yaml
+    from support.servers import start_gate_serve
+
+    shutil.copy(QUICKSTART / "fallback.yaml", tmp_path / "fallback.yaml")
+    remote = yaml.safe_load((QUICKSTART / "manifest.yaml").read_text())
+    remote["preprocess"]["tenant_from"] = "none"
+    remote["runtime"]["quantization"] = {"method": "none"}
+    remote["postprocess"]["response_cache"]["enabled"] = False
+    # the json suite stays whole: the fallback's output contract needs its 200 items to decide a 0.02 margin
+    suites = remote["quality"]["suites"]
+    remote["quality"]["suites"] = [{**s, "limit": 40} if s["name"] != "json" else s for s in suites]
+    remote["capacity"]["workload"]["num_requests"] = 24
+    remote["capacity"]["targets"] = {"e2e_ms": {"p50": 5000}, "memory": "4GiB"}
+    server = start_gate_serve(tmp_path, remote)
+    try:
+        server.wait_ready()
+        body = {"model": "quickstart", "prompt": "12+34=12+34=12+34=12+34=", "max_tokens": 2}
+        usages = [httpx.post(server.url("/v1/completions"), json=body, timeout=30).json()["usage"] for _ in "ab"]
+        assert [u["prompt_tokens_details"]["cached_tokens"] for u in usages] == [0, 16]  # one block, then a hit
+        endpoint = json.loads(json.dumps(remote))
+        endpoint["runtime"].update(backend="endpoint", endpoint_url=server.url("/v1"), endpoint_model="quickstart")
+        (tmp_path / "endpoint.json").write_text(json.dumps(endpoint))
+        done = gate("check", "endpoint.json", "--gate", "caching", "--gate", "fallback", "--gate", "capacity",
+                    "--json", "out.json", "--no-cache", cwd=tmp_path)  # fmt: skip
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    gates = {g["name"]: g for g in json.loads((tmp_path / "out.json").read_text())["gates"]}
+    assert {n: gates[n]["verdict"] for n in ("caching", "fallback", "capacity")} == dict.fromkeys(
+        ("caching", "fallback", "capacity"), "pass"
+    ), [gates[n]["reason"] for n in ("caching", "fallback", "capacity")]
+    caching = gates["caching"]["measurements"]
+    assert caching["warm_prefix_hits"] > 0 and caching["stale_hits_after_fingerprint_change"] == 0
+    overload = gates["fallback"]["measurements"]["routing"]["overload"]
+    assert overload["sent"] == 32 + 1 + 16 and overload["routed_to_fallback"] > 0
+    assert any(t["name"] == "memory" for t in gates["capacity"]["measurements"]["targets"])

@@ -468,3 +468,21 @@ def test_metrics_count_requests_by_endpoint_and_status(server: ServerProcess, cl
         "servegate_fallback_uses_total",
     ):
         assert family in text, family
+
+
+def test_metrics_export_the_servers_resident_memory_for_an_endpoint_in_front(server: ServerProcess) -> None:
+    """The model lives in the server process, so an endpoint manifest reads the deployment's memory there."""
+    from servegate.runtime.remote.identity import RemoteIdentity, remote_memory
+
+    identity = RemoteIdentity(engine="servegate", version=None, models=(MODEL,))
+    value, how = asyncio.run(remote_memory(server.url("/v1"), identity))
+    assert value is not None and value > 20 * 2**20, how
+    assert how == "resident memory of the remote server process, from its /metrics"
+
+
+def test_usage_has_no_prefix_cache_details_where_the_manifest_declares_no_prefix_cache(client: openai.OpenAI) -> None:
+    """null, not a 0 that would claim a cache was consulted (the endpoint gate test sees the counted hits)."""
+    prompt = "a prompt long enough to fill one block of sixteen"
+    for _ in range(2):
+        usage = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2).usage
+        assert usage is not None and usage.prompt_tokens_details is None

@@ -63,6 +63,9 @@ class Usage:
     completion_tokens: int
     truncated_tokens: int = 0
     """Prompt tokens dropped by the truncation policy."""
+    cached_tokens: int | None = None
+    """Prompt tokens read from the KV prefix cache; None where no prefix cache is declared (or the remote
+    does not say)."""
 
     @property
     def total_tokens(self) -> int:

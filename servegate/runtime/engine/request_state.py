@@ -36,6 +36,8 @@ class RequestState:
     truncated_tokens: int
     flag_invalid: bool
     """on_invalid_output: flag (True) or error (False)."""
+    prefix_caching: bool = False
+    """The manifest declares a KV prefix cache, so usage reports its hits (prompt_tokens_details)."""
     first_token_at: float | None = None
     aborted: bool = False
     """The caller stopped listening (set under the engine lock; the loop drops it at the next step)."""
@@ -61,7 +63,12 @@ class RequestState:
             text=out.text,
             token_ids=tuple(out.token_ids),
             finish_reason=out.finish_reason or "length",
-            usage=Usage(self.seq.num_prompt_tokens, len(out.token_ids), self.truncated_tokens),
+            usage=Usage(
+                self.seq.num_prompt_tokens,
+                len(out.token_ids),
+                self.truncated_tokens,
+                self.seq.num_cached_tokens if self.prefix_caching else None,
+            ),
             logprobs=tuple(out.logprobs) if self.params.logprobs else None,
             top_logprobs=tuple(self.top_logprobs) if self.params.top_logprobs > 0 else None,
             output_valid=valid,
@@ -111,4 +118,5 @@ def new_request_state(
         timeout_s=admitted.timeout_s,
         truncated_tokens=admitted.truncated_tokens,
         flag_invalid=served.failure_policy.on_invalid_output == "flag",
+        prefix_caching=served.runtime.kv_cache is not None and served.runtime.kv_cache.prefix_caching,
     )

@@ -54,6 +54,16 @@ class RemoteReply:
     streamed: bool = False
 
 
+def cached_tokens_of(usage: dict[str, Any]) -> int | None:
+    """The prefix-cache hits a remote's usage reports (`prompt_tokens_details.cached_tokens`), None if none.
+
+    vLLM says it with --enable-prompt-tokens-details, servegate whenever its manifest has a prefix cache.
+    """
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0 else None
+
+
 def no_logprobs(base_url: str, why: str) -> ServingError:
     """The catalogued refusal of a request that asks for logprobs a remote does not give."""
     return ServingError(
@@ -176,6 +186,7 @@ def final_event(
             len(admitted.token_ids),
             int(usage.get("completion_tokens") or len(token_ids)),
             admitted.truncated_tokens,
+            cached_tokens_of(usage),
         ),
         logprobs=tuple(reply.logprobs) if params.logprobs else None,
         top_logprobs=tuple(reply.top_logprobs) if params.logprobs and params.top_logprobs > 0 else None,

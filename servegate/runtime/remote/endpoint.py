@@ -98,6 +98,8 @@ class EndpointEngine:
         self._tokenizer = tokenizer
         self._reader: TokenReader | None = None
         self.names_tokens = True
+        self._prefix_hits = 0
+        """KV blocks the remote's usage says it read from its prefix cache (0 when it never says)."""
         """Whether to ask a remote other than vLLM for logprobs to learn its tokens (False once it refused them)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._start_lock = threading.Lock()
@@ -244,6 +246,9 @@ class EndpointEngine:
         cache = self.contract.response_cache
         if cache is not None and isinstance(result, FinishEvent):
             cache.put(admitted.request, result)
+        if isinstance(result, FinishEvent) and result.usage.cached_tokens:
+            kv = self.served.runtime.kv_cache
+            self._prefix_hits += result.usage.cached_tokens // (kv.block_size if kv is not None else 16)
         return result
 
     async def _open(self, admitted: AdmittedRequest) -> Any:
@@ -359,11 +364,13 @@ class EndpointEngine:
         return [item["embedding"] for item in sorted(resp.json()["data"], key=lambda d: d["index"])]
 
     def stats(self) -> EngineStats:
-        """The contract's own counters (the remote's internal queue and caches are not visible from here)."""
+        """The contract's own counters, and the prefix-cache hits the remote's usage reported (in blocks of the
+        manifest's block_size); the remote's internal queue is not visible from here."""
         cache = self.contract.response_cache if self.contract is not None else None
         return EngineStats(
             queue_depth=self.admission.queued,
             running=self.admission.running,
+            prefix_cache_hits=self._prefix_hits,
             response_cache_hits=cache.hits if cache is not None else 0,
             fallback_uses=self._fallback.uses if self._fallback is not None else 0,
         )
