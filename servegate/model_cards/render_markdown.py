@@ -61,6 +61,15 @@ def _identity(item: dict[str, Any], h: str) -> list[str]:
             + ".",
             "",
         ]
+    provenance = item.get("weights_provenance")
+    if provenance:
+        out += [
+            f"Weights from the registry package {code(provenance['package'] + '==' + provenance['version'])} "
+            f"({provenance['upstream']}, license {provenance['license']}): {code(provenance['file'])}, sha256 "
+            f"{code(provenance['gguf_sha256'])}, {provenance['source_quantization']}, dequantized to float32 by "
+            "`gate zoo fetch`.",
+            "",
+        ]
     out += [f"{h}# Weight checksums", "", f"sha256 of each weight file, {item['weight_checksums_origin']}.", ""]
     out += table(("File", "sha256"), ((Raw(code(f)), Raw(code(d))) for f, d in item["weight_checksums"].items()))
     return out

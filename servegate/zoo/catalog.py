@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -75,9 +76,26 @@ def _minilm_dir() -> Path:
     return inside(package_root, package_root / "model")
 
 
+def fetched_root() -> Path:
+    """Where fetched zoo models live: $SERVEGATE_HOME/zoo (default ~/.cache/servegate/zoo)."""
+    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
+    return Path(home) / "zoo"
+
+
+def fetched_dir(name: str) -> Path:
+    """The folder `gate zoo fetch NAME` converts a registry model into."""
+    return fetched_root() / name
+
+
 def zoo_model_path(name: str) -> Path:
-    """The directory of zoo model ``name`` (``tiny-primary``, ``tiny-fallback`` or ``minilm``)."""
+    """The directory of zoo model ``name``: shipped (``tiny-primary``, ``tiny-fallback``), an extra's
+    (``minilm``), or fetched from a registry package (``smollm2-135m-instruct``)."""
     check_name("model", name, model_names())
+    if "fetch" in read_index().get(name, {}):
+        path = fetched_dir(name)
+        if not (path / "provenance.json").is_file() or not (path / "config.json").is_file():
+            raise ZooError(f"zoo model {name!r} is not fetched yet: run `gate zoo fetch {name}` (once; {path})")
+        return path
     path = _minilm_dir() if name == MINILM else inside(MODELS_DIR, MODELS_DIR / name)
     if not (path / "config.json").is_file():
         raise ZooError(f"zoo model {name!r} has no config.json under {path}: run `gate zoo build {name}`")
@@ -102,10 +120,26 @@ def file_checksums(directory: Path) -> dict[str, str]:
     }
 
 
+def recorded_files(name: str, path: Path | None) -> dict[str, str]:
+    """The sha256 of each file as recorded: in the catalogue, or for a fetched model in the provenance.json its
+    fetch wrote (the converted bytes depend on the converting library's version, so they are not shipped)."""
+    entry = read_index()[name]
+    if "fetch" not in entry:
+        return dict(entry["files"])
+    if path is None:
+        return {}
+    try:
+        files = json.loads((path / "provenance.json").read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError) as exc:
+        raise ZooError(f"{path / 'provenance.json'} cannot be read ({type(exc).__name__}): run "
+                       f"`gate zoo fetch {name} --force`") from None  # fmt: skip
+    return dict(files)
+
+
 def checksum_mismatches(name: str) -> list[str]:
     """Files of ``name`` whose sha256 differs from the catalogue, or that are missing: empty when intact."""
     path = zoo_model_path(name)
-    recorded = read_index()[name]["files"]
+    recorded = recorded_files(name, path)
     problems = []
     for relative, expected in recorded.items():
         target = path / relative
@@ -130,7 +164,7 @@ def list_models() -> list[ZooModelInfo]:
                 name=name,
                 kind=entry["kind"],
                 parameters=int(entry["parameters"]),
-                files=dict(entry["files"]),
+                files=recorded_files(name, path),
                 suites=tuple(entry["suites"]),
                 description=entry["description"],
                 origin=entry["origin"],

