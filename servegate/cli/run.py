@@ -26,7 +26,7 @@ def run(
 
     Input lines: {"id": 1, "prompt": "..."} or {"id": "a", "messages": [{"role": "user", "content": "..."}]},
     plus any completions/chat parameter (max_tokens, temperature, top_p, top_k, seed, stop, logprobs);
-    defaults are the API's (temperature 1.0, seeded with runtime.seed unless the line gives a seed).
+    defaults are the API's (temperature 1.0; a line without a seed samples as preprocess.unseeded_sampling says).
     Output lines, in input order: {"id", "text", "finish_reason", "usage"} or {"id", "error"}.
 
     Works in every batching mode (--set batching.mode=...); `offline` is the fastest. Killed midway,

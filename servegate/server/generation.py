@@ -1,4 +1,5 @@
-"""Run one parsed request on the engine: the engine request, the server-side deadline, error mapping.
+"""Run one engine request for the server: the server-side deadline, error mapping (the requests come from
+runtime/request_translator.py).
 
 Every request ends in exactly one outcome: a FinishEvent or one catalogued ServingError. Errors the
 engine reports keep their code; `overloaded` gets the manifest's status and Retry-After; a deadline
@@ -9,72 +10,16 @@ passed while waiting on the engine is `deadline_exceeded` (504); anything else t
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.errors import ServingError
-from servegate.contracts.manifest import ServedModel
-from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
 from servegate.runtime.failure_policy.outcomes import deadline_exceeded, gateway_deadline
 from servegate.server.bodies import BodyBuilder, token_texts
 from servegate.server.state import ServerState, internal_error, normalize
-
-
-def _choice_seed(served: ServedModel, request: CompletionRequest | ChatCompletionRequest, choice: int) -> int | None:
-    """The seed of one choice: the request's (choice i: seed + i), else as preprocess.unseeded_sampling says."""
-    if request.temperature == 0:
-        return request.seed  # greedy: the seed changes nothing
-    if request.seed is not None:
-        return (request.seed + choice) % 2**63
-    if served.preprocess.unseeded_sampling == "deterministic":
-        return (served.runtime.seed + choice) % 2**63
-    return secrets.randbits(63)
-
-
-def engine_requests(
-    served: ServedModel, request: CompletionRequest | ChatCompletionRequest, request_id: str, tenant: str | None
-) -> list[GenerationRequest]:
-    """The engine's requests for a completion or chat request: one per choice, prompt i's choice j at i * n + j."""
-    if isinstance(request, ChatCompletionRequest):
-        max_tokens = request.max_completion_tokens or request.max_tokens or served.postprocess.max_output_tokens
-        top_logprobs = request.top_logprobs or 0
-        prompts: list[str | list[int] | None] = [None]
-    else:
-        max_tokens = request.max_tokens
-        top_logprobs = request.logprobs or 0
-        prompts = list(request.prompts())
-    arrival = time.monotonic()
-    several = len(prompts) * request.n > 1
-    out = []
-    for index in range(len(prompts) * request.n):
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            top_k=request.top_k,
-            seed=_choice_seed(served, request, index % request.n),
-            stop=tuple(request.stop or ()),
-            logprobs=request.wants_logprobs(),
-            top_logprobs=top_logprobs,
-            ignore_eos=request.ignore_eos,
-        )
-        choice_id = f"{request_id}-{index}" if several else request_id
-        generation = GenerationRequest(id=choice_id, params=params, tenant=tenant, arrival_time=arrival)
-        prompt = prompts[index // request.n]
-        if isinstance(request, ChatCompletionRequest):
-            generation.messages = [
-                {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages
-            ]
-        elif isinstance(prompt, str):
-            generation.prompt = prompt
-        else:
-            generation.prompt_token_ids = list(prompt or ())
-        out.append(generation)
-    return out
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -21,9 +22,10 @@ from servegate.contracts.requests import (
     parse_request,
 )
 from servegate.contracts.responses import AsyncStatus, ModelCard, ModelList
+from servegate.runtime.request_translator import engine_requests
 from servegate.server.bodies import BodyBuilder, embeddings_body
 from servegate.server.echo import check_echo, echo_completion
-from servegate.server.generation import EngineRun, complete, engine_requests
+from servegate.server.generation import EngineRun, complete
 from servegate.server.state import ServerState, error_response, internal_error, normalize
 from servegate.server.streaming import stream_response
 
@@ -106,7 +108,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     assert isinstance(parsed, CompletionRequest | ChatCompletionRequest)
     chat = endpoint == "chat"
     request_id = state.new_request_id(_ID_PREFIX[endpoint])
-    generations = engine_requests(state.served, parsed, request_id, tenant)
+    generations = engine_requests(state.served, parsed, request_id, tenant, arrival_time=time.monotonic())
     builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n)
     ignored = _ignored_header(parsed)
     if isinstance(parsed, CompletionRequest) and parsed.echo:  # the prompt scored (lm-eval's log-likelihoods)

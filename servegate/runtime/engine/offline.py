@@ -28,8 +28,9 @@ from typing import Any
 from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.contracts.requests import ChatCompletionRequest, parse_request
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.contracts.requests import parse_request
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.runtime.request_translator import engine_requests
 
 RecordId = str | int
 
@@ -131,29 +132,8 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
         param = "n" if body.n > 1 else "prompt"  # type: ignore[union-attr]
         detail = f"{param}: an input line is one request with one answer; write one line per prompt and choice"
         raise ServingError("invalid_request", param=param, detail=detail)
-    if isinstance(body, ChatCompletionRequest):
-        max_tokens = body.max_completion_tokens or body.max_tokens or served.postprocess.max_output_tokens
-        logprobs, top = body.logprobs, body.top_logprobs or 0
-    else:
-        max_tokens, logprobs, top = body.max_tokens, body.logprobs is not None, body.logprobs or 0
-    params = SamplingParams(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        seed=body.seed,
-        stop=tuple(body.stop or ()),
-        logprobs=logprobs,
-        top_logprobs=top,
-    )
     tenant = body.user if served.preprocess.tenant_from == "user" else None
-    request = GenerationRequest(id=str(item.id), params=params, tenant=tenant)
-    if isinstance(body, ChatCompletionRequest):
-        request.messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    elif isinstance(body.prompts()[0], str):
-        request.prompt = body.prompts()[0]  # type: ignore[assignment]
-    else:
-        request.prompt_token_ids = list(body.prompts()[0])
+    (request,) = engine_requests(served, body, str(item.id), tenant)  # the deadline starts when it is submitted
     return request
 
 

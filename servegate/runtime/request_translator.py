@@ -1,0 +1,89 @@
+"""The one translator from a parsed API body to engine requests: `gate serve`, `gate run` and the endpoint's
+gateway all go through `engine_requests`, so a field means the same on every path.
+
+The body arrives validated (`contracts/requests.parse_request` checks each field once, against the
+manifest); here it only becomes requests, each built whole in one constructor: one per choice, prompt i's
+choice j at index i * n + j, with the seed each choice gets.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from servegate.contracts.manifest import ServedModel
+from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+
+ApiRequest = CompletionRequest | ChatCompletionRequest
+
+
+def choice_seed(served: ServedModel, request: ApiRequest, choice: int) -> int | None:
+    """The seed of one choice: the request's (choice i: seed + i), else as preprocess.unseeded_sampling says."""
+    if request.temperature == 0:
+        return request.seed  # greedy: the seed changes nothing
+    if request.seed is not None:
+        return (request.seed + choice) % 2**63
+    if served.preprocess.unseeded_sampling == "deterministic":
+        return (served.runtime.seed + choice) % 2**63
+    return secrets.randbits(63)
+
+
+def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """The chat messages as the chat template takes them (a participant's `name` kept)."""
+    return [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages]
+
+
+def _prompt_fields(request: ApiRequest, prompt: str | list[int] | None) -> dict[str, Any]:
+    """The one prompt field a request carries: messages, prompt text or prompt token ids."""
+    if isinstance(request, ChatCompletionRequest):
+        return {"messages": _messages(request)}
+    if isinstance(prompt, str):
+        return {"prompt": prompt}
+    return {"prompt_token_ids": list(prompt or ())}
+
+
+def engine_requests(
+    served: ServedModel,
+    request: ApiRequest,
+    request_id: str,
+    tenant: str | None,
+    arrival_time: float | None = None,
+) -> list[GenerationRequest]:
+    """The engine's requests for a completion or chat body: one per choice, prompt i's choice j at i * n + j.
+
+    `arrival_time` (time.monotonic()) starts each deadline; None starts it when the engine takes the request
+    (`gate run` submits a file's lines over minutes, so each line's deadline is its own).
+    """
+    if isinstance(request, ChatCompletionRequest):
+        max_tokens = request.max_completion_tokens or request.max_tokens or served.postprocess.max_output_tokens
+        top_logprobs = request.top_logprobs or 0
+        prompts: list[str | list[int] | None] = [None]
+    else:
+        max_tokens = request.max_tokens
+        top_logprobs = request.logprobs or 0
+        prompts = list(request.prompts())
+    several = len(prompts) * request.n > 1
+    return [
+        GenerationRequest(
+            id=f"{request_id}-{index}" if several else request_id,
+            params=SamplingParams(
+                max_tokens=max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
+                seed=choice_seed(served, request, index % request.n),
+                stop=tuple(request.stop or ()),
+                logprobs=request.wants_logprobs(),
+                top_logprobs=top_logprobs,
+                ignore_eos=request.ignore_eos,
+            ),
+            tenant=tenant,
+            arrival_time=arrival_time,
+            **_prompt_fields(request, prompts[index // request.n]),
+        )
+        for index in range(len(prompts) * request.n)
+    ]
+
+
+__all__ = ["ApiRequest", "choice_seed", "engine_requests"]

@@ -1,0 +1,101 @@
+"""One request translator: the same body through `gate serve` and `gate run` reaches the engine as the same request.
+
+Both paths hand the engine's `submit` what `runtime/request_translator.engine_requests` built; a recording engine
+(the oracle double) captures them and the test compares them field by field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from support.manifests import fake_manifest
+from support.oracle_engine import OracleEngine
+
+from servegate.contracts.manifest import ServedModel
+from servegate.runtime.engine.interface import GenerationRequest
+from servegate.runtime.engine.offline import run_file
+from servegate.server import create_app
+
+SERVED = ServedModel.model_validate(
+    fake_manifest(preprocess={"tenant_from": "user", "max_input_tokens": 64, "unseeded_sampling": "fresh"})
+)
+
+
+@dataclasses.dataclass
+class Recording(OracleEngine):
+    """The oracle engine, keeping every request it was given."""
+
+    seen: list[GenerationRequest] = dataclasses.field(default_factory=list)
+
+    async def submit(self, request: GenerationRequest):  # type: ignore[override]
+        self.seen.append(request)
+        async for event in super().submit(request):
+            yield event
+
+
+BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("completions", {"prompt": "12+34=", "max_tokens": 5, "temperature": 0.7, "top_p": 0.9, "top_k": 5,
+                     "seed": 11, "stop": ["\n"], "logprobs": 2, "ignore_eos": True, "user": "tenant-a"}),
+    ("completions", {"prompt": [3, 4, 5], "max_tokens": 4, "temperature": 0, "user": "tenant-b"}),
+    ("chat", {"messages": [{"role": "system", "content": "be brief"},
+                           {"role": "user", "content": "12+34=", "name": "ada"}],
+              "max_completion_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 1, "ignore_eos": True,
+              "user": "tenant-c"}),
+]  # fmt: skip
+
+
+def _comparable(request: GenerationRequest) -> dict[str, Any]:
+    """Every field but those that name the path (id) or the moment (arrival)."""
+    fields = dataclasses.asdict(request)
+    return {k: v for k, v in fields.items() if k not in ("id", "arrival_time")}
+
+
+def through_serve(endpoint: str, body: dict[str, Any]) -> GenerationRequest:
+    engine = Recording(SERVED)
+    path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    with TestClient(create_app(SERVED, engine=engine)) as client:  # type: ignore[arg-type]
+        answer = client.post(path, json={"model": SERVED.name, **body})
+    assert answer.status_code == 200, answer.text
+    [request] = engine.seen
+    return request
+
+
+def through_run(body: dict[str, Any], folder: Path) -> GenerationRequest:
+    engine = Recording(SERVED)
+    (folder / "in.jsonl").write_text(json.dumps({"id": "line-1", **body}) + "\n")
+
+    async def go() -> None:
+        await engine.start()
+        await run_file(SERVED, folder / "in.jsonl", folder / "out.jsonl", engine=engine)
+
+    asyncio.run(go())
+    assert "error" not in json.loads((folder / "out.jsonl").read_text())
+    [request] = engine.seen
+    return request
+
+
+@pytest.mark.parametrize(("endpoint", "body"), BODIES, ids=["completion-sampled", "completion-ids", "chat"])
+def test_gate_serve_and_gate_run_give_the_engine_the_same_request(
+    endpoint: str, body: dict[str, Any], tmp_path: Path
+) -> None:
+    served, ran = through_serve(endpoint, body), through_run(body, tmp_path)
+    assert _comparable(served) == _comparable(ran)
+    assert ran.params.ignore_eos == body.get("ignore_eos", False)  # gate run used to drop it
+    if endpoint == "chat":
+        assert ran.messages is not None and ran.messages[1]["name"] == "ada"  # and the participant's name
+
+
+def test_an_unseeded_sampled_line_follows_unseeded_sampling_in_gate_run_too(tmp_path: Path) -> None:
+    """`fresh` draws a seed per request on every path (gate run used to seed it with runtime.seed)."""
+    body = {"prompt": "12+34=", "max_tokens": 3, "temperature": 1.0}
+    seeds = set()
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        seeds.add(through_run({**body, "user": "t"}, tmp_path / str(attempt)).params.seed)
+    assert len(seeds) == 3 and SERVED.runtime.seed not in seeds
