@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.cli.tables import print_table
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
 from servegate.gates.reports import RichProgress
@@ -81,12 +82,12 @@ def print_result(console: Console, report: dict[str, Any]) -> None:
     sweep = len({r["rate_rps"] for r in runs}) > 1
     if sweep:
         for r in runs:
-            console.print(_table(f"offered {r['rate_rps']:g} requests/s", r))
+            print_table(console, _table(f"offered {r['rate_rps']:g} requests/s", r))
             console.print(_rates(r))
     elif not report["requests"]["completed"]:
         console.print(f"no request completed ({report['requests']['failed']} failed): no latency to report")
     else:
-        console.print(_table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
+        print_table(console, _table(f"{len(runs)} run(s), {report['requests']['completed']} completed", report))
         console.print(_rates(report))
         console.print("what these figures support:")
         for line in supported_lines(report):

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, SetOption, console_for, load
+from servegate.cli.tables import print_table
 from servegate.contracts.errors import ServegateError
 from servegate.gates.output_cache import OutputCache, cache_dir
 
@@ -24,7 +25,7 @@ def _list_gates(json_out: str | None) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["name"], ", ".join(row["watches"]), row["purpose"])
-    console_for(json_out).print(table)
+    print_table(console_for(json_out), table)
     write_json(json_out, {"gates": rows})
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.cli.tables import print_table
 from servegate.contracts.files import write_atomic
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def _print_residuals(plan: ExportPlan, console: Console) -> None:
     for r in plan.sorted_residuals():
         status = "[bold yellow]behaviour change[/]" if r.status == "behaviour_change" else "residual"
         table.add_row(r.field, status, r.enforced_by, ", ".join(r.gates))
-    console.print(table)
+    print_table(console, table)
 
 
 def verify(
@@ -153,7 +154,7 @@ def verify(
         table.add_row(
             check.name, f"[{STYLE[check.verdict]}]{check.verdict}[/]", check.reason, "; ".join(check.triggered_by)
         )
-    console.print(table)
+    print_table(console, table)
     counts = report.to_dict()["counts"]
     word = "DRIFT" if report.drift else "MATCH"
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.cli.tables import print_table
 from servegate.contracts.errors import ServegateError
 
 
@@ -68,7 +69,7 @@ def evaluate(
                     payload["suites"][data.name]["lm_eval_aggregate"] = lm_eval_aggregate(served, data, run.scores)
     finally:
         pool.close()
-    console.print(table)
+    print_table(console, table)
     write_json(json_out, payload)
 
 

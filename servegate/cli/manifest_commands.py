@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.cli.tables import print_table
 from servegate.contracts.diff import diff_report
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
@@ -84,10 +85,10 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
     table.add_column("declared")
     for element, text in _explain(served):
         table.add_row(element, text)
-    console.print(table)
+    print_table(console, table)
     scope = remote_scope(served)
     if scope is not None:
-        console.print(_scope_table(served, scope))
+        print_table(console, _scope_table(served, scope))
     for line in residuals:
         console.print(f"note: {line}")
     console.print(f"fingerprint {served.fingerprint}")
@@ -174,7 +175,7 @@ def diff(
         for change in changes:
             gates = ", ".join(change["gates"]) or "-"
             table.add_row(change["path"], _value(change["old"]), _value(change["new"]), gates)
-        console.print(table)
+        print_table(console, table)
     same = "same behaviour" if report["same_behaviour"] else "different behaviour"
     console.print(f"fingerprints: {baseline.fingerprint[:12]} -> {candidate.fingerprint[:12]} ({same})")
     if report["gates"]:

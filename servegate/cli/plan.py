@@ -12,6 +12,7 @@ from rich.table import Table
 
 from servegate.cli.bench import WorkloadOption
 from servegate.cli.common import JsonOption, SetOption, console_for, load, write_json
+from servegate.cli.tables import print_table
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.units import parse_bytes
 from servegate.gates.reports import RichProgress, transient_progress
@@ -104,7 +105,7 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
             table.add_row(f"{key} {p}", f"{pred:.2f}", f"{got:.2f}", f"{100 * err:+.1f}%")
     pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured["throughput"]["requests_per_s"]
     table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
-    console.print(table)
+    print_table(console, table)
     return {"measured": measured, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
 
 
@@ -274,7 +275,7 @@ def _report(
     for line in result.memory.lines():
         console.print(line, highlight=False)
     data = plan_json(result, model, workload.model_dump(mode="json"), served.fingerprint)
-    console.print(candidate_table(data["candidates"]))
+    print_table(console, candidate_table(data["candidates"]))
     for line in plan_lines(data):
         console.print(line, highlight=False)
     return data

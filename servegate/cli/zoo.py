@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from servegate.cli.common import JsonOption, console_for, write_json
+from servegate.cli.tables import print_table
 from servegate.zoo import ZooError, list_models, zoo_model_path
 
 P = ParamSpec("P")
@@ -64,7 +65,7 @@ def list_command(json_out: JsonOption = None) -> None:
     for info in infos:
         where = str(info.path) if info.path is not None else f"not installed: {info.note}"
         table.add_row(info.name, info.kind, f"{info.parameters:,}", ", ".join(info.suites), where)
-    console.print(table)
+    print_table(console, table)
     for info in infos:
         # sha256sum's own format, so `sha256sum -c` can check a copied model directory.
         console.print(f"\n{info.name} files (sha256):", highlight=False)
