@@ -89,8 +89,7 @@ class ServegateLM(LM):
     def _tokenizer(self) -> Any:
         """The manifest's tokenizer, as the engine's preprocessor holds it."""
         self.engine.start_sync()  # type: ignore[attr-defined]
-        parts = getattr(self.engine, "parts", None) or getattr(self.engine, "contract", None)
-        preprocessor = getattr(parts, "preprocessor", None)
+        preprocessor = self.engine.preprocessor
         if preprocessor is None:
             raise ServegateError("this engine has no tokenizer to encode lm-eval's requests with")
         return preprocessor.tokenizer

@@ -117,8 +117,8 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
     async def _openapi() -> JSONResponse:
         if document:
             return JSONResponse(document)
-        preprocessor = getattr(engine, "preprocessor", None)  # loaded: token ids are bounded by the vocabulary
-        vocab = len(preprocessor.tokenizer) if getattr(preprocessor, "tokenizer", None) is not None else None
+        preprocessor = engine.preprocessor  # loaded: token ids are bounded by the vocabulary
+        vocab = len(preprocessor.tokenizer) if preprocessor is not None and preprocessor.tokenizer is not None else None
         built = openapi_document(app, served, vocab)
         if vocab is not None or not state.starting:
             document.update(built)  # kept once nothing about it can change any more

@@ -30,12 +30,9 @@ from servegate.server.state import ServerState
 
 
 def _tokenizer(state: ServerState) -> Any:
-    """The manifest's tokenizer as the engine holds it (reference: its preprocessor; endpoint: its contract)."""
-    engine = state.engine
-    preprocessor = getattr(engine, "preprocessor", None) or getattr(
-        getattr(engine, "contract", None), "preprocessor", None
-    )
-    return getattr(preprocessor, "tokenizer", None)
+    """The manifest's tokenizer as the engine holds it (None where it has none)."""
+    preprocessor = state.engine.preprocessor
+    return preprocessor.tokenizer if preprocessor is not None else None
 
 
 def check_echo(state: ServerState, parsed: CompletionRequest, stream: bool, is_async: bool) -> None:

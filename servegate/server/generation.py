@@ -133,8 +133,8 @@ def cache_state(state: ServerState, finishes: list[bool]) -> str | None:
 
 def _tokenizer(state: ServerState) -> Any:
     """The engine's tokenizer, None where it has none of its own."""
-    preprocessor = getattr(state.engine, "preprocessor", None)
-    return getattr(preprocessor, "tokenizer", None)
+    preprocessor = state.engine.preprocessor
+    return preprocessor.tokenizer if preprocessor is not None else None
 
 
 def token_strings(state: ServerState, run: EngineRun, finish: FinishEvent) -> list[str]:

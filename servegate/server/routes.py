@@ -72,7 +72,8 @@ async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any
 
 def _check_token_ids(state: ServerState, parsed: CompletionRequest) -> None:
     """Token-id prompts within the loaded vocabulary, before anything is queued (an async request included)."""
-    tokenizer = getattr(getattr(state.engine, "preprocessor", None), "tokenizer", None)
+    preprocessor = state.engine.preprocessor
+    tokenizer = preprocessor.tokenizer if preprocessor is not None else None
     if tokenizer is None:
         return
     vocab = len(tokenizer)

@@ -31,8 +31,8 @@ router = APIRouter()
 def _preprocessor(request: Request) -> tuple[ServerState, Any]:
     state: ServerState = request.app.state.serving
     state.refuse_unless_ready()
-    preprocessor = getattr(state.engine, "preprocessor", None)
-    if getattr(preprocessor, "tokenizer", None) is None:
+    preprocessor = state.engine.preprocessor
+    if preprocessor is None or preprocessor.tokenizer is None:
         detail = f"no route {request.url.path}: this deployment's engine has no local tokenizer; ask the backend's own"
         raise ServingError("not_found", detail=detail)
     return state, preprocessor

@@ -191,3 +191,30 @@ def test_a_request_that_arrives_past_its_deadline_is_not_sent() -> None:
         [result] = run(build(endpoint(remote.url)), late)
     assert isinstance(result, ErrorEvent) and result.error.code == "deadline_exceeded"
     assert remote.bodies == []
+
+
+def test_tokenize_and_detokenize_answer_behind_the_endpoint_backend() -> None:
+    """The manifest's tokenizer is loaded in front of the remote, so /tokenize works there too (was 404)."""
+    from servegate.server import create_app
+
+    async def scenario(url: str) -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        app = create_app(endpoint(url))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
+                for _ in range(200):
+                    if (await client.get("/ready")).status_code == 200:
+                        break
+                    await asyncio.sleep(0.05)
+                tokens = await client.post("/tokenize", json={"model": "remote", "prompt": "1+1="})
+                ids = tokens.json().get("tokens", [])
+                text = await client.post("/detokenize", json={"model": "remote", "tokens": ids})
+                info = await client.get("/tokenizer_info")
+        return tokens, text, info
+
+    with FakeRemote() as remote:
+        tokens, text, info = asyncio.run(scenario(remote.url))
+    assert tokens.status_code == 200, tokens.text
+    assert tokens.json()["count"] == 5  # BOS + 4 characters, as the reference runtime counts them
+    assert text.status_code == 200 and text.json()["prompt"].endswith("1+1=")
+    assert info.status_code == 200, info.text

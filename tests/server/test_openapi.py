@@ -20,6 +20,8 @@ SERVED = ServedModel.model_validate(
 class _NoEngine:
     """Only `served` is read while the document is built."""
 
+    preprocessor = None  # nothing loaded: the document bounds no token ids
+
     def __init__(self, served: ServedModel) -> None:
         self.served = served
 

@@ -70,6 +70,8 @@ def fake_text(prompt: str, temperature: float, seed: int, length: int) -> str:
 class FaultEngine:
     """A deterministic Engine with the manifest's queue, concurrency, deadline and input limits."""
 
+    preprocessor = None  # it has no tokenizer: token ids and logprob token names are not looked up
+
     def __init__(self, served: ServedModel, behaviour: FakeBehaviour | None = None) -> None:
         self.served = served
         self.behaviour = behaviour or FakeBehaviour()

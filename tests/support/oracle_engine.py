@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.loading import load_fallback
@@ -95,6 +96,8 @@ class OracleEngine:
     response_hits: int = 0
     fallback_uses: int = 0
     inflight: int = 0
+    preprocessor: Any = None
+    """No tokenizer: the oracle reads prompt text (one character per token)."""
     _blocks: set[tuple[str | None, str]] = field(default_factory=set)
     _responses: dict[tuple[str | None, str, int], FinishEvent] = field(default_factory=dict)
 

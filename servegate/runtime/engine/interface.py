@@ -200,6 +200,12 @@ class Engine(Protocol):
     def stats(self) -> EngineStats:
         """Current counters."""
 
+    @property
+    def preprocessor(self) -> Any:
+        """The manifest's prompt encoder (runtime/preprocess.Preprocessor: tokenizer, chat template, limits) once
+        started, on every backend that loads the manifest's tokenizer; None before start() or where there is
+        none (an embedding model's engine)."""
+
 
 @runtime_checkable
 class PromptScorer(Protocol):

@@ -141,7 +141,8 @@ def token_names(engine: Any, event: FinishEvent) -> list[str]:
     """Each generated token's own text: as the engine named it (a remote), else as its tokenizer writes it."""
     if event.tokens is not None:
         return list(event.tokens)
-    tokenizer = getattr(getattr(engine, "preprocessor", None), "tokenizer", None)
+    preprocessor = engine.preprocessor
+    tokenizer = preprocessor.tokenizer if preprocessor is not None else None
     if tokenizer is None:
         return []  # logprob_bodies names each entry "" rather than dropping it
     return [tokenizer.decode([int(token)]) for token in event.token_ids]

@@ -363,6 +363,11 @@ class EndpointEngine:
             raise error_from_status(resp.status_code, resp.text)
         return [item["embedding"] for item in sorted(resp.json()["data"], key=lambda d: d["index"])]
 
+    @property
+    def preprocessor(self) -> Any:
+        """The manifest's Preprocessor servegate applies in front of the remote (None until start())."""
+        return self.contract.preprocessor if self.contract is not None else None
+
     def stats(self) -> EngineStats:
         """The contract's own counters, and the prefix-cache hits the remote's usage reported (in blocks of the
         manifest's block_size); the remote's internal queue is not visible from here."""
