@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -30,6 +32,19 @@ def endpoint(url: str, **sections: Any) -> ServedModel:
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value}
     return ServedModel.model_validate(data)
+
+
+@contextlib.asynccontextmanager
+async def ready_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on the app in this process, once its /ready answers 200."""
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
+            for _ in range(200):
+                if (await client.get("/ready")).status_code == 200:
+                    break
+                await asyncio.sleep(0.05)
+            yield client
 
 
 def run(engine: Any, *requests: GenerationRequest) -> list[Any]:
@@ -165,17 +180,11 @@ def test_gate_serve_in_front_of_an_endpoint_enforces_limits_and_returns_logprobs
 
     async def scenario(url: str) -> tuple[httpx.Response, httpx.Response]:
         app = create_app(endpoint(url, preprocess={"max_input_tokens": 16}))
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
-                for _ in range(200):
-                    if (await client.get("/ready")).status_code == 200:
-                        break
-                    await asyncio.sleep(0.05)
-                long = await client.post("/v1/completions", json={"model": "remote", "prompt": LONG_PROMPT})
-                lp = await client.post(
-                    "/v1/completions", json={"model": "remote", "prompt": "1+1=", "max_tokens": 2, "logprobs": 1}
-                )
+        async with ready_client(app) as client:
+            long = await client.post("/v1/completions", json={"model": "remote", "prompt": LONG_PROMPT})
+            lp = await client.post(
+                "/v1/completions", json={"model": "remote", "prompt": "1+1=", "max_tokens": 2, "logprobs": 1}
+            )
         return long, lp
 
     with FakeRemote() as remote:
@@ -199,17 +208,11 @@ def test_tokenize_and_detokenize_answer_behind_the_endpoint_backend() -> None:
 
     async def scenario(url: str) -> tuple[httpx.Response, httpx.Response, httpx.Response]:
         app = create_app(endpoint(url))
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gate") as client:
-                for _ in range(200):
-                    if (await client.get("/ready")).status_code == 200:
-                        break
-                    await asyncio.sleep(0.05)
-                tokens = await client.post("/tokenize", json={"model": "remote", "prompt": "1+1="})
-                ids = tokens.json().get("tokens", [])
-                text = await client.post("/detokenize", json={"model": "remote", "tokens": ids})
-                info = await client.get("/tokenizer_info")
+        async with ready_client(app) as client:
+            tokens = await client.post("/tokenize", json={"model": "remote", "prompt": "1+1="})
+            ids = tokens.json().get("tokens", [])
+            text = await client.post("/detokenize", json={"model": "remote", "tokens": ids})
+            info = await client.get("/tokenizer_info")
         return tokens, text, info
 
     with FakeRemote() as remote:
