@@ -107,7 +107,10 @@ def check(served: ServedModel, gate: Any) -> Any:
     return gate.run(GateContext(served.reference_form(), served, mode="reference"))
 
 
-@pytest.mark.parametrize("nice", [0, pytest.param(19, marks=pytest.mark.slow)])
+# slow-only: it asserts a physical stall, which a shared VM's scheduler does not always give (it flaked once in a
+# fresh-clone CI run on 2026-12-02 and passed 3 of 3 straight after); the gate-level tests below fake the machine
+@pytest.mark.slow
+@pytest.mark.parametrize("nice", [0, 19])
 def test_the_probe_sees_a_thread_team_stall_beside_spinning_processes(nice: int) -> None:
     """A team as large as the machine with a process spinning on each of its cores: each parallel op waits."""
     threads = max(2, CPUS)
