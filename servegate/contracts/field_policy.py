@@ -3,8 +3,8 @@
 Three lists decide, whatever the manifest's `preprocess.unknown_fields` says, before that policy applies:
 
 - UNSUPPORTED: fields of the OpenAI API or of vLLM whose value changes the answer and that servegate does not
-  implement (`best_of` would sample several completions, `logit_bias` would reweigh tokens).
-  Sent with their neutral value (`best_of: 1`, `logit_bias: {}`) they ask for nothing and pass; any other
+  implement (`best_of` would sample several completions, `suffix` would fill in text).
+  Sent with their neutral value (`best_of: 1`, `suffix: ""`) they ask for nothing and pass; any other
   value is refused with `unsupported_parameter` (400), under every policy: dropping one would return a
   different answer than the one the client asked for, without a word.
 - HARMLESS: metadata and extensions that cannot change the text, its tokens or its log-probabilities
@@ -33,13 +33,6 @@ UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
     # path: (endpoints, neutral values, what the field would do)
     "best_of": (("completions",), (None, 1), "best_of samples several completions and returns the likeliest"),
     "suffix": (("completions",), (None, ""), "suffix asks for text inserted before a given ending"),
-    "logit_bias": (_ANY_ENDPOINT, (None, {}), "logit_bias reweighs tokens before sampling"),
-    "presence_penalty": (_ANY_ENDPOINT, (None, 0, 0.0), "presence_penalty penalises tokens already present"),
-    "frequency_penalty": (_ANY_ENDPOINT, (None, 0, 0.0), "frequency_penalty penalises repeated tokens"),
-    "repetition_penalty": (_ANY_ENDPOINT, (None, 1, 1.0), "repetition_penalty (vLLM) penalises repeated tokens"),
-    "min_p": (_ANY_ENDPOINT, (None, 0, 0.0), "min_p (vLLM) drops tokens below a probability floor"),
-    "min_tokens": (_ANY_ENDPOINT, (None, 0), "min_tokens (vLLM) forbids stopping early"),
-    "stop_token_ids": (_ANY_ENDPOINT, (None, []), "stop_token_ids (vLLM) stops on given token ids"),
     "include_stop_str_in_output": (_ANY_ENDPOINT, (None, False), "include_stop_str_in_output keeps the stop string"),
     "skip_special_tokens": (_ANY_ENDPOINT, (None, True), "skip_special_tokens: false shows special tokens in text"),
     "prompt_logprobs": (_ANY_ENDPOINT, (None,), "prompt_logprobs (vLLM) returns the prompt's log-probabilities"),

@@ -30,6 +30,25 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 """One token id."""
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 """A non-empty list of token ids: one pre-tokenized prompt."""
+TokenIdKey = Annotated[str, Field(pattern=r"^[0-9]+$", max_length=10)]
+"""A token id as a JSON object key (logit_bias: {"50256": -100})."""
+LOGIT_BIAS_LIMIT = 100.0
+"""A bias is clamped to [-100, 100], as vLLM does (OpenAI documents the same range)."""
+Bias = Annotated[float, Field(allow_inf_nan=False)]
+"""One logit bias: a finite number, clamped to [-LOGIT_BIAS_LIMIT, LOGIT_BIAS_LIMIT] when applied."""
+LogitBias = Annotated[
+    dict[TokenIdKey, Bias],
+    Field(max_length=1024),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 1024,
+            "propertyNames": {"pattern": "^[0-9]+$", "maxLength": 10},
+            "additionalProperties": {"type": "number"},
+        }
+    ),
+]
+"""logit_bias: at most 1,024 token ids (as string keys), each with its bias."""
 
 
 def whole_number(value: Any) -> Any:
@@ -49,6 +68,7 @@ INTEGER_FIELDS = (
     "max_completion_tokens",
     "top_logprobs",
     "dimensions",
+    "min_tokens",
 )
 """Request fields typed as integers (strict otherwise: "12" and true stay errors)."""
 
@@ -61,6 +81,8 @@ def whole_numbers(data: Any) -> Any:
     for key in INTEGER_FIELDS:
         if key in out:
             out[key] = whole_number(out[key])
+    if isinstance(out.get("stop_token_ids"), list):
+        out["stop_token_ids"] = [whole_number(v) for v in out["stop_token_ids"]]
     for key in ("prompt", "tokens"):
         if isinstance(out.get(key), list):
             out[key] = [[whole_number(v) for v in p] if isinstance(p, list) else whole_number(p) for p in out[key]]

@@ -10,7 +10,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from servegate.contracts.request_fields import NonEmptyText, Prompt, PromptField, StopField, Text, whole_numbers
+from servegate.contracts.request_fields import (
+    LogitBias,
+    NonEmptyText,
+    Prompt,
+    PromptField,
+    StopField,
+    Text,
+    TokenId,
+    whole_numbers,
+)
 
 Endpoint = Literal["completions", "chat", "embeddings"]
 """The three request kinds: /v1/completions, /v1/chat/completions, /v1/embeddings."""
@@ -72,6 +81,23 @@ class _GenerationRequest(_ApiRequest):
     preprocess.max_choices_per_request)."""
     ignore_eos: bool = False
     """Keep generating past the end-of-sequence token up to max_tokens (as vLLM; for exact-length benchmarks)."""
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    """Subtracted from the logit of every token the output already holds (as vLLM: generated tokens only)."""
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    """Subtracted from a token's logit once for every time the output already holds it (generated tokens only)."""
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
+    """vLLM: divides the positive logits (multiplies the negative ones) of every token in the prompt or the
+    output; above 1 discourages repeating."""
+    logit_bias: LogitBias | None = None
+    """Token id (as a string key) -> bias added to its logit before sampling, clamped to [-100, 100] as vLLM
+    does; ids must be in the vocabulary."""
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    """vLLM: drop tokens whose probability is below min_p times the likeliest token's (after temperature)."""
+    min_tokens: int = Field(default=0, ge=0)
+    """vLLM: tokens generated before EOS, a stop token id or a stop string may end the output (at most the
+    request's max_tokens)."""
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=64)
+    """vLLM: token ids that end the output (finish_reason stop; the id is not in the text)."""
 
     @field_validator("stream_options")
     @classmethod

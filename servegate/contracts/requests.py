@@ -170,6 +170,14 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
                 param=name,
                 detail=f"{name}: must be <= {cap}, this model's max_output_tokens (got {asked})",
             )
+    most = request.max_tokens if isinstance(request, CompletionRequest) else request.max_completion_tokens
+    most = most if most is not None else (request.max_tokens or cap)
+    if request.min_tokens > most:
+        raise ServingError(
+            "invalid_request",
+            param="min_tokens",
+            detail=f"min_tokens: must be <= max_tokens ({most}) (got {request.min_tokens})",
+        )
     if request.wants_logprobs() and not served.postprocess.logprobs:
         raise ServingError(
             "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"

@@ -103,7 +103,7 @@ class Preprocess(Section):
     """Request fields outside the API, at any depth: `reject` them (400 unknown_parameter), or `ignore` the ones
     known to be harmless (metadata, stream_options.continuous_usage_stats, ...: dropped and named in the
     X-Servegate-Ignored-Fields header); a field servegate has never heard of is refused under both. Fields that
-    would change the answer and are not implemented (best_of, logit_bias, ...: servegate.contracts.field_policy)
+    would change the answer and are not implemented (best_of, response_format, ...: servegate.contracts.field_policy)
     are refused under both (unsupported_parameter)."""
     max_choices_per_request: int = Field(default=16, ge=1, le=1024)
     """Most choices one request may ask for: prompts x n on /v1/completions, n on chat. Each choice is its own

@@ -66,6 +66,13 @@ def check_params(served: ServedModel, params: SamplingParams) -> None:
         ("top_p", not 0 < params.top_p <= 1, "top_p must be in (0, 1]"),
         ("top_k", params.top_k < 0, "top_k must be >= 0 (0 disables it)"),
         ("seed", params.seed is not None and not 0 <= params.seed < 2**63, "seed must be in [0, 2**63)"),
+        ("presence_penalty", not -2 <= params.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
+        ("frequency_penalty", not -2 <= params.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
+        ("repetition_penalty", not 0 < params.repetition_penalty <= 2, "repetition_penalty must be in (0, 2]"),
+        ("min_p", not 0 <= params.min_p <= 1, "min_p must be in [0, 1]"),
+        ("min_tokens", not 0 <= params.min_tokens <= params.max_tokens, "min_tokens must be in [0, max_tokens]"),
+        ("stop_token_ids", any(t < 0 for t in params.stop_token_ids), "stop_token_ids must be >= 0"),
+        ("logit_bias", any(t < 0 for t, _ in params.logit_bias), "logit_bias token ids must be >= 0"),
         (
             "logprobs",
             (params.logprobs or params.top_logprobs > 0) and not served.postprocess.logprobs,

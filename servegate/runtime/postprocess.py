@@ -48,6 +48,10 @@ class OutputStream:
     eos_token_ids: frozenset[int] = frozenset()
     ignore_eos: bool = False
     prompt_token_ids: Sequence[int] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    """Ids that end the output besides EOS (finish_reason stop; kept in token_ids, not in the text)."""
+    min_tokens: int = 0
+    """Tokens generated before EOS, a stop token id or a stop string may end the output (as vLLM)."""
     token_ids: list[int] = field(default_factory=list)
     """Every sampled token, EOS included."""
     logprobs: list[float] = field(default_factory=list)
@@ -72,16 +76,23 @@ class OutputStream:
         self.token_ids.append(token_id)
         if logprob is not None:
             self.logprobs.append(logprob)
-        if token_id in self.eos_token_ids and not self.ignore_eos:
+        may_end = len(self.token_ids) > self.min_tokens
+        if may_end and token_id in self.stop_token_ids:
+            self.finish_reason = "stop"
+        elif may_end and token_id in self.eos_token_ids and not self.ignore_eos:
             self.finish_reason = "eos"
         else:
             self._ids.append(token_id)
             self.text += self._decode_new()
-            if self.stop and self._trim_stop():
+            if self.stop and may_end and self._trim_stop():
                 self.finish_reason = "stop"
         if self.finish_reason is None and len(self.token_ids) >= self.max_tokens:
             self.finish_reason = "length"
         return Delta(self._stream(), self.finish_reason)
+
+    def ending_ids(self) -> frozenset[int]:
+        """The ids that would end the output: the stop token ids, and EOS unless ignore_eos."""
+        return self.stop_token_ids if self.ignore_eos else self.stop_token_ids | self.eos_token_ids
 
     def _decode_new(self) -> str:
         """Text added by the newest token; empty while it is an incomplete character (U+FFFD)."""

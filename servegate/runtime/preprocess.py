@@ -87,6 +87,7 @@ class Preprocessor:
                 "invalid_request", param="prompt", detail="give exactly one of prompt, messages or prompt_token_ids"
             )
         param = "messages" if request.messages is not None else "prompt"
+        self._check_param_ids(request)
         if request.prompt_token_ids is not None:
             ids = self._checked_ids(request.prompt_token_ids)
         elif request.messages is not None:
@@ -138,6 +139,21 @@ class Preprocessor:
                 detail=f"prompt_token_ids must be integers in 0..{self.vocab_size - 1}",
             )
         return list(ids)
+
+    def _check_param_ids(self, request: GenerationRequest) -> None:
+        """The token ids a request's sampling fields name are in the vocabulary (logit_bias, stop_token_ids)."""
+        named = {
+            "logit_bias": [token for token, _ in request.params.logit_bias],
+            "stop_token_ids": list(request.params.stop_token_ids),
+        }
+        for param, ids in named.items():
+            outside = [t for t in ids if not 0 <= t < self.vocab_size]
+            if outside:
+                raise ServingError(
+                    "invalid_request",
+                    param=param,
+                    detail=f"{param}: token id {outside[0]} is outside the vocabulary (0..{self.vocab_size - 1})",
+                )
 
     def _bos_head(self, ids: list[int]) -> int:
         """1 when the prompt starts with the tokenizer's BOS (truncation keeps it), else 0."""

@@ -12,6 +12,7 @@ import secrets
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.request_fields import LOGIT_BIAS_LIMIT
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
 from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 
@@ -27,6 +28,24 @@ def choice_seed(served: ServedModel, request: ApiRequest, choice: int) -> int | 
     if served.preprocess.unseeded_sampling == "deterministic":
         return (served.runtime.seed + choice) % 2**63
     return secrets.randbits(63)
+
+
+def _shaping_fields(request: ApiRequest) -> dict[str, Any]:
+    """The penalty, bias, min_p, min_tokens and stop-id fields as SamplingParams takes them: logit_bias as
+    (token id, bias) pairs in id order, each bias clamped to [-100, 100] as vLLM does."""
+    bias = {
+        int(token): max(-LOGIT_BIAS_LIMIT, min(LOGIT_BIAS_LIMIT, value))
+        for token, value in (request.logit_bias or {}).items()
+    }
+    return {
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+        "repetition_penalty": request.repetition_penalty,
+        "logit_bias": tuple(sorted(bias.items())),
+        "min_p": request.min_p,
+        "min_tokens": request.min_tokens,
+        "stop_token_ids": tuple(dict.fromkeys(request.stop_token_ids or ())),
+    }
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
@@ -77,6 +96,7 @@ def engine_requests(
                 logprobs=request.wants_logprobs(),
                 top_logprobs=top_logprobs,
                 ignore_eos=request.ignore_eos,
+                **_shaping_fields(request),
             ),
             tenant=tenant,
             arrival_time=arrival_time,

@@ -18,7 +18,7 @@ from support.manifests import fake_manifest
 from support.oracle_engine import OracleEngine
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest
+from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 from servegate.runtime.engine.offline import run_file
 from servegate.server import create_app
 
@@ -47,6 +47,10 @@ BODIES: list[tuple[str, dict[str, Any]]] = [
                            {"role": "user", "content": "12+34=", "name": "ada"}],
               "max_completion_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 1, "ignore_eos": True,
               "user": "tenant-c"}),
+    ("chat", {"messages": [{"role": "user", "content": "12+34="}], "max_tokens": 6, "temperature": 0.5, "seed": 3,
+              "presence_penalty": 0.5, "frequency_penalty": -0.25, "repetition_penalty": 1.2, "min_p": 0.05,
+              "min_tokens": 2, "stop_token_ids": [7, 7, 9], "logit_bias": {"12": 250, "8": -3.5},
+              "user": "tenant-d"}),
 ]  # fmt: skip
 
 
@@ -80,15 +84,22 @@ def through_run(body: dict[str, Any], folder: Path) -> GenerationRequest:
     return request
 
 
-@pytest.mark.parametrize(("endpoint", "body"), BODIES, ids=["completion-sampled", "completion-ids", "chat"])
+@pytest.mark.parametrize(
+    ("endpoint", "body"), BODIES, ids=["completion-sampled", "completion-ids", "chat", "chat-shaped"]
+)
 def test_gate_serve_and_gate_run_give_the_engine_the_same_request(
     endpoint: str, body: dict[str, Any], tmp_path: Path
 ) -> None:
     served, ran = through_serve(endpoint, body), through_run(body, tmp_path)
     assert _comparable(served) == _comparable(ran)
     assert ran.params.ignore_eos == body.get("ignore_eos", False)  # gate run used to drop it
-    if endpoint == "chat":
+    if endpoint == "chat" and "name" in str(body["messages"]):
         assert ran.messages is not None and ran.messages[1]["name"] == "ada"  # and the participant's name
+    if "logit_bias" in body:  # ids in order, bias clamped to 100 as vLLM does, stop ids once each
+        assert ran.params.logit_bias == ((8, -3.5), (12, 100.0))
+        assert ran.params.stop_token_ids == (7, 9) and ran.params.min_tokens == 2
+        assert (ran.params.presence_penalty, ran.params.frequency_penalty) == (0.5, -0.25)
+        assert (ran.params.repetition_penalty, ran.params.min_p) == (1.2, 0.05)
 
 
 def test_an_unseeded_sampled_line_follows_unseeded_sampling_in_gate_run_too(tmp_path: Path) -> None:
@@ -99,3 +110,20 @@ def test_an_unseeded_sampled_line_follows_unseeded_sampling_in_gate_run_too(tmp_
         (tmp_path / str(attempt)).mkdir()
         seeds.add(through_run({**body, "user": "t"}, tmp_path / str(attempt)).params.seed)
     assert len(seeds) == 3 and SERVED.runtime.seed not in seeds
+
+
+def test_the_remote_is_sent_each_shaping_field_in_vllms_spelling_and_only_when_it_asks_for_something() -> None:
+    from servegate.runtime.remote.completions_stream import shaping_fields
+
+    asked = SamplingParams(presence_penalty=0.5, repetition_penalty=1.1, logit_bias=((5, -2.0),), min_tokens=3,
+                           stop_token_ids=(9,), min_p=0.2, frequency_penalty=0.1)  # fmt: skip
+    assert shaping_fields(asked) == {
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.1,
+        "repetition_penalty": 1.1,
+        "logit_bias": {"5": -2.0},
+        "min_p": 0.2,
+        "min_tokens": 3,
+        "stop_token_ids": [9],
+    }
+    assert shaping_fields(SamplingParams()) == {}

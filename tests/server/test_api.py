@@ -127,6 +127,42 @@ def test_logprobs_through_the_openai_client(client: openai.OpenAI) -> None:
     assert all(item.logprob <= 0 for item in content)
 
 
+def test_logit_bias_stop_token_ids_and_min_tokens_through_the_openai_client(
+    client: openai.OpenAI, server: ServerProcess
+) -> None:
+    tokens = httpx.post(server.url("/tokenize"), json={"model": MODEL, "prompt": "5", "add_special_tokens": False})
+    [five] = tokens.json()["tokens"]
+    forced = client.completions.create(
+        model=MODEL, prompt="12+34=", max_tokens=4, temperature=0, logit_bias={str(five): 100}
+    )
+    assert forced.choices[0].text == "5555"
+    held = client.completions.create(
+        model=MODEL,
+        prompt="12+34=",
+        max_tokens=8,
+        temperature=0,
+        logit_bias={str(five): 100},
+        extra_body={"stop_token_ids": [five], "min_tokens": 2},
+    )
+    # min_tokens holds the stop id back for two tokens; the third is the biased id, and it stops there
+    assert held.choices[0].finish_reason == "stop" and held.usage.completion_tokens == 3  # type: ignore[union-attr]
+    assert "5" not in held.choices[0].text
+    penalised = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "1+1="}],
+        max_tokens=4,
+        temperature=0,
+        presence_penalty=1.5,
+        frequency_penalty=0.5,
+        extra_body={"repetition_penalty": 1.3, "min_p": 0.1},
+    )
+    assert penalised.choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.BadRequestError) as outside:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"99999999": 1})
+    assert outside.value.code == "invalid_request" and outside.value.param == "logit_bias"
+    assert "outside the vocabulary" in outside.value.message
+
+
 def test_models_lists_the_served_model(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == [MODEL]
 

@@ -90,7 +90,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
     ),
     ("completions", {**CMPL, "n": 17}, "invalid_request", "n", True),
     ("completions", {**CMPL, "best_of": 3}, "unsupported_parameter", "best_of", True),
-    ("completions", {**CMPL, "logit_bias": {"5": 10}}, "unsupported_parameter", "logit_bias", True),
+    ("completions", {**CMPL, "logit_bias": {"five": 10}}, "invalid_request", "logit_bias.five", True),
+    ("completions", {**CMPL, "logit_bias": {"5": "up"}}, "invalid_request", "logit_bias.5", True),
+    ("completions", {**CMPL, "min_tokens": 17}, "invalid_request", "min_tokens", False),  # over max_tokens 16
+    ("completions", {**CMPL, "min_p": 1.5}, "invalid_request", "min_p", True),
+    ("completions", {**CMPL, "repetition_penalty": 0}, "invalid_request", "repetition_penalty", True),
+    ("completions", {**CMPL, "stop_token_ids": [-1]}, "invalid_request", "stop_token_ids[0]", True),
+    ("chat", {**CHAT, "presence_penalty": 2.5}, "invalid_request", "presence_penalty", True),
     ("completions", {**CMPL, "suffix": "end"}, "unsupported_parameter", "suffix", True),
     ("completions", {**CMPL, "metadata": {"k": "v"}}, "unknown_parameter", "metadata", True),
     (
@@ -101,7 +107,7 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
         True,
     ),
     ("completions", {**CMPL, "logprobs": 2}, "invalid_request", "logprobs", True),
-    ("completions", {**CMPL, "frequency_penalty": 0.5}, "unsupported_parameter", "frequency_penalty", True),
+    ("completions", {**CMPL, "frequency_penalty": -2.01}, "invalid_request", "frequency_penalty", True),
     ("completions", {**CMPL, "colour": "blue"}, "unknown_parameter", "colour", True),
     ("completions", {**CMPL, "user": ""}, "invalid_request", "user", True),
     ("completions", {**CMPL, "model": "other"}, "not_found", "model", True),
@@ -273,7 +279,11 @@ def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them(
         "messages[0].refusal",
     ]
     jsonschema.validate(body, request_json_schema(lenient, "chat"))
-    for unsupported in ({"logit_bias": {"3": 1}}, {"frequency_penalty": 1.0}, {"response_format": {"type": "json"}}):
+    for unsupported in (
+        {"tools": [{"type": "function"}]},
+        {"prompt_logprobs": 1},
+        {"response_format": {"type": "json"}},
+    ):
         with pytest.raises(ServingError) as caught:
             parse_request(lenient, "chat", {**CHAT, **unsupported})
         assert caught.value.code == "unsupported_parameter" and caught.value.param == next(iter(unsupported))

@@ -49,6 +49,8 @@ class FaultyRemote(FakeRemote):
     busy_max: int = 0
     """Most requests that were in flight at once."""
     _busy: int = 0
+    _held: list[list[int]] = field(default_factory=list)
+    """Per request being held, the most requests in flight at any moment of its hold."""
 
     def app(self) -> FastAPI:
         """FakeRemote's app with /v1/completions replaced by the faulty one."""
@@ -67,12 +69,19 @@ class FaultyRemote(FakeRemote):
     async def _held_answer(self, body: dict[str, Any]) -> tuple[str, int]:
         ids = body["prompt"] if isinstance(body["prompt"], list) else [1]
         max_tokens = int(body.get("max_tokens", 16))
+        # A request's load is the peak in flight during its hold, not the count at the moment it wakes: on a busy
+        # runner, requests sent together arrive spread over more than hold_s, and the fault must still fire.
         self._busy += 1
+        peak = [self._busy]
+        self._held.append(peak)
+        for cell in self._held:
+            cell[0] = max(cell[0], self._busy)
         try:
             await asyncio.sleep(self.hold_s)
-            busy = self._busy
+            busy = peak[0]
             self.busy_max = max(self.busy_max, busy)
         finally:
+            self._held = [cell for cell in self._held if cell is not peak]
             self._busy -= 1
         text = (await asyncio.to_thread(self._answer, ids, max_tokens))[:max_tokens]
         f = self.faults

@@ -33,6 +33,30 @@ class SamplingParams:
     """Also return the top-N alternatives per position (0: none)."""
     ignore_eos: bool = False
     """Keep generating past EOS (benchmarks that need exact output lengths)."""
+    presence_penalty: float = 0.0
+    """Subtracted once from the logit of every token the output already holds (vLLM: output tokens only)."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit once per time the output already holds it."""
+    repetition_penalty: float = 1.0
+    """Divides a positive logit (multiplies a negative one) of every token in the prompt or the output."""
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """(token id, bias) pairs added to the logits before anything else reshapes them."""
+    min_p: float = 0.0
+    """Drop tokens whose probability is below min_p times the likeliest token's (after temperature)."""
+    min_tokens: int = 0
+    """Tokens generated before EOS, a stop token id or a stop string may end the output."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Token ids that end the output (kept in token_ids, not in the text), besides EOS."""
+
+    def reshapes_logits(self) -> bool:
+        """Whether a penalty, a bias or min_tokens changes the logits before sampling (greedy included)."""
+        return bool(
+            self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+            or self.logit_bias
+            or self.min_tokens
+        )
 
 
 @dataclass

@@ -98,6 +98,8 @@ def new_request_state(
         eos_token_ids=frozenset(parts.runner.eos_token_ids),
         ignore_eos=request.params.ignore_eos,
         prompt_token_ids=prompt,
+        stop_token_ids=frozenset(request.params.stop_token_ids),
+        min_tokens=request.params.min_tokens,
     )
     seq = Sequence(
         seq_id,

@@ -1,7 +1,9 @@
 """The next token of each request a step computed the last position of: sampled outside the engine lock.
 
 Sampling is per row (each request's own parameters and seeded generator), so a row's token never depends
-on the other rows of the batch: greedy output stays the unbatched output whatever ran beside it.
+on the other rows of the batch: greedy output stays the unbatched output whatever ran beside it. Penalties,
+logit_bias and min_tokens reshape the logits first (`model/logit_processors`); the log-probabilities clients
+get stay those of the model's raw logits.
 """
 
 from __future__ import annotations
@@ -28,9 +30,14 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
     if not rows:
         return sampled
     states = [state for _, state in rows]
-    tokens, logprobs = parts.sampler(
-        logits[[row for row, _ in rows]], [s.params for s in states], [s.generator for s in states]
-    )
+    raw = logits[[row for row, _ in rows]]
+    params = [s.params for s in states]
+    reshaped = _reshaped(raw, states) if any(p.reshapes_logits() for p in params) else raw
+    tokens, logprobs = parts.sampler(reshaped, params, [s.generator for s in states])
+    if reshaped is not raw:
+        from servegate.runtime.model.sampling import chosen_logprobs
+
+        logprobs = chosen_logprobs(raw, _long(tokens, raw.device))
     for state, token, logprob in zip(states, _as_list(tokens), _as_list(logprobs), strict=True):
         sampled.tokens[state.seq.seq_id] = int(token)
         sampled.logprobs[state.seq.seq_id] = float(logprob)
@@ -38,6 +45,21 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
         if state.params.top_logprobs > 0:
             state.top_logprobs.append(_alternatives(logits[row], state.params.top_logprobs, parts.tokenizer))
     return sampled
+
+
+def _reshaped(logits: Any, states: list[RequestState]) -> Any:
+    """The rows' logits with their penalties, bias and min_tokens mask applied."""
+    from servegate.runtime.model.logit_processors import TokenHistory, reshape_logits
+
+    histories = [TokenHistory(s.seq.prompt_token_ids, s.output.token_ids, s.output.ending_ids()) for s in states]
+    return reshape_logits(logits, [s.params for s in states], histories)
+
+
+def _long(tokens: Any, device: Any) -> Any:
+    """Sampled token ids as a long tensor on the logits' device (a sampler may return a list)."""
+    import torch
+
+    return torch.as_tensor(_as_list(tokens), dtype=torch.long, device=device)
 
 
 def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:

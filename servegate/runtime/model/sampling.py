@@ -3,7 +3,8 @@
 Every row is processed on its own (its own temperature, top-k, top-p and torch.Generator), so a
 request's tokens never depend on what else is in the batch: same seed, same output, at any batch size.
 Log-probabilities are those of the model's own distribution (log-softmax of the raw logits), before
-temperature, top-k and top-p reshape it for sampling.
+temperature, min-p, top-k and top-p reshape it for sampling. Penalties and logit_bias come before this
+(`logit_processors`), in vLLM's order: temperature, then min-p, then top-k and top-p.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """logits [..., V] without the tokens whose probability is below min_p times the likeliest's (min_p <= 0:
+    unchanged)."""
+    if min_p <= 0:
+        return logits
+    probs = torch.softmax(logits, dim=-1)
+    floor = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < floor, float("-inf"))
+
+
 def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     """logits [..., V] keeping the smallest set of top tokens whose probability reaches p (p >= 1: unchanged)."""
     if p >= 1.0:
@@ -43,11 +54,14 @@ def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def logits_to_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Sampling distribution [..., V] from logits [..., V]: temperature, then top-k, then top-p (temperature > 0)."""
+def logits_to_probs(
+    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
+) -> torch.Tensor:
+    """Sampling distribution [..., V] from logits [..., V]: temperature, then min-p, then top-k, then top-p
+    (temperature > 0)."""
     if temperature <= 0:
         raise ValueError("temperature must be > 0 to sample (temperature 0 is greedy: use argmax)")
-    scaled = logits.float() / temperature
+    scaled = apply_min_p(logits.float() / temperature, min_p)
     return torch.softmax(apply_top_p(apply_top_k(scaled, top_k), top_p), dim=-1)
 
 
@@ -82,6 +96,6 @@ def sample_batch(
     tokens = torch.argmax(logits, dim=-1)
     for row, (p, generator) in enumerate(zip(params, generators, strict=True)):
         if p.temperature > 0:
-            probs = logits_to_probs(logits[row], p.temperature, p.top_k, p.top_p)
+            probs = logits_to_probs(logits[row], p.temperature, p.top_k, p.top_p, p.min_p)
             tokens[row] = sample(probs, generator)
     return tokens, chosen_logprobs(logits, tokens)

@@ -14,7 +14,7 @@ from typing import Any
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest, trim_at_stop
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, TokenEvent, Usage
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.remote.token_source import TokenReader, answer_tokens
 
@@ -97,6 +97,7 @@ def completions_body(
         body["stop"] = list(admitted.stop)
     if p.ignore_eos:
         body["ignore_eos"] = True
+    body.update(shaping_fields(p))
     if p.logprobs or p.top_logprobs:
         body["logprobs"] = max(1, p.top_logprobs)
     elif token_logprobs:
@@ -106,6 +107,22 @@ def completions_body(
         if cache_salt is not None:
             body["cache_salt"] = cache_salt  # vLLM's prefix cache, scoped per tenant as the manifest says
     return body
+
+
+def shaping_fields(p: SamplingParams) -> dict[str, Any]:
+    """The penalty, bias, min_p, min_tokens and stop-id fields a remote gets, in vLLM's spelling (the first three
+    are also OpenAI's), only those that ask for something: a remote that does not know a field is not sent it
+    for nothing."""
+    fields: dict[str, tuple[Any, Any]] = {  # name: (value, neutral value)
+        "presence_penalty": (p.presence_penalty, 0.0),
+        "frequency_penalty": (p.frequency_penalty, 0.0),
+        "repetition_penalty": (p.repetition_penalty, 1.0),
+        "logit_bias": ({str(token): bias for token, bias in p.logit_bias}, {}),
+        "min_p": (p.min_p, 0.0),
+        "min_tokens": (p.min_tokens, 0),
+        "stop_token_ids": (list(p.stop_token_ids), []),
+    }
+    return {name: value for name, (value, neutral) in fields.items() if value != neutral}
 
 
 def read_choice(
