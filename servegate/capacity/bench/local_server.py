@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,13 +21,7 @@ import httpx
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from servegate.runtime.remote.vllm_process import free_port
 
 
 class LocalServer:

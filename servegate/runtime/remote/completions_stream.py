@@ -181,7 +181,8 @@ def final_event(
     if params.logprobs and (text or reply.token_ids) and not reply.logprobs:
         return ErrorEvent(request.id, no_logprobs(base_url, "the answer has text but no token_logprobs"))
     token_ids, source = answer_tokens(reader, reply.token_ids, reply.tokens, text)
-    if stopped or isinstance(reply.stop_reason, str):
+    # vLLM names what stopped it: a stop string (str), a stop token id (int; EOS is None)
+    if stopped or isinstance(reply.stop_reason, str) or reply.stop_reason in params.stop_token_ids:
         reason = "stop"
     elif reply.finish == "stop":
         reason = "eos"
