@@ -30,20 +30,24 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 """One token id."""
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 """A non-empty list of token ids: one pre-tokenized prompt."""
-TokenIdKey = Annotated[str, Field(pattern=r"^[0-9]+$", max_length=10)]
+_ID_KEY = {"pattern": "^[0-9]+$", "maxLength": 10}
+"""A token id as an object key: decimal digits, at most 10 (ids are below 2**31)."""
+TokenIdKey = Annotated[str, Field(pattern=_ID_KEY["pattern"], max_length=_ID_KEY["maxLength"])]
 """A token id as a JSON object key (logit_bias: {"50256": -100})."""
+LOGIT_BIAS_ENTRIES = 1024
+"""Most token ids one logit_bias may name."""
 LOGIT_BIAS_LIMIT = 100.0
 """A bias is clamped to [-100, 100], as vLLM does (OpenAI documents the same range)."""
 Bias = Annotated[float, Field(allow_inf_nan=False)]
 """One logit bias: a finite number, clamped to [-LOGIT_BIAS_LIMIT, LOGIT_BIAS_LIMIT] when applied."""
 LogitBias = Annotated[
     dict[TokenIdKey, Bias],
-    Field(max_length=1024),
+    Field(max_length=LOGIT_BIAS_ENTRIES),
     WithJsonSchema(
         {
             "type": "object",
-            "maxProperties": 1024,
-            "propertyNames": {"pattern": "^[0-9]+$", "maxLength": 10},
+            "maxProperties": LOGIT_BIAS_ENTRIES,
+            "propertyNames": dict(_ID_KEY),
             "additionalProperties": {"type": "number"},
         }
     ),

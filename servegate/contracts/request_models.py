@@ -110,6 +110,11 @@ class _GenerationRequest(_ApiRequest):
         """Whether the client asked for log-probabilities (each endpoint spells it its own way)."""
         return False
 
+    def output_limit(self, cap: int) -> int:
+        """The most tokens the request asks to generate (`cap`, the manifest's max_output_tokens, where the
+        endpoint lets it default)."""
+        return cap
+
     def prompt_count(self) -> int:
         """How many prompts the request holds (chat: one conversation)."""
         return 1
@@ -133,6 +138,10 @@ class CompletionRequest(_GenerationRequest):
     def wants_logprobs(self) -> bool:
         """Whether the client asked for log-probabilities."""
         return self.logprobs is not None
+
+    def output_limit(self, cap: int) -> int:
+        """The most tokens the request asks to generate: max_tokens (its default 16 when absent)."""
+        return self.max_tokens
 
     def prompts(self) -> list[Prompt]:
         """The prompts, in the order their choices are answered."""
@@ -188,6 +197,10 @@ class ChatCompletionRequest(_GenerationRequest):
     def wants_logprobs(self) -> bool:
         """Whether the client asked for log-probabilities."""
         return self.logprobs
+
+    def output_limit(self, cap: int) -> int:
+        """The most tokens the request asks to generate: max_completion_tokens or max_tokens, else `cap`."""
+        return self.max_completion_tokens or self.max_tokens or cap
 
 
 class EmbeddingRequest(_ApiRequest):

@@ -170,8 +170,7 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
                 param=name,
                 detail=f"{name}: must be <= {cap}, this model's max_output_tokens (got {asked})",
             )
-    most = request.max_tokens if isinstance(request, CompletionRequest) else request.max_completion_tokens
-    most = most if most is not None else (request.max_tokens or cap)
+    most = request.output_limit(cap)
     if request.min_tokens > most:
         raise ServingError(
             "invalid_request",

@@ -75,11 +75,9 @@ def engine_requests(
     (`gate run` submits a file's lines over minutes, so each line's deadline is its own).
     """
     if isinstance(request, ChatCompletionRequest):
-        max_tokens = request.max_completion_tokens or request.max_tokens or served.postprocess.max_output_tokens
         top_logprobs = request.top_logprobs or 0
         prompts: list[str | list[int] | None] = [None]
     else:
-        max_tokens = request.max_tokens
         top_logprobs = request.logprobs or 0
         prompts = list(request.prompts())
     several = len(prompts) * request.n > 1
@@ -87,7 +85,7 @@ def engine_requests(
         GenerationRequest(
             id=f"{request_id}-{index}" if several else request_id,
             params=SamplingParams(
-                max_tokens=max_tokens,
+                max_tokens=request.output_limit(served.postprocess.max_output_tokens),
                 temperature=request.temperature,
                 top_p=request.top_p,
                 top_k=request.top_k,

@@ -48,15 +48,13 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     """Token ids that end the output (kept in token_ids, not in the text), besides EOS."""
 
+    def penalises(self) -> bool:
+        """Whether a presence, frequency or repetition penalty is asked for."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0)
+
     def reshapes_logits(self) -> bool:
         """Whether a penalty, a bias or min_tokens changes the logits before sampling (greedy included)."""
-        return bool(
-            self.presence_penalty
-            or self.frequency_penalty
-            or self.repetition_penalty != 1.0
-            or self.logit_bias
-            or self.min_tokens
-        )
+        return self.penalises() or bool(self.logit_bias or self.min_tokens)
 
 
 @dataclass

@@ -95,8 +95,8 @@ def _penalise(
     device, vocab = logits.device, logits.shape[-1]
     output_counts = _counts([h.output for h in histories], vocab, device)
     seen_in_output = output_counts > 0
-    repetition = _column([p.repetition_penalty for p in params], device)
     if any(p.repetition_penalty != 1.0 for p in params):
+        repetition = _column([p.repetition_penalty for p in params], device)
         seen = seen_in_output | (_counts([h.prompt for h in histories], vocab, device) > 0)
         penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
         logits = torch.where(seen, penalised, logits)
@@ -122,7 +122,7 @@ def reshape_logits(
     part = out[index]
     _add_bias(part, picked)
     _hold_back_endings(part, picked, history)
-    if any(p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0 for p in picked):
+    if any(p.penalises() for p in picked):
         part = _penalise(part, picked, history)
     out[index] = part
     return out
