@@ -42,6 +42,14 @@ CATALOGUE: dict[str, ErrorSpec] = {
             True,
         ),
         ErrorSpec(
+            "invalid_constraint",
+            400,
+            "invalid_request_error",
+            False,
+            "the output constraint in '{param}' cannot be enforced: {detail}",
+            True,
+        ),
+        ErrorSpec(
             "input_too_long",
             400,
             "invalid_request_error",

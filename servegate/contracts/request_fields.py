@@ -6,7 +6,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+KEEP_EXTRAS = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
+"""Request models keep fields outside the API aside, at every depth, for the field policy to judge."""
 
 # C0 control characters other than tab, newline and carriage return: refused in text fields (400), so
 # no engine or tokenizer ever sees them.

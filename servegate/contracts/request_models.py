@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from servegate.contracts.constraint_fields import ConstraintFields
 from servegate.contracts.request_fields import (
+    KEEP_EXTRAS,
     LogitBias,
     NonEmptyText,
     Prompt,
@@ -24,13 +26,11 @@ from servegate.contracts.request_fields import (
 Endpoint = Literal["completions", "chat", "embeddings"]
 """The three request kinds: /v1/completions, /v1/chat/completions, /v1/embeddings."""
 
-_KEEP_EXTRAS = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
-
 
 class StreamOptions(BaseModel):
     """Options of a streamed response."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     include_usage: bool = False
     """Send a last chunk with the request's usage (and no choices) before [DONE]."""
@@ -39,7 +39,7 @@ class StreamOptions(BaseModel):
 class _ApiRequest(BaseModel):
     """Fields shared by every endpoint. Fields outside the API are kept aside and judged by the field policy."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     model: str = Field(min_length=1, max_length=256)
     """The served model's name (GET /v1/models lists it)."""
@@ -57,7 +57,7 @@ class _ApiRequest(BaseModel):
         return list(self._dropped)
 
 
-class _GenerationRequest(_ApiRequest):
+class _GenerationRequest(_ApiRequest, ConstraintFields):
     """Sampling fields shared by completions and chat completions."""
 
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
@@ -155,7 +155,7 @@ class CompletionRequest(_GenerationRequest):
 class TextPart(BaseModel):
     """One text part of a message's content."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     type: Literal["text"]
     """Only text parts are supported."""
@@ -166,7 +166,7 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     role: Literal["system", "developer", "user", "assistant"]
     """Who wrote the message."""

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
+from servegate.contracts.constraint_fields import check_constraint
 from servegate.contracts.errors import ServingError
 from servegate.contracts.field_policy import HARMLESS, extra_fields, judge_extras, neutral_schema
 from servegate.contracts.manifest import ServedModel
@@ -176,6 +177,14 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
             "invalid_request",
             param="min_tokens",
             detail=f"min_tokens: must be <= max_tokens ({most}) (got {request.min_tokens})",
+        )
+    constraint = request.output_constraint()
+    if constraint is not None:
+        check_constraint(
+            served.postprocess.structured_output,
+            constraint,
+            ignore_eos=request.ignore_eos,
+            min_tokens=request.min_tokens,
         )
     if request.wants_logprobs() and not served.postprocess.logprobs:
         raise ServingError(

@@ -14,26 +14,14 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from servegate.contracts.engine_sections import EngineIdentity, Parallelism, VllmProcess
-from servegate.contracts.section_base import Section
+from servegate.contracts.section_base import Section, check_json_schema
+from servegate.contracts.structured_section import StructuredOutput
 from servegate.contracts.units import ByteSize
 
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _HF_SOURCE = re.compile(r"^hf:[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _ZOO_SOURCE = re.compile(r"^zoo:[a-z0-9][a-z0-9-]*$")
-
-
-def check_json_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Raise ValueError when `schema` is not a valid JSON Schema (draft 2020-12)."""
-    if schema is None:
-        return None
-    import jsonschema
-
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
-    return schema
 
 
 # --- weights ---------------------------------------------------------------------------------------
@@ -306,7 +294,10 @@ class Postprocess(Section):
     stop: list[str] = Field(default_factory=list)
     """Stop strings applied to every request (trimmed from the output)."""
     output_schema: dict[str, Any] | None = None
-    """JSON Schema every output must satisfy (structured output); checked on every response."""
+    """JSON Schema every output must satisfy; checked on every response (and enforced while decoding where
+    structured_output.enforce_output_schema says so)."""
+    structured_output: StructuredOutput | None = None
+    """Constrained decoding of the output constraints requests bring (None: their fields are refused)."""
     max_output_bytes: int | None = Field(default=None, ge=1, le=1_073_741_824)
     """Most UTF-8 bytes of one answer; a longer answer is an invalid output (failure_policy.on_invalid_output:
     `error` refuses it with invalid_output, `flag` passes it marked invalid). None: no limit but max_output_tokens."""
@@ -321,6 +312,13 @@ class Postprocess(Section):
     @classmethod
     def _valid_output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return check_json_schema(value)
+
+    @model_validator(mode="after")
+    def _schema_to_enforce(self) -> Postprocess:
+        if self.structured_output is not None and self.structured_output.enforce_output_schema:
+            if self.output_schema is None:
+                raise ValueError("structured_output.enforce_output_schema needs an output_schema to enforce")
+        return self
 
     @field_validator("stop")
     @classmethod

@@ -10,16 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from servegate.contracts.request_fields import Text, TokenId, whole_numbers
+from servegate.contracts.request_fields import KEEP_EXTRAS, Text, TokenId, whole_numbers
 from servegate.contracts.request_models import ChatMessage
-
-_KEEP_EXTRAS = ConfigDict(extra="allow", strict=True, use_attribute_docstrings=True)
 
 
 class TokenizePromptRequest(BaseModel):
     """POST /tokenize with a completion prompt."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     model: str | None = Field(default=None, min_length=1, max_length=256)
     """The served model's name (optional, as in vLLM)."""
@@ -34,7 +32,7 @@ class TokenizePromptRequest(BaseModel):
 class TokenizeChatRequest(BaseModel):
     """POST /tokenize with chat messages, rendered with the manifest's chat template first."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     model: str | None = Field(default=None, min_length=1, max_length=256)
     """The served model's name (optional, as in vLLM)."""
@@ -64,7 +62,7 @@ class TokenizeResponse(BaseModel):
 class DetokenizeRequest(BaseModel):
     """POST /detokenize."""
 
-    model_config = _KEEP_EXTRAS
+    model_config = KEEP_EXTRAS
 
     model: str | None = Field(default=None, min_length=1, max_length=256)
     """The served model's name (optional, as in vLLM)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from servegate.contracts.constraint_fields import served_constraint
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.request_fields import LOGIT_BIAS_LIMIT
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
@@ -81,6 +82,8 @@ def engine_requests(
         top_logprobs = request.logprobs or 0
         prompts = list(request.prompts())
     several = len(prompts) * request.n > 1
+    post = served.postprocess
+    constraint = served_constraint(post.structured_output, post.output_schema, request)
     return [
         GenerationRequest(
             id=f"{request_id}-{index}" if several else request_id,
@@ -94,6 +97,7 @@ def engine_requests(
                 logprobs=request.wants_logprobs(),
                 top_logprobs=top_logprobs,
                 ignore_eos=request.ignore_eos,
+                constraint=constraint,
                 **_shaping_fields(request),
             ),
             tenant=tenant,

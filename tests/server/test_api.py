@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import openai
+import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,7 @@ def server(module_dir: Path, weights_source: str) -> Iterator[ServerProcess]:
         batching={"max_batch_size": 2},
         failure_policy={"max_queue": 4, "retry_after_s": 2},
         runtime={"warmup": [{"prompt": "12+34=", "max_tokens": 4}]},
+        postprocess={"structured_output": {"whitespace": "compact"}},
     )
     process = start_gate_serve(module_dir, manifest)
     process.wait_until("/ready", 200, timeout_s=240)
@@ -161,6 +163,40 @@ def test_logit_bias_stop_token_ids_and_min_tokens_through_the_openai_client(
         client.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"99999999": 1})
     assert outside.value.code == "invalid_request" and outside.value.param == "logit_bias"
     assert "outside the vocabulary" in outside.value.message
+
+
+class Flag(pydantic.BaseModel):
+    """What the structured-output test asks the model for."""
+
+    ok: bool
+
+
+def test_structured_output_through_the_openai_clients_parse_helper(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "1+1="}]
+    parsed = client.chat.completions.parse(
+        model=MODEL,
+        messages=messages,
+        response_format=Flag,
+        max_tokens=16,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Flag)
+    schema = {"name": "flag", "schema": {**Flag.model_json_schema(), "additionalProperties": False}, "strict": True}
+    asked = {"model": MODEL, "messages": messages, "max_tokens": 16, "temperature": 1.0, "seed": 3}
+    whole = client.chat.completions.create(**asked, response_format={"type": "json_schema", "json_schema": schema})
+    pieces = client.chat.completions.create(
+        **asked, response_format={"type": "json_schema", "json_schema": schema}, stream=True
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+    assert streamed == whole.choices[0].message.content
+    Flag.model_validate_json(streamed)
+    choice = client.completions.create(
+        model=MODEL, prompt="12+34=", max_tokens=8, temperature=0, extra_body={"guided_choice": ["46", "47"]}
+    )
+    assert choice.choices[0].text in ("46", "47") and choice.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, extra_body={"guided_regex": "(("})
+    assert bad.value.code == "invalid_constraint" and bad.value.param == "guided_regex"
 
 
 def test_models_lists_the_served_model(client: openai.OpenAI) -> None:

@@ -282,7 +282,7 @@ def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them(
     for unsupported in (
         {"tools": [{"type": "function"}]},
         {"prompt_logprobs": 1},
-        {"response_format": {"type": "json"}},
+        {"response_format": {"type": "json_object"}},
     ):
         with pytest.raises(ServingError) as caught:
             parse_request(lenient, "chat", {**CHAT, **unsupported})

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 
@@ -47,6 +48,8 @@ class SamplingParams:
     """Tokens generated before EOS, a stop token id or a stop string may end the output."""
     stop_token_ids: tuple[int, ...] = ()
     """Token ids that end the output (kept in token_ids, not in the text), besides EOS."""
+    constraint: OutputConstraint | None = None
+    """The schema, regex, choice or grammar every output token is masked by (None: unconstrained)."""
 
     def penalises(self) -> bool:
         """Whether a presence, frequency or repetition penalty is asked for."""

@@ -19,6 +19,7 @@ from servegate.runtime.response_cache import ResponseCache
 from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
 
 if TYPE_CHECKING:
+    from servegate.runtime.model.grammar_mask import GrammarMask
     from servegate.runtime.model.quantization import QuantizationReport
 
 
@@ -44,6 +45,8 @@ class EngineParts:
     """torch.device the runner computes on (a generator for seeded sampling lives there)."""
     quantization: QuantizationReport | None = None
     """What quantization did, when the manifest quantizes the model."""
+    grammar: GrammarMask | None = None
+    """Compiles and enforces output constraints, when the manifest declares postprocess.structured_output."""
 
 
 def build_parts(
@@ -88,7 +91,18 @@ def build_parts(
         response_cache=contract.response_cache,
         device=getattr(runner, "device", "cpu"),
         quantization=report,
+        grammar=_grammar_mask(served, tokenizer, runner),
     )
+
+
+def _grammar_mask(served: ServedModel, tokenizer: Any, runner: ModelRunner) -> GrammarMask | None:
+    """The grammar engine over the model's tokenizer (built at start: it reads the whole vocabulary once)."""
+    structured = served.postprocess.structured_output
+    if structured is None:
+        return None
+    from servegate.runtime.model.grammar_mask import GrammarMask
+
+    return GrammarMask(tokenizer, sorted(runner.eos_token_ids), structured.whitespace)
 
 
 def _load_runner(

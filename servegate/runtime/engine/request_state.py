@@ -43,6 +43,8 @@ class RequestState:
     """The caller stopped listening (set under the engine lock; the loop drops it at the next step)."""
     top_logprobs: list[dict[str, float]] = field(default_factory=list)
     """Per output token, the top alternatives (only when the request asks for top_logprobs)."""
+    matcher: Any = None
+    """The grammar engine's matcher of the request's output constraint (None: unconstrained)."""
 
     @property
     def params(self) -> SamplingParams:
@@ -90,6 +92,7 @@ def new_request_state(
     from servegate.runtime.model.sampling import request_generator
 
     admitted = admit(served, parts.preprocessor, request)
+    matcher = _constraint_matcher(parts, request)
     prompt = admitted.token_ids
     output = OutputStream(
         parts.tokenizer,
@@ -121,4 +124,17 @@ def new_request_state(
         truncated_tokens=admitted.truncated_tokens,
         flag_invalid=served.failure_policy.on_invalid_output == "flag",
         prefix_caching=served.runtime.kv_cache is not None and served.runtime.kv_cache.prefix_caching,
+        matcher=matcher,
     )
+
+
+def _constraint_matcher(parts: EngineParts, request: GenerationRequest) -> Any:
+    """A matcher for the request's output constraint (ServingError when it does not compile, or when the
+    manifest declares no structured output)."""
+    constraint = request.params.constraint
+    if constraint is None:
+        return None
+    if parts.grammar is None:
+        detail = "this deployment declares no postprocess.structured_output"
+        raise ServingError("unsupported_parameter", param=constraint.param, detail=detail)
+    return parts.grammar.matcher(constraint)

@@ -3,7 +3,9 @@
 Sampling is per row (each request's own parameters and seeded generator), so a row's token never depends
 on the other rows of the batch: greedy output stays the unbatched output whatever ran beside it. Penalties,
 logit_bias and min_tokens reshape the logits first (`model/logit_processors`); the log-probabilities clients
-get stay those of the model's raw logits.
+get stay those of the model's raw logits. An output constraint comes before everything: its grammar mask
+(`model/grammar_mask`) sets disallowed tokens to -inf, and, as in vLLM, the log-probabilities are those of
+the masked logits.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
         return sampled
     states = [state for _, state in rows]
     raw = logits[[row for row, _ in rows]]
+    constrained = [i for i, s in enumerate(states) if s.matcher is not None]
+    if constrained:
+        raw = _masked(parts, raw, [states[i] for i in constrained], constrained)
     params = [s.params for s in states]
     reshaped = _reshaped(raw, states) if any(p.reshapes_logits() for p in params) else raw
     tokens, logprobs = parts.sampler(reshaped, params, [s.generator for s in states])
@@ -41,10 +46,25 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
     for state, token, logprob in zip(states, _as_list(tokens), _as_list(logprobs), strict=True):
         sampled.tokens[state.seq.seq_id] = int(token)
         sampled.logprobs[state.seq.seq_id] = float(logprob)
-    for row, state in rows:
+    for i in constrained:
+        state = states[i]
+        parts.grammar.advance(state.matcher, sampled.tokens[state.seq.seq_id])  # type: ignore[union-attr]
+    for i, state in enumerate(states):
         if state.params.top_logprobs > 0:
-            state.top_logprobs.append(_alternatives(logits[row], state.params.top_logprobs, parts.tokenizer))
+            state.top_logprobs.append(_alternatives(raw[i], state.params.top_logprobs, parts.tokenizer))
     return sampled
+
+
+def _masked(parts: EngineParts, raw: Any, states: list[RequestState], rows: list[int]) -> Any:
+    """The rows' logits with each constrained row's disallowed tokens at -inf (float32; what vLLM samples from
+    and reports log-probabilities of)."""
+    from servegate.runtime.model.grammar_mask import apply_mask
+
+    assert parts.grammar is not None, "a constrained request needs the engine's grammar mask"
+    allowed = parts.grammar.allowed([s.matcher for s in states], raw.shape[-1])
+    out = raw.float().clone()
+    out[rows] = apply_mask(out[rows], allowed)
+    return out
 
 
 def _reshaped(logits: Any, states: list[RequestState]) -> Any:
