@@ -10,6 +10,7 @@ A request names at most one constraint. `strict` changes nothing: the mask enfor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,6 +35,8 @@ class OutputConstraint:
     """The schema as compact JSON text, the regex, the choices as a JSON list, or the grammar text."""
     param: str
     """The request field it came from (named in errors)."""
+    compact: bool = False
+    """JSON without whitespace between tokens (the manifest's structured_output.whitespace: compact)."""
 
     def size_bytes(self) -> int:
         """UTF-8 bytes of the spec (what structured_output.max_spec_bytes limits)."""
@@ -123,7 +126,7 @@ def _schema_text(schema: dict[str, Any] | str | None, param: str) -> str:
             schema = json.loads(schema)
         except json.JSONDecodeError as exc:
             raise ServingError("invalid_request", param=param, detail=f"{param}: not JSON ({exc.msg})") from None
-    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
+    return json.dumps(schema, separators=(",", ":"))  # key order kept: properties come out in it
 
 
 def _named(fields: ConstraintFields) -> list[OutputConstraint | None]:
@@ -205,10 +208,15 @@ def check_constraint(
 def served_constraint(
     structured: StructuredOutput | None, output_schema: dict[str, Any] | None, fields: ConstraintFields
 ) -> OutputConstraint | None:
-    """The constraint a request is decoded under: its own, else the manifest's output_schema where
-    structured_output.enforce_output_schema says so, else None."""
+    """The constraint a request is decoded under, with the manifest's whitespace rule: its own, else the
+    manifest's output_schema where structured_output.enforce_output_schema says so, else None."""
     own = fields.output_constraint()
-    if own is not None or structured is None or not structured.enforce_output_schema or output_schema is None:
+    if structured is None:
         return own
-    spec = json.dumps(output_schema, separators=(",", ":"), sort_keys=True)
-    return OutputConstraint("json_schema", spec, "postprocess.output_schema")
+    compact = structured.whitespace == "compact"
+    if own is not None:
+        return dataclasses.replace(own, compact=compact)
+    if not structured.enforce_output_schema or output_schema is None:
+        return None
+    spec = json.dumps(output_schema, separators=(",", ":"))
+    return OutputConstraint("json_schema", spec, "postprocess.output_schema", compact)

@@ -69,6 +69,8 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "quality",
         "runtime.compile_batch_sizes",
         "runtime.endpoint_model",
+        # another grammar engine, or another whitespace rule, changes which tokens a constrained answer may take
+        "postprocess.structured_output",
         # another engine or version behind the same model has changed quantized models' accuracy on its own
         "runtime.engine",
         # splitting layers across devices reorders their sums (all-reduce): outputs are re-checked, not only

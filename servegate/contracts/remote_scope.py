@@ -44,12 +44,16 @@ DECLARED_BY_REMOTE: tuple[str, ...] = (
     "batching.max_wait_ms",
     "batching.max_num_batched_tokens",
     "batching.chunked_prefill",
+    "postprocess.structured_output.whitespace",
 )
 """Fields that only describe how the remote runs the model: servegate can neither set nor read them."""
 
 VERIFIED_ON_REMOTE: dict[str, str] = {
     "runtime.engine": "the engine and version the remote reports (/version), recorded at gate time",
     "runtime.endpoint_model": "the model id the remote lists (/v1/models)",
+    "postprocess.structured_output": "each request's constraint is sent as vLLM's structured_outputs, and "
+    "every output it ended is checked here: JSON against its schema, choices, regexes (Python's re); "
+    "grammars are not checked after; the JSON whitespace rule is the remote's own launch setting",
 }
 """Fields a probe of the remote checks."""
 

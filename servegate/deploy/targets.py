@@ -6,6 +6,7 @@ so an export can be committed and diffed like code.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -164,8 +165,9 @@ def _additional_args(args: dict[str, Any]) -> str:
         value = args[key]
         if isinstance(value, bool):
             parts.append(f"--{key}" if value else f"--no-{key}")
-        else:
-            parts.append(f"--{key}={shlex.quote(str(value))}")
+        else:  # a nested config (e.g. structured-outputs-config) as JSON, which vLLM parses
+            text = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
+            parts.append(f"--{key}={shlex.quote(text)}")
     return " ".join(parts)
 
 

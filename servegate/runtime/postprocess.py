@@ -8,11 +8,14 @@ it is certain they do not begin a stop string. EOS is never part of the text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import jsonschema
+
+from servegate.contracts.constraint_fields import OutputConstraint
 
 FinishReason = Literal["stop", "length", "eos"]
 
@@ -133,12 +136,53 @@ class OutputValidator:
             return f"the answer is {size} bytes, over postprocess.max_output_bytes {self.max_bytes}"
         if self._validator is None:
             return None
+        return schema_problem(self._validator, text)
+
+
+def schema_problem(validator: Any, text: str) -> str | None:
+    """None when `text` is JSON that satisfies the schema of `validator` (a jsonschema validator), else what is
+    wrong, in one line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not JSON ({exc.msg} at character {exc.pos})"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{error.message} at /{where}" if where else error.message
+
+
+def constraint_problem(constraint: OutputConstraint | None, text: str) -> str | None:
+    """Why an output its constraint ended does not satisfy it, checked after the fact by other code than the
+    mask (a remote's answer, or a grammar engine's slip). None: it does, or it cannot be checked afterwards
+    (a grammar, or a regex Python's `re` does not read)."""
+    if constraint is None:
+        return None
+    schema = constraint.schema()
+    if schema is not None:
+        problem = schema_problem(jsonschema.Draft202012Validator(schema), text)
+        return None if problem is None else f"{constraint.param}: {problem}"
+    if constraint.kind == "choice":
+        choices = json.loads(constraint.spec)
+        return None if text in choices else f"{constraint.param}: the output is not one of its {len(choices)} choices"
+    if constraint.kind == "regex":
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return f"not JSON ({exc.msg} at character {exc.pos})"
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
-        if error is None:
+            pattern = re.compile(constraint.spec)
+        except re.error:
             return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{error.message} at /{where}" if where else error.message
+        return None if pattern.fullmatch(text) else f"{constraint.param}: the output does not match the regex"
+    return None
+
+
+def output_problem(
+    validator: OutputValidator | None, constraint: OutputConstraint | None, text: str, finish_reason: str
+) -> tuple[bool | None, str | None]:
+    """(valid, problem) of a final answer: the manifest's output_schema and byte limit, and, for an output its
+    constraint ended (EOS), the request's constraint. valid is None when nothing was checked (an output cut short
+    is not its constraint's to judge)."""
+    problem = validator.problem(text) if validator is not None else None
+    ended = constraint is not None and finish_reason == "eos"
+    if problem is None and ended:
+        problem = constraint_problem(constraint, text)
+    return (problem is None if validator is not None or ended else None), problem

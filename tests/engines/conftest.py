@@ -8,6 +8,7 @@ counts as ready only after a real greedy completion, and is stopped, whole proce
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +45,16 @@ def vllm_server(
 ) -> Iterator[VllmServer]:
     """A ready vLLM server on zoo:tiny-primary, shared by the session and stopped at its end."""
     workdir = tmp_path_factory.mktemp("vllm-tiny-primary")
-    launch = launch_for(vllm_python, zoo_model_path("tiny-primary"), SERVED_NAME, workdir)
+    # compact JSON, as the structured-output manifests declare (vLLM sets it per server); xgrammar, since
+    # llguidance does not read this tokenizer's decoder inside vLLM (servegate's mask reads it token by token)
+    structured = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
+    launch = launch_for(
+        vllm_python,
+        zoo_model_path("tiny-primary"),
+        SERVED_NAME,
+        workdir,
+        extra_args=("--structured-outputs-config", structured),
+    )
     server = VllmServer(launch, workdir / "vllm.log")
     remember_log(pytestconfig, server.log_path)
     server.start()

@@ -32,8 +32,15 @@ def launch_for(python: Path, model: Path, name: str, workdir: Path, **options: o
     )
 
 
-def endpoint_manifest(directory: Path, server: VllmServer, weights: str = "zoo:tiny-primary") -> ServedModel:
-    """An endpoint manifest pointing at a running vLLM server (the shape a user writes for a remote)."""
+STRUCTURED = "\n  structured_output:\n    whitespace: compact"
+"""postprocess lines that declare constrained decoding (compact JSON), for the manifests below."""
+
+
+def endpoint_manifest(
+    directory: Path, server: VllmServer, weights: str = "zoo:tiny-primary", postprocess: str = ""
+) -> ServedModel:
+    """An endpoint manifest pointing at a running vLLM server (the shape a user writes for a remote);
+    `postprocess`: more lines of that section (e.g. STRUCTURED)."""
     return manifest_file(
         directory / "vllm-endpoint.yaml",
         f"""name: vllm-endpoint
@@ -47,15 +54,16 @@ runtime:
 preprocess:
   max_input_tokens: 128
 postprocess:
-  max_output_tokens: 32
+  max_output_tokens: 32{postprocess}
 failure_policy:
   request_timeout_s: 120
 """,
     )
 
 
-def reference_manifest(directory: Path, weights: str = "zoo:tiny-primary") -> ServedModel:
-    """servegate's reference runtime on the same weights, fp32, no quantization or caching."""
+def reference_manifest(directory: Path, weights: str = "zoo:tiny-primary", postprocess: str = "") -> ServedModel:
+    """servegate's reference runtime on the same weights, fp32, no quantization or caching; `postprocess`: more
+    lines of that section."""
     return manifest_file(
         directory / "reference.yaml",
         f"""name: reference
@@ -70,6 +78,6 @@ runtime:
 preprocess:
   max_input_tokens: 128
 postprocess:
-  max_output_tokens: 32
+  max_output_tokens: 32{postprocess}
 """,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour
 
+from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
@@ -139,6 +141,32 @@ def test_output_schema_is_checked_on_the_remote_answer() -> None:
         served = endpoint(remote.url, postprocess={"output_schema": schema})
         [result] = run(build(served), GenerationRequest("j", prompt="1+1="))
     assert isinstance(result, ErrorEvent) and result.error.code == "invalid_output"
+
+
+def test_a_constraint_is_sent_in_vllms_spelling_and_the_remotes_answer_is_checked_against_it() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    constraint = OutputConstraint("json_schema", json.dumps(schema), "guided_json", compact=True)
+    asked = GenerationRequest("j", prompt="1+1=", params=SamplingParams(max_tokens=8, constraint=constraint))
+    structured = {"postprocess": {"structured_output": {"whitespace": "compact"}}}
+    honours = RemoteBehaviour(answer=lambda ids, n: '{"a":1}', finish_reason="stop")
+    with FakeRemote(honours) as remote:
+        [result] = run(build(endpoint(remote.url, **structured)), asked)
+        assert remote.bodies[0]["structured_outputs"] == {"json": schema}
+    assert isinstance(result, FinishEvent) and result.text == '{"a":1}' and result.output_valid is True
+    ignores = RemoteBehaviour(answer=lambda ids, n: '{"b":1}', finish_reason="stop")
+    with FakeRemote(ignores) as remote:
+        [dropped] = run(build(endpoint(remote.url, **structured)), asked)
+    assert isinstance(dropped, ErrorEvent) and dropped.error.code == "invalid_output"
+    assert "'a' is a required property" in dropped.error.message
+    choice = OutputConstraint("choice", json.dumps(["yes", "no"]), "guided_choice")
+    cut = RemoteBehaviour(answer=lambda ids, n: "ye")  # cut short by max_tokens: not the constraint's to judge
+    with FakeRemote(cut) as remote:
+        [short] = run(
+            build(endpoint(remote.url, **structured)),
+            GenerationRequest("c", prompt="1", params=SamplingParams(max_tokens=2, constraint=choice)),
+        )
+        assert remote.bodies[0]["structured_outputs"] == {"choice": ["yes", "no"]}
+    assert isinstance(short, FinishEvent) and short.finish_reason == "length" and short.output_valid is None
 
 
 def test_a_failing_remote_hands_requests_to_the_declared_fallback(tmp_path: Any) -> None:

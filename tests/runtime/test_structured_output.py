@@ -17,7 +17,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import parse_request
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, Result
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, Result
 from servegate.runtime.request_translator import engine_requests
 
 pytest.importorskip("llguidance")
@@ -220,3 +220,34 @@ def test_every_bad_constraint_is_a_declared_400_naming_its_field() -> None:
 def test_enforcing_the_output_schema_needs_one() -> None:
     with pytest.raises(ValueError, match="needs an output_schema"):
         manifest(structured={"enforce_output_schema": True})
+
+
+def test_a_mask_that_lets_one_illegal_token_through_is_caught_by_the_final_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from servegate.runtime.model.grammar_mask import GrammarMask
+
+    served = manifest()
+    real = GrammarMask.allowed
+    calls = {"n": 0}
+
+    def leaky(self: GrammarMask, matchers: Any, width: int) -> torch.Tensor:
+        allowed = real(self, matchers, width)
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third step lets 'x' through as well
+            allowed[:, X] = True
+        return allowed
+
+    from transformers import AutoTokenizer
+
+    from servegate.zoo import zoo_model_path
+
+    X = AutoTokenizer.from_pretrained(zoo_model_path("tiny-primary")).convert_tokens_to_ids("x")
+    body = {"model": "tiny", "prompt": "1", "max_tokens": 48, "temperature": 0, "logit_bias": {str(X): 100}}
+    flag = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    [safe] = run(served, [{**body, "guided_json": flag}])
+    assert isinstance(safe, FinishEvent) and "x" not in safe.text  # a bias cannot push a masked token
+    monkeypatch.setattr(GrammarMask, "allowed", leaky)
+    [leaked] = run(served, [{**body, "guided_json": flag}])
+    assert isinstance(leaked, ErrorEvent) and leaked.error.code == "invalid_output", leaked
+    assert "guided_json" in leaked.error.message

@@ -47,6 +47,8 @@ class RemoteBehaviour:
     """process_resident_memory_bytes in /metrics."""
     answer: Answer | None = None
     """None: each token id of the prompt's last token, as text 'x' (set by a test to anything)."""
+    finish_reason: str = "length"
+    """The finish_reason of every answer (`stop`: the answer ended at EOS)."""
     hidden_response_cache: bool = False
     """Fault: a global response cache nobody declared; an exactly repeated body answers 5x faster."""
     response_cache_ignores_seed: bool = False
@@ -161,7 +163,7 @@ class FakeRemote:
                 if ids is not None:
                     choice["token_ids"] = ids[i : i + 1]
                 yield f"data: {json.dumps({'choices': [choice]})}\n\n"
-            end = {"index": 0, "text": "", "finish_reason": "length", "stop_reason": None}
+            end = {"index": 0, "text": "", "finish_reason": self.behaviour.finish_reason, "stop_reason": None}
             if ids is not None and ids[len(text) :]:
                 end["token_ids"] = ids[len(text) :]
             yield f"data: {json.dumps({'choices': [end]})}\n\n"

@@ -97,12 +97,11 @@ def build_parts(
 
 def _grammar_mask(served: ServedModel, tokenizer: Any, runner: ModelRunner) -> GrammarMask | None:
     """The grammar engine over the model's tokenizer (built at start: it reads the whole vocabulary once)."""
-    structured = served.postprocess.structured_output
-    if structured is None:
+    if served.postprocess.structured_output is None:
         return None
     from servegate.runtime.model.grammar_mask import GrammarMask
 
-    return GrammarMask(tokenizer, sorted(runner.eos_token_ids), structured.whitespace)
+    return GrammarMask(tokenizer, sorted(runner.eos_token_ids))
 
 
 def _load_runner(

@@ -11,7 +11,7 @@ from servegate.runtime.contract_layer import admit
 from servegate.runtime.engine.delivery import EventDelivery
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
 from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.postprocess import OutputStream, OutputValidator
+from servegate.runtime.postprocess import OutputStream, OutputValidator, output_problem
 from servegate.runtime.scheduling import Sequence
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ class RequestState:
     """Per output token, the top alternatives (only when the request asks for top_logprobs)."""
     matcher: Any = None
     """The grammar engine's matcher of the request's output constraint (None: unconstrained)."""
+    refused_token: int | None = None
+    """A sampled token the matcher refused although its mask allowed it: the output breaks its constraint."""
 
     @property
     def params(self) -> SamplingParams:
@@ -52,14 +54,15 @@ class RequestState:
         return self.request.params
 
     def finish_event(self, now: float, validator: OutputValidator | None) -> FinishEvent | ErrorEvent:
-        """The final event: the result, or invalid_output when the schema says so and the policy is error."""
+        """The final event: the result, or invalid_output when the output schema or the request's constraint
+        says so and the policy is error."""
         out = self.output
-        valid = None
-        if validator is not None:
-            problem = validator.problem(out.text)
-            valid = problem is None
-            if problem is not None and not self.flag_invalid:
-                return ErrorEvent(self.request.id, ServingError("invalid_output", detail=problem))
+        valid, problem = output_problem(validator, self.params.constraint, out.text, out.finish_reason or "length")
+        if self.refused_token is not None:
+            where = self.params.constraint.param if self.params.constraint is not None else "constraint"
+            valid, problem = False, f"{where}: the grammar engine refused token {self.refused_token} its mask allowed"
+        if problem is not None and not self.flag_invalid:
+            return ErrorEvent(self.request.id, ServingError("invalid_output", detail=problem))
         return FinishEvent(
             request_id=self.request.id,
             text=out.text,

@@ -10,11 +10,14 @@ the masked logits.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,7 +51,11 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
         sampled.logprobs[state.seq.seq_id] = float(logprob)
     for i in constrained:
         state = states[i]
-        parts.grammar.advance(state.matcher, sampled.tokens[state.seq.seq_id])  # type: ignore[union-attr]
+        token = sampled.tokens[state.seq.seq_id]
+        if not parts.grammar.advance(state.matcher, token):  # type: ignore[union-attr]
+            # the rest goes unconstrained; the final event reports the broken constraint as the policy says
+            log.warning("request %s: the grammar engine refused token %d its mask allowed", state.request.id, token)
+            state.matcher, state.refused_token = None, token
     for i, state in enumerate(states):
         if state.params.top_logprobs > 0:
             state.top_logprobs.append(_alternatives(raw[i], state.params.top_logprobs, parts.tokenizer))

@@ -54,12 +54,11 @@ def llguidance_tokenizer(tokenizer: Any, eos_ids: Sequence[int]) -> Any:
 class GrammarMask:
     """Compiles constraints for one tokenizer, masks a batch's logits by their matchers, and advances them."""
 
-    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], whitespace: str = "any") -> None:
+    def __init__(self, tokenizer: Any, eos_ids: Sequence[int]) -> None:
         import llguidance
 
         self._ll = llguidance
         self._tokenizer = llguidance_tokenizer(tokenizer, eos_ids)
-        self._flexible = whitespace == "any"
         self._executor = llguidance.LLExecutor()
 
     def matcher(self, constraint: OutputConstraint) -> Any:
@@ -77,7 +76,7 @@ class GrammarMask:
             if constraint.kind in ("json_object", "json_schema"):
                 return str(
                     ll.LLMatcher.grammar_from_json_schema(
-                        constraint.spec, defaults={"whitespace_flexible": self._flexible}
+                        constraint.spec, defaults={"whitespace_flexible": not constraint.compact}
                     )
                 )
             if constraint.kind == "regex":
@@ -101,10 +100,10 @@ class GrammarMask:
         return torch.nn.functional.pad(bits, (0, width - bits.shape[1]), value=False)
 
     @staticmethod
-    def advance(matcher: Any, token: int) -> None:
-        """Feed the sampled token to its matcher (a token the mask allowed always succeeds)."""
-        if not matcher.consume_token(token):
-            raise RuntimeError(f"the grammar engine refused token {token} it allowed: {matcher.get_error()}")
+    def advance(matcher: Any, token: int) -> bool:
+        """Feed the sampled token to its matcher; False when the matcher refuses it (a token its own mask
+        allowed never is: refusal means the mask and the matcher disagree)."""
+        return bool(matcher.consume_token(token))
 
 
 def apply_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

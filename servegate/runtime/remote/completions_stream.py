@@ -11,11 +11,12 @@ import json
 import time
 from typing import Any
 
+from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest, trim_at_stop
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage
-from servegate.runtime.postprocess import OutputValidator
+from servegate.runtime.postprocess import OutputValidator, output_problem
 from servegate.runtime.remote.token_source import TokenReader, answer_tokens
 
 
@@ -98,6 +99,8 @@ def completions_body(
     if p.ignore_eos:
         body["ignore_eos"] = True
     body.update(shaping_fields(p))
+    if p.constraint is not None:
+        body["structured_outputs"] = structured_outputs_field(p.constraint)
     if p.logprobs or p.top_logprobs:
         body["logprobs"] = max(1, p.top_logprobs)
     elif token_logprobs:
@@ -123,6 +126,15 @@ def shaping_fields(p: SamplingParams) -> dict[str, Any]:
         "stop_token_ids": (list(p.stop_token_ids), []),
     }
     return {name: value for name, (value, neutral) in fields.items() if value != neutral}
+
+
+def structured_outputs_field(constraint: OutputConstraint) -> dict[str, Any]:
+    """A constraint in vLLM's spelling (`structured_outputs`). Its JSON whitespace rule is not sent: vLLM sets it
+    per server (--structured-outputs-config), so a remote's is declared, not set per request."""
+    if constraint.kind == "json_object":
+        return {"json_object": True}
+    value: Any = json.loads(constraint.spec) if constraint.kind in ("json_schema", "choice") else constraint.spec
+    return {"json" if constraint.kind == "json_schema" else constraint.kind: value}
 
 
 def read_choice(
@@ -172,7 +184,8 @@ def final_event(
     reply: RemoteReply,
     base_url: str = "",
 ) -> FinishEvent | ErrorEvent:
-    """The final result with the manifest's postprocess applied: stop strings, the output schema; the token ids
+    """The final result with the manifest's postprocess applied: stop strings, the output schema, the request's
+    output constraint (verified on what the remote answered: it decoded under it); the token ids
     from the best source the remote gave (token_source.py). A request for logprobs the remote did not give
     gets `unsupported_parameter`, never an empty list."""
     request, now = admitted.request, time.monotonic()
@@ -188,12 +201,9 @@ def final_event(
         reason = "eos"
     else:
         reason = "length"
-    valid = None
-    if validator is not None:
-        problem = validator.problem(text)
-        valid = problem is None
-        if problem is not None and served.failure_policy.on_invalid_output == "error":
-            return ErrorEvent(request.id, ServingError("invalid_output", detail=problem))
+    valid, problem = output_problem(validator, params.constraint, text, reason)
+    if problem is not None and served.failure_policy.on_invalid_output == "error":
+        return ErrorEvent(request.id, ServingError("invalid_output", detail=problem))
     usage = reply.usage or {}
     result = FinishEvent(
         request_id=request.id,

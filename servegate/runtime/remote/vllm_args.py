@@ -249,6 +249,17 @@ def _preprocess(served: ServedModel, out: EngineArgs) -> None:
         out.put("preprocess.chat_template", "chat-template", str(served.resolve_path(pre.chat_template)))
 
 
+def _structured_output(served: ServedModel, out: EngineArgs) -> None:
+    """The mask's backend and JSON whitespace rule: vLLM sets both per server, not per request (0.32 reads a
+    request's own `disable_any_whitespace` nowhere), so they are launch arguments."""
+    structured = served.postprocess.structured_output
+    if structured is None:
+        return
+    backend = {"llguidance": "guidance"}[structured.backend]
+    config = {"backend": backend, "disable_any_whitespace": structured.whitespace == "compact"}
+    out.put("postprocess.structured_output", "structured-outputs-config", config)
+
+
 def engine_args(
     served: ServedModel, model: str, revision: str | None = None, *, device: str | None = None
 ) -> EngineArgs:
@@ -270,6 +281,7 @@ def engine_args(
     _quantization(served, out)
     _kv_cache(served, out, device)
     _batching(served, out)
+    _structured_output(served, out)
     if not served.postprocess.logprobs:  # vLLM refuses logprobs above max-logprobs
         out.put("postprocess.logprobs", "max-logprobs", 0)
     return out
