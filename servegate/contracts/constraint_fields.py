@@ -42,6 +42,14 @@ class OutputConstraint:
         """UTF-8 bytes of the spec (what structured_output.max_spec_bytes limits)."""
         return len(self.spec.encode())
 
+    def as_structured_outputs(self) -> dict[str, Any]:
+        """The constraint in vLLM's spelling (`structured_outputs`). The whitespace rule is not in it: vLLM sets
+        that per server (--structured-outputs-config)."""
+        if self.kind == "json_object":
+            return {"json_object": True}
+        value: Any = json.loads(self.spec) if self.kind in ("json_schema", "choice") else self.spec
+        return {"json" if self.kind == "json_schema" else self.kind: value}
+
     def schema(self) -> dict[str, Any] | None:
         """The JSON Schema the output must satisfy (json_object and json_schema), else None."""
         return json.loads(self.spec) if self.kind in ("json_object", "json_schema") else None

@@ -26,6 +26,7 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.gates.constraint_load import ConstraintsUnderLoad, check_constraints
 from servegate.gates.contract_measure import (
     CONTEXT_FIELD,
     SEED_TEMPERATURE,
@@ -170,6 +171,8 @@ class ContractMeasurements(Measurements):
     structured_under_load: StructuredUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Schema validity and answer size at concurrency 1 and under load (when output_schema or
     max_output_bytes is declared)."""
+    constraints_under_load: ConstraintsUnderLoad | None = field(default=None, metadata=OPTIONAL)
+    """Every allowed output-constraint kind alone and under load (when postprocess.structured_output is declared)."""
     checked: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
     """How each measured field was checked: field -> `reported` / `measured` and what was seen (the seed
     everywhere; runtime.max_model_len on a remote)."""
@@ -183,8 +186,9 @@ class ContractMeasurements(Measurements):
     "contract",
     watches=GATE_WATCHES["contract"],
     purpose=(
-        "Every catalogued error is answered as declared, outputs satisfy output_schema, streaming and seeds agree, "
-        "and a remote serves the declared context (measured where it reports none)."
+        "Every catalogued error is answered as declared, outputs satisfy output_schema and their output "
+        "constraints, streaming and seeds agree, and a remote serves the declared context (measured where it "
+        "reports none)."
     ),
 )
 class ContractGate(Gate):
@@ -211,12 +215,15 @@ class ContractGate(Gate):
         try:
             problems, measurements, seed = asyncio.run(self._http(ctx, create_app, prompts))
             structured_problems, structured = check_structured(ctx)
+            constrained, constraints = check_constraints(ctx, prompts)
         finally:
             server_log.setLevel(level)
         if structured is not None:
             problems += structured_problems
             measurements = replace(measurements, structured_under_load=structured)
-        checks = [c for c in (context, seed) if c is not None]
+        if constraints is not None:
+            measurements = replace(measurements, constraints_under_load=constraints)
+        checks = [c for c in (context, seed, constrained) if c is not None]
         problems += [c.problem for c in checks if c.problem]
         measurements = with_checks(measurements, checks)
         if problems:

@@ -171,6 +171,7 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
             variant="unready",
         ),
     ]
+    probes.append(_constraint_probe(served, ok))
     if pre.tenant_from != "none":
         where = "X-Tenant header" if pre.tenant_from == "header" else "user field"
         bare = {k: v for k, v in ok.items() if k != "user"}
@@ -188,6 +189,43 @@ def probes_for(served: ServedModel, prompt: str = "1+1=") -> list[Probe]:
         p if not p.tenant or "json" not in p.headers.get("content-type", "") else replace(p, headers=json_headers)
         for p in probes
     ]
+
+
+def _constraint_probe(served: ServedModel, ok: dict[str, Any]) -> Probe:
+    """An output constraint the manifest cannot take, refused in front of any backend: a schema that is not a
+    JSON Schema, else one larger than structured_output.max_spec_bytes (invalid_constraint); any constraint
+    where no structured output is declared, or a kind not served (unsupported_parameter)."""
+    structured = served.postprocess.structured_output
+    if structured is None:
+        return Probe(
+            "invalid_constraint",
+            "an output constraint where postprocess.structured_output is not declared",
+            400,
+            "unsupported_parameter",
+            _json({**ok, "guided_regex": "[0-9]+"}),
+            expect_param="guided_regex",
+        )
+    if "json_schema" in structured.kinds:
+        name, value, what = "guided_json", {"type": "nonsense"}, "a schema that is not a JSON Schema"
+    else:
+        big = "x" * (structured.max_spec_bytes + 16)
+        sized = {"regex": ("guided_regex", big), "choice": ("guided_choice", [big]),
+                 "grammar": ("guided_grammar", f'start: "{big}"')}  # fmt: skip
+        name, value = next((sized[k] for k in structured.kinds if k in sized), ("", ""))
+        what = f"a constraint larger than max_spec_bytes {structured.max_spec_bytes}"
+    body = _json({**ok, name: value}) if name else b""
+    if not name or len(body) > served.preprocess.max_payload_bytes:
+        # json_object alone has a fixed small schema, and a body past the payload limit is refused for its size:
+        # json_schema, which this manifest does not serve, is refused instead
+        return Probe(
+            "invalid_constraint",
+            "a kind the manifest does not serve (json_schema)",
+            400,
+            "unsupported_parameter",
+            _json({**ok, "guided_json": {"type": "object"}}),
+            expect_param="guided_json",
+        )
+    return Probe("invalid_constraint", what, 400, "invalid_constraint", body, expect_param=name)
 
 
 def tenant_headers(served: ServedModel, tenant: str = PROBE_TENANT) -> dict[str, str]:

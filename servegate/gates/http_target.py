@@ -143,9 +143,10 @@ class HttpTarget:
         """The endpoint engine whose remote is addressed directly (None: servegate's app)."""
         self._tokenizer: Any = None
 
-    def body(self, prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
-        """The completions request for a prompt: text to servegate's app, contract-made token ids to a remote."""
-        common = {"max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
+    def body(self, prompt: str, max_tokens: int, stream: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The completions request for a prompt: text to servegate's app, contract-made token ids to a remote;
+        `extra`: more fields, the same to either (e.g. `structured_outputs`)."""
+        common = {"max_tokens": max_tokens, "temperature": 0.0, "stream": stream, **(extra or {})}
         if stream:
             common["stream_options"] = {"include_usage": True}
         if self._remote is None:
@@ -163,12 +164,15 @@ class HttpTarget:
             body["return_token_ids"] = True
         return body
 
-    async def complete(self, prompt: str, max_tokens: int, *, stream: bool) -> Answer:
-        """One greedy completion; a refusal or a broken connection is an Answer with its error code."""
+    async def complete(
+        self, prompt: str, max_tokens: int, *, stream: bool, extra: dict[str, Any] | None = None
+    ) -> Answer:
+        """One greedy completion (`extra`: more body fields); a refusal or a broken connection is an Answer with
+        its error code."""
         path = "/completions" if self._remote is not None else COMPLETIONS
         headers = tenant_headers(self.served) if self._remote is None else {}
         try:
-            response = await self.client.post(path, json=self.body(prompt, max_tokens, stream), headers=headers)
+            response = await self.client.post(path, json=self.body(prompt, max_tokens, stream, extra), headers=headers)
         except (httpx.HTTPError, OSError) as exc:
             return Answer(stream, max_tokens, 0, "", error=f"unreachable ({type(exc).__name__})")
         if response.status_code != 200:

@@ -24,7 +24,8 @@ _WHEN = {
     "payload_too_large": "the body is larger than preprocess.max_payload_bytes",
     "unsupported_media": "the Content-Type is not application/json",
     "not_found": "the model name or the path is not served here",
-    "invalid_output": "the output breaks postprocess.output_schema (on_invalid_output: error)",
+    "invalid_constraint": "an output constraint is larger than structured_output.max_spec_bytes or does not compile",
+    "invalid_output": "the output breaks postprocess.output_schema or its output constraint (on_invalid_output: error)",
     "overloaded": "the queue is full (failure_policy.max_queue)",
     "deadline_exceeded": "the request ran past failure_policy.request_timeout_s",
     "model_unavailable": "the model is loading, failed warm-up or is draining",
@@ -169,10 +170,11 @@ def _error_rows(served: ServedModel, client: bool) -> list[dict[str, Any]]:
             applies = served.preprocess.truncation == "reject"
         if spec.code == "unknown_parameter":
             applies = served.preprocess.unknown_fields == "reject"
+        checked = served.postprocess.output_schema is not None or served.postprocess.structured_output is not None
         if spec.code == "invalid_output":
-            applies = (
-                served.postprocess.output_schema is not None and served.failure_policy.on_invalid_output == "error"
-            )
+            applies = checked and served.failure_policy.on_invalid_output == "error"
+        if spec.code == "invalid_constraint":
+            applies = served.postprocess.structured_output is not None
         rows.append(
             {
                 "code": spec.code,
@@ -212,6 +214,31 @@ def input_contract(served: ServedModel) -> dict[str, Any]:
     }
 
 
+def _structured(served: ServedModel) -> dict[str, Any] | None:
+    """The output constraints served: kinds, the request fields that carry them, limits, how they are enforced."""
+    structured = served.postprocess.structured_output
+    if structured is None:
+        return None
+    on_remote = served.runtime.backend != "reference"
+    return {
+        "kinds": list(structured.kinds),
+        "request_fields": [
+            "response_format",
+            "structured_outputs",
+            "guided_json",
+            "guided_regex",
+            "guided_choice",
+            "guided_grammar",
+        ],  # fmt: skip
+        "max_spec_bytes": structured.max_spec_bytes,
+        "json_whitespace": structured.whitespace,
+        "enforced": "by the remote engine, and each ended answer checked here"
+        if on_remote
+        else f"as a token mask ({structured.backend}), and each ended answer checked again",
+        "output_schema_enforced": structured.enforce_output_schema,
+    }
+
+
 def output_contract(served: ServedModel) -> dict[str, Any]:
     """Item 3: output schema, logprobs if offered, the error format, and the server-side errors."""
     from servegate.contracts.responses import response_json_schema
@@ -228,6 +255,7 @@ def output_contract(served: ServedModel) -> dict[str, Any]:
     return {
         "response_schemas": {kind: response_json_schema(kind) for kind in kinds},
         "output_schema": post.output_schema,
+        "structured_output": _structured(served),
         "on_invalid_output": fail.on_invalid_output,
         "max_output_tokens": post.max_output_tokens,
         "stop": list(post.stop),

@@ -121,12 +121,27 @@ def _input(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     return out
 
 
+def _constraints(structured: dict[str, Any] | None) -> str:
+    """The served output constraints in one cell."""
+    if not structured:
+        return "not served (response_format, structured_outputs and guided_* are refused)"
+    forced = "; output_schema enforced on every request" if structured.get("output_schema_enforced") else ""
+    return (
+        f"{', '.join(structured['kinds'])}, up to {structured['max_spec_bytes']:,} bytes each, JSON whitespace "
+        f"{structured['json_whitespace']}; enforced {structured['enforced']}{forced}"
+    )
+
+
 def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     cache = item.get("response_cache")
     overload = item["overload"]
     rows = [
         ("Output schema", "JSON Schema (below)" if item.get("output_schema") else "free text"),
-        ("Output that breaks the schema", item["on_invalid_output"] if item.get("output_schema") else None),
+        ("Output constraints", _constraints(item.get("structured_output"))),
+        (
+            "Output that breaks the schema or its constraint",
+            item["on_invalid_output"] if item.get("output_schema") or item.get("structured_output") else None,
+        ),
         ("Output length", f"{item['max_output_tokens']:,} tokens at most"),
         ("Stop strings", ", ".join(item["stop"]) or None),
         ("Confidence (logprobs)", "offered on request" if item["logprobs_offered"] else "not offered"),

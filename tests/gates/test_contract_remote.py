@@ -118,3 +118,24 @@ def test_servegate_behind_the_endpoint_with_a_shorter_context_fails_from_what_it
     with serve_app(create_app(ServedModel.model_validate(data))) as url:
         contract = contract_of(endpoint(url + "/v1", model="behind"))
     assert contract.verdict == "fail" and "the remote serves at most 96" in contract.reason
+
+
+STRUCTURED = {**REFERENCE, "postprocess": {**REFERENCE["postprocess"], "structured_output": {"whitespace": "compact"}}}
+
+
+@pytest.mark.parametrize("honours", [True, False])
+def test_a_remote_that_drops_output_constraints_fails_the_contract_gate(honours: bool) -> None:
+    with DriftingRemote(unreported(), manifest=STRUCTURED, honours_constraints=honours) as drifting:
+        candidate = ServedModel.model_validate(
+            {**endpoint(drifting.url).model_dump(), "postprocess": STRUCTURED["postprocess"]}
+        )
+        contract = contract_of(candidate)
+        sent = [b["structured_outputs"] for b in drifting.bodies if "structured_outputs" in b]
+    assert {next(iter(s)) for s in sent} == {"json_object", "json", "regex", "choice", "grammar"}
+    measured = contract.measurements.constraints_under_load
+    assert measured.target.startswith("the remote at")
+    if honours:
+        assert contract.verdict == "pass", contract.reason
+        assert sum(p.broken for p in measured.phases) == 0
+    else:
+        assert contract.verdict == "fail" and "break their output constraint" in contract.reason, contract.reason

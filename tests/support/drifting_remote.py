@@ -46,6 +46,9 @@ class DriftingRemote(FakeRemote):
     honours_seed: bool = True
     samples: bool = True
     """False: every answer is greedy, whatever the temperature."""
+    honours_constraints: bool = True
+    """False: a request's `structured_outputs` is ignored (the answer is unconstrained), as a server that drops
+    the field does. Its manifest must declare postprocess.structured_output for it to honour them."""
     _engine: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _draws: int = 0
@@ -68,10 +71,10 @@ class DriftingRemote(FakeRemote):
                     error = {"message": message, "type": "BadRequestError", "code": 400}
                     return JSONResponse({"error": error}, status_code=400)
                 ids = ids[-(self.context - max_tokens) :]
-            text, tokens = self._generate(ids, max_tokens, body)
+            text, tokens, finish = self._generate(ids, max_tokens, body)
             usage = {"prompt_tokens": len(ids), "completion_tokens": len(tokens),
                      "total_tokens": len(ids) + len(tokens)}  # fmt: skip
-            choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "length", "stop_reason": None}
+            choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish, "stop_reason": None}
             if body.get("return_token_ids"):
                 choice["token_ids"] = tokens
             if not body.get("stream"):
@@ -80,22 +83,26 @@ class DriftingRemote(FakeRemote):
 
         return app
 
-    def _generate(self, ids: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, list[int]]:
+    def _generate(self, ids: list[int], max_tokens: int, body: dict[str, Any]) -> tuple[str, list[int], str]:
+        """(text, token ids, finish_reason as vLLM says it) of the reference engine's answer."""
+        from servegate.contracts.constraint_fields import ConstraintFields
         from servegate.contracts.manifest import ServedModel
         from servegate.runtime import build
         from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
+        asked = body.get("structured_outputs") if self.honours_constraints else None
+        constraint = ConstraintFields.model_validate({"structured_outputs": asked}).output_constraint()
         with self._lock:
             if self._engine is None:
                 self._engine = build(ServedModel.model_validate(self.manifest), fallback=False)
             self._draws += 1
             seed = body.get("seed") if self.honours_seed else self._draws
             temperature = float(body.get("temperature", 1.0)) if self.samples else 0.0
-            params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+            params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed, constraint=constraint)
             [result] = self._engine.generate([GenerationRequest("drift", prompt_token_ids=ids, params=params)])
         if not isinstance(result, FinishEvent):
-            return "", []
-        return result.text, list(result.token_ids)
+            return "", [], "length"
+        return result.text, list(result.token_ids), "length" if result.finish_reason == "length" else "stop"
 
 
 async def _events(choice: dict[str, Any], usage: dict[str, int]) -> Any:

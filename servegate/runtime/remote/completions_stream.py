@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any
 
-from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest, trim_at_stop
@@ -100,7 +99,7 @@ def completions_body(
         body["ignore_eos"] = True
     body.update(shaping_fields(p))
     if p.constraint is not None:
-        body["structured_outputs"] = structured_outputs_field(p.constraint)
+        body["structured_outputs"] = p.constraint.as_structured_outputs()
     if p.logprobs or p.top_logprobs:
         body["logprobs"] = max(1, p.top_logprobs)
     elif token_logprobs:
@@ -126,15 +125,6 @@ def shaping_fields(p: SamplingParams) -> dict[str, Any]:
         "stop_token_ids": (list(p.stop_token_ids), []),
     }
     return {name: value for name, (value, neutral) in fields.items() if value != neutral}
-
-
-def structured_outputs_field(constraint: OutputConstraint) -> dict[str, Any]:
-    """A constraint in vLLM's spelling (`structured_outputs`). Its JSON whitespace rule is not sent: vLLM sets it
-    per server (--structured-outputs-config), so a remote's is declared, not set per request."""
-    if constraint.kind == "json_object":
-        return {"json_object": True}
-    value: Any = json.loads(constraint.spec) if constraint.kind in ("json_schema", "choice") else constraint.spec
-    return {"json" if constraint.kind == "json_schema" else constraint.kind: value}
 
 
 def read_choice(
