@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
+from importlib.metadata import version
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -39,6 +41,17 @@ SCHEMA = {
     "required": ["name", "age", "skills"],
 }
 TOPICS = ["a chef", "a pilot", "a farmer", "a poet", "a nurse", "a judge", "a diver", "a baker"]
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else the architecture."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -63,6 +76,50 @@ def pick_masked(
     for m, token in zip(matchers, picked, strict=True):
         grammar.advance(m, token)
     return picked
+
+
+class XgrammarTwin:
+    """xgrammar's matchers on the same constraint, fed the same tokens, their fills timed beside llguidance's
+    (only when xgrammar is installed: it is not a dependency, it pulls in triton)."""
+
+    def __init__(self, tokenizer: object, logits_width: int, batch: int, constraint: OutputConstraint) -> None:
+        try:
+            import xgrammar
+        except ImportError:
+            self.xgr = None
+            return
+        self.xgr = xgrammar
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=logits_width)
+        compiler = xgrammar.GrammarCompiler(info)
+        self.grammar = compiler.compile_json_schema(constraint.spec, any_whitespace=not constraint.compact)
+        self.matchers = [xgrammar.GrammarMatcher(self.grammar) for _ in range(batch)]
+        self.bitmask = xgrammar.allocate_token_bitmask(batch, logits_width)
+        self.fill_s: list[float] = []
+
+    def step(self, tokens: list[int]) -> None:
+        """Time one fill of every row's mask, then feed each row its token."""
+        if self.xgr is None:
+            return
+        began = time.perf_counter()
+        for row, m in enumerate(self.matchers):
+            m.fill_next_token_bitmask(self.bitmask, row)
+        self.fill_s.append(time.perf_counter() - began)
+        for m, token in zip(self.matchers, tokens, strict=True):
+            m.accept_token(token)
+
+    def restart(self, row: int) -> None:
+        """A new request in the row."""
+        if self.xgr is not None:
+            self.matchers[row] = self.xgr.GrammarMatcher(self.grammar)
+
+    def report(self, batch: int) -> None:
+        """The two engines' fill per row, side by side."""
+        if self.xgr is None:
+            print("xgrammar not installed: no side-by-side fill")
+            return
+        q = quartiles(self.fill_s)
+        print(f"xgrammar {version('xgrammar')} fill, same rows and tokens: median {q[1] * 1000:.2f} ms "
+              f"(IQR {q[0] * 1000:.2f}-{q[2] * 1000:.2f}), per row {q[1] * 1000 / batch:.3f} ms")  # fmt: skip
 
 
 def main() -> None:
@@ -107,6 +164,7 @@ def main() -> None:
         return matcher
 
     matchers = [fresh() for _ in range(args.batch)]
+    twin = XgrammarTwin(tokenizer, logits_width=model.config.vocab_size, batch=args.batch, constraint=constraint)
     params = [SamplingParams(max_tokens=args.steps)] * args.batch
     gens = [None] * args.batch
     with torch.inference_mode():
@@ -127,9 +185,11 @@ def main() -> None:
                 timed[which] = time.perf_counter() - began
             plain_s.append(timed["A"])
             masked_s.append(timed["B"])
+            twin.step(picked)
             for row, m in enumerate(matchers):
                 if m.is_stopped():  # the JSON is complete: a new request takes the row
                     matchers[row] = fresh()
+                    twin.restart(row)
                     restarted += 1
             began = time.perf_counter()
             chunks = [SeqChunk(i, (picked[i],), positions[i], tables[i]) for i in range(args.batch)]
@@ -140,7 +200,7 @@ def main() -> None:
 
     ms = 1000.0
     mq = quartiles(model_s)
-    print(f"machine: {platform.processor() or platform.machine()}, {args.threads} torch threads; "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, {args.threads} torch threads; "
           f"SmolLM2-135M-Instruct float32, vocab {logits.shape[-1]}, batch {args.batch}, {args.steps} steps, "
           f"whitespace {args.whitespace}")  # fmt: skip
     print(
@@ -157,6 +217,7 @@ def main() -> None:
         print(f"{name:<23} median {q[1] * ms:7.2f} ms  (IQR {q[0] * ms:.2f}-{q[2] * ms:.2f})")
     fq = quartiles(fill_s)
     print(f"mask fill per row: median {fq[1] * ms / args.batch:.3f} ms")
+    twin.report(args.batch)
     rq = quartiles(ratios)
     print(f"mask cost / unconstrained step: median {rq[1]:.1%} (IQR {rq[0]:.1%}-{rq[2]:.1%}); target at most 10%")
 
