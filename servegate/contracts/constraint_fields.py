@@ -187,6 +187,12 @@ def check_constraint(
         raise ServingError(
             "unsupported_parameter", param=param, detail="this deployment declares no postprocess.structured_output"
         )
+    if not structured.request_constraints:
+        raise ServingError(
+            "unsupported_parameter",
+            param=param,
+            detail="this deployment takes no output constraint from requests (structured_output.request_constraints)",
+        )
     if constraint.kind not in structured.kinds:
         allowed = ", ".join(structured.kinds)
         raise ServingError(

@@ -33,8 +33,6 @@ UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
     # path: (endpoints, neutral values, what the field would do)
     "best_of": (("completions",), (None, 1), "best_of samples several completions and returns the likeliest"),
     "suffix": (("completions",), (None, ""), "suffix asks for text inserted before a given ending"),
-    "include_stop_str_in_output": (_ANY_ENDPOINT, (None, False), "include_stop_str_in_output keeps the stop string"),
-    "skip_special_tokens": (_ANY_ENDPOINT, (None, True), "skip_special_tokens: false shows special tokens in text"),
     "prompt_logprobs": (_ANY_ENDPOINT, (None,), "prompt_logprobs (vLLM) returns the prompt's log-probabilities"),
     "truncate_prompt_tokens": (_ANY_ENDPOINT, (None,), "truncate_prompt_tokens (vLLM) cuts the prompt"),
     "return_tokens_as_token_ids": (_ANY_ENDPOINT, (None, False), "return_tokens_as_token_ids changes logprob tokens"),

@@ -98,6 +98,10 @@ class _GenerationRequest(_ApiRequest, ConstraintFields):
     request's max_tokens)."""
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=64)
     """vLLM: token ids that end the output (finish_reason stop; the id is not in the text)."""
+    include_stop_str_in_output: bool = False
+    """vLLM: keep the stop string that ended the output at the end of the text."""
+    skip_special_tokens: bool = True
+    """vLLM: leave special tokens out of the text (false writes them; EOS and the stop token ids never are)."""
 
     @field_validator("stream_options")
     @classmethod

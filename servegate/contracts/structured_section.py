@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from servegate.contracts.section_base import Section
 
@@ -24,6 +24,9 @@ class StructuredOutput(Section):
 
     backend: Literal["llguidance"] = "llguidance"
     """The grammar engine that computes each step's allowed tokens (llguidance, one of vLLM's backends)."""
+    request_constraints: bool = True
+    """Whether requests may bring their own constraint; false refuses every one (unsupported_parameter), for a
+    deployment that decodes every answer under its own output_schema (enforce_output_schema)."""
     kinds: list[ConstraintKind] = Field(default_factory=lambda: list(CONSTRAINT_KINDS), min_length=1)
     """The constraint kinds requests may ask for; any other is refused with unsupported_parameter."""
     max_spec_bytes: int = Field(default=65_536, ge=16, le=16_777_216)
@@ -33,3 +36,9 @@ class StructuredOutput(Section):
     which keeps a small model from spending its tokens on blank lines."""
     enforce_output_schema: bool = False
     """Enforce postprocess.output_schema as the constraint of every request that brings none of its own."""
+
+    @model_validator(mode="after")
+    def _something_to_enforce(self) -> StructuredOutput:
+        if not self.request_constraints and not self.enforce_output_schema:
+            raise ValueError("request_constraints: false needs enforce_output_schema: true, or nothing is enforced")
+        return self

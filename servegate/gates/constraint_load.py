@@ -75,12 +75,15 @@ class ConstraintsUnderLoad:
 
 
 def probes(served: ServedModel) -> list[OutputConstraint]:
-    """One probe constraint per kind the manifest allows."""
+    """One probe constraint per kind the manifest allows; where requests bring none (request_constraints:
+    false), the output_schema every answer is decoded under."""
     structured = served.postprocess.structured_output
     assert structured is not None
     schema = served.postprocess.output_schema or PROBE_SCHEMA
-    specs = {**PROBE_SPECS, "json_schema": json.dumps(schema)}
     compact = structured.whitespace == "compact"
+    if not structured.request_constraints:
+        return [OutputConstraint("json_schema", json.dumps(schema), "postprocess.output_schema", compact)]
+    specs = {**PROBE_SPECS, "json_schema": json.dumps(schema)}
     return [OutputConstraint(kind, specs[kind], "probe", compact) for kind in structured.kinds]
 
 
@@ -100,7 +103,8 @@ async def _phase(
 ) -> tuple[ConstraintPhase, str | None]:
     """One kind's probe at one concurrency: the phase's counts, and its first broken answer."""
     window = asyncio.Semaphore(level)
-    extra = {"structured_outputs": constraint.as_structured_outputs()}
+    own = constraint.param == "probe"  # else the manifest's own schema, which the server applies unasked
+    extra = {"structured_outputs": constraint.as_structured_outputs()} if own else None
 
     async def one(prompt: str) -> Answer:
         async with window:

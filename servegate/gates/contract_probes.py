@@ -196,10 +196,10 @@ def _constraint_probe(served: ServedModel, ok: dict[str, Any]) -> Probe:
     JSON Schema, else one larger than structured_output.max_spec_bytes (invalid_constraint); any constraint
     where no structured output is declared, or a kind not served (unsupported_parameter)."""
     structured = served.postprocess.structured_output
-    if structured is None:
+    if structured is None or not structured.request_constraints:
         return Probe(
             "invalid_constraint",
-            "an output constraint where postprocess.structured_output is not declared",
+            "an output constraint where the manifest takes none from requests",
             400,
             "unsupported_parameter",
             _json({**ok, "guided_regex": "[0-9]+"}),

@@ -119,12 +119,6 @@ def salt_token(served: ServedModel, salt: str) -> str | None:
     return hashlib.sha256(f"{served.fingerprint}:{salt}".encode()).hexdigest()[:32]
 
 
-def trim_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
-    """`text` cut before the first stop string it contains, and whether one was found."""
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return (text[: min(cuts)], True) if cuts else (text, False)
-
-
 @dataclass
 class ContractParts:
     """The manifest's contract pieces an engine core is wrapped in."""

@@ -55,6 +55,10 @@ class OutputStream:
     """Ids that end the output besides EOS (finish_reason stop; kept in token_ids, not in the text)."""
     min_tokens: int = 0
     """Tokens generated before EOS, a stop token id or a stop string may end the output (as vLLM)."""
+    include_stop: bool = False
+    """Keep the stop string that ended the output at the end of its text (vLLM's include_stop_str_in_output)."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the text (EOS and the stop token ids never enter it)."""
     token_ids: list[int] = field(default_factory=list)
     """Every sampled token, EOS included."""
     logprobs: list[float] = field(default_factory=list)
@@ -99,8 +103,9 @@ class OutputStream:
 
     def _decode_new(self) -> str:
         """Text added by the newest token; empty while it is an incomplete character (U+FFFD)."""
-        before = self.tokenizer.decode(self._ids[self._prefix : self._read], skip_special_tokens=True)
-        after = self.tokenizer.decode(self._ids[self._prefix :], skip_special_tokens=True)
+        skip = self.skip_special_tokens
+        before = self.tokenizer.decode(self._ids[self._prefix : self._read], skip_special_tokens=skip)
+        after = self.tokenizer.decode(self._ids[self._prefix :], skip_special_tokens=skip)
         if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""
         self._prefix, self._read = self._read, len(self._ids)
@@ -109,17 +114,24 @@ class OutputStream:
     def _trim_stop(self) -> bool:
         # Only the tail can hold a new match: text before it was searched on earlier tokens.
         start = max(0, self._streamed - self._holdback - 1)
-        found = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
-        if not found:
-            return False
-        self.text = self.text[: min(found)]
-        return True
+        self.text, found = cut_at_stop(self.text, self.stop, start, keep=self.include_stop)
+        return found
 
     def _stream(self) -> str:
         end = len(self.text) if self.finish_reason is not None else max(self._streamed, len(self.text) - self._holdback)
         delta = self.text[self._streamed : end]
         self._streamed = end
         return delta
+
+
+def cut_at_stop(text: str, stops: Sequence[str], start: int = 0, keep: bool = False) -> tuple[str, bool]:
+    """`text` cut at the first stop string found from `start` on (`keep`: after it, else before it), and
+    whether one was found."""
+    found = [(i, s) for i, s in ((text.find(s, start), s) for s in stops) if i >= 0]
+    if not found:
+        return text, False
+    index, stop = min(found)
+    return text[: index + len(stop) if keep else index], True
 
 
 class OutputValidator:

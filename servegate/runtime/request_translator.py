@@ -46,6 +46,8 @@ def _shaping_fields(request: ApiRequest) -> dict[str, Any]:
         "min_p": request.min_p,
         "min_tokens": request.min_tokens,
         "stop_token_ids": tuple(dict.fromkeys(request.stop_token_ids or ())),
+        "include_stop_str": request.include_stop_str_in_output,
+        "skip_special_tokens": request.skip_special_tokens,
     }
 
 

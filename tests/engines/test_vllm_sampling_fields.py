@@ -1,6 +1,7 @@
-"""Penalties, logit_bias, min_tokens and stop_token_ids give the same greedy output on servegate's reference
-runtime and on vLLM, on the same fp32 weights: the fields mean what vLLM means, and the endpoint backend
-forwards them (a remote that dropped one would answer as if it were not sent).
+"""Penalties, logit_bias, min_tokens, stop_token_ids, include_stop_str_in_output and skip_special_tokens give the
+same greedy output on servegate's reference runtime and on vLLM, on the same fp32 weights: the fields mean what
+vLLM means, and the endpoint backend forwards them (a remote that dropped one would answer as if it were not
+sent).
 
 For each field set, the items whose reference answer the field changes (against plain greedy) are the
 evidence: vLLM must give those changed answers, text and finish reason, on at least 95% of them (fp32 near-ties
@@ -38,6 +39,9 @@ def field_sets(tokenizer: Any) -> dict[str, dict[str, Any]]:
         "repetition_penalty": {"repetition_penalty": 1.6, "ignore_eos": True},
         "min_tokens": {"min_tokens": 6},
         "stop_token_ids": {"stop_token_ids": (six,)},
+        "include_stop_str": {"stop": ("5",), "include_stop_str": True},
+        # <bos> (id 1) is special: pushed in, it shows only when special tokens are written
+        "skip_special_tokens": {"logit_bias": ((1, 100.0),), "skip_special_tokens": False},
     }
 
 

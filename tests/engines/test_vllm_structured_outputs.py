@@ -15,8 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import openai
+import pydantic
 import pytest
 from engines_support import STRUCTURED, endpoint_manifest, reference_manifest
+from support.drifting_remote import serve_app
 
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.quality_section import Suite
@@ -24,6 +27,7 @@ from servegate.gates.evaluation import load_suite_data
 from servegate.runtime import build
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.remote.vllm_process import VllmServer
+from servegate.server import create_app
 
 pytestmark = pytest.mark.engines
 
@@ -90,3 +94,31 @@ def test_vllm_and_the_reference_runtime_give_the_same_constrained_answers(
         assert not failures, failures
     finally:
         reference.shutdown_sync()
+
+
+class Flag(pydantic.BaseModel):
+    """A short answer the tiny model ends well within its tokens."""
+
+    ok: bool
+
+
+def test_the_openai_parse_helper_works_through_gate_serve_in_front_of_vllm(
+    vllm_server: VllmServer, tmp_path: Path
+) -> None:
+    served = endpoint_manifest(tmp_path, vllm_server, postprocess=STRUCTURED)
+    # zoo:tiny-primary has no chat template: messages are joined as plain text
+    served = served.with_changes(preprocess={**served.preprocess.model_dump(mode="python"), "chat_template": "none"})
+    with serve_app(create_app(served)) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        parsed = client.chat.completions.parse(
+            model=served.name,
+            messages=[{"role": "user", "content": "1+1="}],
+            response_format=Flag,
+            max_tokens=16,
+            temperature=0,
+        )
+        assert isinstance(parsed.choices[0].message.parsed, Flag), parsed
+        picked = client.completions.create(
+            model=served.name, prompt="12+34=", max_tokens=8, temperature=0, extra_body={"guided_choice": ["46", "64"]}
+        )
+        assert picked.choices[0].text in ("46", "64") and picked.choices[0].finish_reason == "stop"

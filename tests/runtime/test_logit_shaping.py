@@ -15,6 +15,7 @@ import pytest
 import torch
 import transformers
 from runtime_factories import ToyPreprocessor, ToyTokenizer, toy_manifest
+from support.manifests import BATCHING_MODES
 from test_engine_models import BLOCK, EOS, MAX_LEN, VOCAB, tiny_model
 
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
@@ -176,14 +177,7 @@ def shaped_case() -> dict[str, Any]:
     return {"model": model, "requests": reqs, "expected": [oracle(model, r) for r in reqs]}
 
 
-MODES = {
-    "none": {"batching": {"mode": "none"}, "runtime": {"kv_cache": None}},
-    "static": {"batching": {"mode": "static", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
-    "dynamic": {"batching": {"mode": "dynamic", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
-    "continuous": {"batching": {"mode": "continuous", "max_batch_size": 8}},
-    "offline": {"batching": {"mode": "offline", "max_batch_size": 8}},
-    "chunked": {"batching": {"mode": "continuous", "max_num_batched_tokens": 8, "chunked_prefill": True}},
-}
+MODES = BATCHING_MODES
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -208,3 +202,19 @@ def test_shaped_greedy_output_equals_transformers_in_every_batching_mode(
         for r in shaped_case["requests"]
     ]
     assert [oracle(shaped_case["model"], r) for r in plain[:8]] != shaped_case["expected"][:8]
+
+
+def test_a_stop_string_is_kept_at_the_end_when_asked_as_vllm_keeps_it() -> None:
+    from servegate.runtime.postprocess import cut_at_stop
+
+    assert cut_at_stop("1+1=2 and 3", ("and", "="), keep=True) == ("1+1=", True)
+    assert cut_at_stop("1+1=2 and 3", ("and",), keep=True) == ("1+1=2 and", True)
+    assert cut_at_stop("1+1=2", ("and",)) == ("1+1=2", False)
+    tokenizer = ToyTokenizer()
+    stop = tokenizer.decode([6])
+    kept = OutputStream(tokenizer, max_tokens=10, stop=(stop,), include_stop=True)
+    kept.add(5)
+    assert kept.add(6).finish_reason == "stop" and kept.text == tokenizer.decode([5, 6])
+    cut = OutputStream(tokenizer, max_tokens=10, stop=(stop,))
+    cut.add(5)
+    assert cut.add(6).finish_reason == "stop" and cut.text == tokenizer.decode([5])

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import torch
-from support.manifests import real_manifest
+from support.manifests import BATCHING_MODES, real_manifest
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
@@ -32,13 +32,7 @@ CHOICES = ["yes", "no", "maybe", "nope"]
 REGEX = r"[0-9]{2,4}-[a-c]+"
 GRAMMAR = 'start: "(" num ("+" num)* ")"\nnum: /[0-9]/'
 
-MODES = {
-    "none": {"batching": {"mode": "none"}, "runtime": {"kv_cache": None}},
-    "static": {"batching": {"mode": "static", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
-    "dynamic": {"batching": {"mode": "dynamic", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
-    "continuous": {"batching": {"mode": "continuous", "max_batch_size": 8}},
-    "offline": {"batching": {"mode": "offline", "max_batch_size": 8}},
-}
+MODES = BATCHING_MODES
 
 
 def manifest(
@@ -47,11 +41,7 @@ def manifest(
     """tiny-primary with structured output declared (compact JSON: a random model would pad with blanks)."""
     declared = {"whitespace": "compact", **(structured or {})}
     post = {"max_output_tokens": 48, "logprobs": True, "structured_output": declared, **(post or {})}
-    data = real_manifest("zoo:tiny-primary", postprocess=post, **sections)
-    for name in ("runtime",):
-        if name in sections and sections[name].get("kv_cache", 1) is None:
-            data[name]["kv_cache"] = None
-    return ServedModel.model_validate(data)
+    return ServedModel.model_validate(real_manifest("zoo:tiny-primary", postprocess=post, **sections))
 
 
 def bodies() -> list[dict[str, Any]]:
@@ -173,6 +163,10 @@ def test_the_manifest_schema_is_enforced_on_requests_that_bring_none() -> None:
     body = {"model": "tiny", "prompt": "x", "max_tokens": 48, "temperature": 1.0}
     results = run(served, [{**body, "seed": seed} for seed in range(4)])
     assert {r.text for r in results} <= {'{"ok":true}', '{"ok":false}'}
+    closed = manifest(
+        structured={"enforce_output_schema": True, "request_constraints": False}, post={"output_schema": flag}
+    )
+    assert refusal(closed, {"guided_regex": "[0-9]"}) == ("unsupported_parameter", "guided_regex")
 
 
 def refusal(served: ServedModel, body: dict[str, Any]) -> tuple[str, str | None]:

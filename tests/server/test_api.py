@@ -159,6 +159,17 @@ def test_logit_bias_stop_token_ids_and_min_tokens_through_the_openai_client(
         extra_body={"repetition_penalty": 1.3, "min_p": 0.1},
     )
     assert penalised.choices[0].finish_reason in ("stop", "length")
+    kept = client.completions.create(
+        model=MODEL, prompt="12+34=", max_tokens=8, temperature=0, logit_bias={str(five): 100},
+        stop=["55"], extra_body={"include_stop_str_in_output": True},
+    )  # fmt: skip
+    assert kept.choices[0].text == "55" and kept.choices[0].finish_reason == "stop"
+    bos = {"logit_bias": {"1": 100}}  # the zoo tokenizer's <bos>, a special token
+    hidden = client.completions.create(model=MODEL, prompt="1", max_tokens=2, temperature=0, **bos)
+    shown = client.completions.create(
+        model=MODEL, prompt="1", max_tokens=2, temperature=0, **bos, extra_body={"skip_special_tokens": False}
+    )
+    assert hidden.choices[0].text == "" and shown.choices[0].text == "<bos><bos>"
     with pytest.raises(openai.BadRequestError) as outside:
         client.completions.create(model=MODEL, prompt="x", max_tokens=2, logit_bias={"99999999": 1})
     assert outside.value.code == "invalid_request" and outside.value.param == "logit_bias"

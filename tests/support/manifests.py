@@ -59,3 +59,14 @@ def fake_manifest(**sections: Any) -> dict[str, Any]:
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
     }
     return _override(data, sections)
+
+
+BATCHING_MODES: dict[str, dict[str, Any]] = {
+    "none": {"batching": {"mode": "none"}, "runtime": {"kv_cache": None}},
+    "static": {"batching": {"mode": "static", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
+    "dynamic": {"batching": {"mode": "dynamic", "max_batch_size": 6, "max_wait_ms": 1}, "runtime": {"kv_cache": None}},
+    "continuous": {"batching": {"mode": "continuous", "max_batch_size": 8}},
+    "offline": {"batching": {"mode": "offline", "max_batch_size": 8}},
+    "chunked": {"batching": {"mode": "continuous", "max_num_batched_tokens": 8, "chunked_prefill": True}},
+}
+"""Manifest sections (merged over a test manifest's) for every batching mode, and chunked prefill."""

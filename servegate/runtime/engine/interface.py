@@ -48,6 +48,10 @@ class SamplingParams:
     """Tokens generated before EOS, a stop token id or a stop string may end the output."""
     stop_token_ids: tuple[int, ...] = ()
     """Token ids that end the output (kept in token_ids, not in the text), besides EOS."""
+    include_stop_str: bool = False
+    """Keep the stop string that ended the output at the end of the text (vLLM's include_stop_str_in_output)."""
+    skip_special_tokens: bool = True
+    """Leave special tokens out of the text (False: they are written; EOS and stop token ids never are)."""
     constraint: OutputConstraint | None = None
     """The schema, regex, choice or grammar every output token is masked by (None: unconstrained)."""
 

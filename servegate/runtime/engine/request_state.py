@@ -106,6 +106,8 @@ def new_request_state(
         prompt_token_ids=prompt,
         stop_token_ids=frozenset(request.params.stop_token_ids),
         min_tokens=request.params.min_tokens,
+        include_stop=request.params.include_stop_str,
+        skip_special_tokens=request.params.skip_special_tokens,
     )
     seq = Sequence(
         seq_id,

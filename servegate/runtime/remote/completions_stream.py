@@ -13,9 +13,9 @@ from typing import Any
 
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.contract_layer import AdmittedRequest, trim_at_stop
+from servegate.runtime.contract_layer import AdmittedRequest
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage
-from servegate.runtime.postprocess import OutputValidator, output_problem
+from servegate.runtime.postprocess import OutputValidator, cut_at_stop, output_problem
 from servegate.runtime.remote.token_source import TokenReader, answer_tokens
 
 
@@ -123,6 +123,8 @@ def shaping_fields(p: SamplingParams) -> dict[str, Any]:
         "min_p": (p.min_p, 0.0),
         "min_tokens": (p.min_tokens, 0),
         "stop_token_ids": (list(p.stop_token_ids), []),
+        "include_stop_str_in_output": (p.include_stop_str, False),
+        "skip_special_tokens": (p.skip_special_tokens, True),
     }
     return {name: value for name, (value, neutral) in fields.items() if value != neutral}
 
@@ -179,7 +181,7 @@ def final_event(
     from the best source the remote gave (token_source.py). A request for logprobs the remote did not give
     gets `unsupported_parameter`, never an empty list."""
     request, now = admitted.request, time.monotonic()
-    text, stopped = trim_at_stop(reply.text, admitted.stop)
+    text, stopped = cut_at_stop(reply.text, admitted.stop, keep=request.params.include_stop_str)
     params = request.params
     if params.logprobs and (text or reply.token_ids) and not reply.logprobs:
         return ErrorEvent(request.id, no_logprobs(base_url, "the answer has text but no token_logprobs"))
