@@ -15,8 +15,21 @@ from servegate.contracts.diff import diff_report
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
 from servegate.contracts.schema import manifest_json_schema
+from servegate.contracts.structured_section import StructuredOutput
 from servegate.contracts.units import format_bytes
 from servegate.gates.registry import gate_watches
+
+
+def _constraints(structured: StructuredOutput | None) -> str:
+    """The output constraints a manifest serves, for the summary ('' when none)."""
+    if structured is None:
+        return ""
+    mask = f"{structured.backend} mask, JSON whitespace {structured.whitespace}"
+    forced = "output_schema decoded on every request" if structured.enforce_output_schema else ""
+    if not structured.request_constraints:
+        return f"{forced} ({mask}); "
+    kinds = f"output constraints from requests: {', '.join(structured.kinds)} up to {structured.max_spec_bytes} bytes"
+    return f"{kinds} ({mask}){'; ' + forced if forced else ''}; "
 
 
 def _explain(served: ServedModel) -> list[tuple[str, str]]:
@@ -61,6 +74,7 @@ def _explain(served: ServedModel) -> list[tuple[str, str]]:
             "postprocess",
             f"at most {post.max_output_tokens} output tokens; "
             f"{'output JSON Schema enforced' if post.output_schema else 'free text'}; "
+            f"{_constraints(post.structured_output)}"
             f"response cache {'on (' + post.response_cache.scope + ')' if post.response_cache.enabled else 'off'}",
         ),
         (

@@ -43,6 +43,24 @@ def test_validate_error_is_one_located_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_validate_says_which_output_constraints_are_served_and_refuses_one_with_nothing_to_enforce(
+    tmp_path: Path,
+) -> None:
+    served = tmp_path / "constrained.yaml"
+    served.write_text(
+        "name: x\nweights: {source: zoo:tiny-primary}\npostprocess:\n"
+        "  structured_output: {kinds: [json_schema, choice], max_spec_bytes: 4096, whitespace: compact}\n"
+    )
+    result = gate("validate", str(served), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "output constraints from requests: json_schema, choice up to 4096 bytes" in result.stdout
+    assert "llguidance mask, JSON whitespace compact" in result.stdout
+    served.write_text("name: x\nweights: {source: zoo:tiny-primary}\npostprocess:\n"
+                      "  structured_output: {request_constraints: false}\n")  # fmt: skip
+    refused = gate("validate", str(served), cwd=tmp_path)
+    assert refused.returncode == 2 and "needs enforce_output_schema: true" in refused.stderr
+
+
 def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
