@@ -16,6 +16,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
 from servegate.contracts.schema import manifest_json_schema
 from servegate.contracts.structured_section import StructuredOutput
+from servegate.contracts.tools_section import ToolCalling
 from servegate.contracts.units import format_bytes
 from servegate.gates.registry import gate_watches
 
@@ -30,6 +31,13 @@ def _constraints(structured: StructuredOutput | None) -> str:
         return f"{forced} ({mask}); "
     kinds = f"output constraints from requests: {', '.join(structured.kinds)} up to {structured.max_spec_bytes} bytes"
     return f"{kinds} ({mask}){'; ' + forced if forced else ''}; "
+
+
+def _tool_summary(tools: ToolCalling | None) -> str:
+    """The tool calling a manifest serves, for the summary ('' when none)."""
+    if tools is None:
+        return ""
+    return f"tool calls: tool_choice {', '.join(tools.tool_choice)}, read by the {tools.parser} parser; "
 
 
 def _explain(served: ServedModel) -> list[tuple[str, str]]:
@@ -75,6 +83,7 @@ def _explain(served: ServedModel) -> list[tuple[str, str]]:
             f"at most {post.max_output_tokens} output tokens; "
             f"{'output JSON Schema enforced' if post.output_schema else 'free text'}; "
             f"{_constraints(post.structured_output)}"
+            f"{_tool_summary(post.tools)}"
             f"response cache {'on (' + post.response_cache.scope + ')' if post.response_cache.enabled else 'off'}",
         ),
         (

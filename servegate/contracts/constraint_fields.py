@@ -209,6 +209,11 @@ def check_constraint(
             check_json_schema(schema)
         except ValueError as exc:
             raise ServingError("invalid_constraint", param=param, detail=str(exc)) from None
+    check_unended(ignore_eos=ignore_eos, min_tokens=min_tokens)
+
+
+def check_unended(*, ignore_eos: bool, min_tokens: int) -> None:
+    """Refuse (400) the fields that would keep a constrained output from ending where its constraint does."""
     for name, asked in (("ignore_eos", ignore_eos), ("min_tokens", min_tokens > 0)):
         if asked:
             raise ServingError(

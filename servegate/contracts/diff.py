@@ -71,6 +71,8 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.endpoint_model",
         # another grammar engine, or another whitespace rule, changes which tokens a constrained answer may take
         "postprocess.structured_output",
+        # another parser reads other calls out of the same text; other modes decode other outputs
+        "postprocess.tools",
         # another engine or version behind the same model has changed quantized models' accuracy on its own
         "runtime.engine",
         # splitting layers across devices reorders their sums (all-reduce): outputs are re-checked, not only

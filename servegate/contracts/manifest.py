@@ -95,6 +95,8 @@ class ServedModel(Section):
         kv = rt.kv_cache
         if kv is not None and kv.prefix_caching and bat.mode != "continuous":
             raise ValueError(f"runtime.kv_cache.prefix_caching needs batching.mode=continuous (got {bat.mode})")
+        if post.tools is not None and pre.chat_template == "none":
+            raise ValueError("postprocess.tools needs a chat template that writes the tools into the prompt, not none")
         if self.runtime.quantization.calibration is not None and self.runtime.quantization.method == "none":
             raise ValueError("runtime.quantization.calibration is set but method is none: remove it or pick a method")
         return self
@@ -126,6 +128,8 @@ class ServedModel(Section):
         data["runtime"].pop("endpoint_url", None)
         if data["postprocess"].get("max_output_bytes") is None:  # unset: the fingerprints written before it stay
             data["postprocess"].pop("max_output_bytes", None)
+        if data["postprocess"].get("tools") is None:  # likewise for manifests without tool calling
+            data["postprocess"].pop("tools", None)
         return {key: data[key] for key in SIX_ELEMENTS}
 
     @cached_property

@@ -54,6 +54,8 @@ VERIFIED_ON_REMOTE: dict[str, str] = {
     "postprocess.structured_output": "each request's constraint is sent as vLLM's structured_outputs, and "
     "every output it ended is checked here: JSON against its schema, choices, regexes (Python's re); "
     "grammars are not checked after; the JSON whitespace rule is the remote's own launch setting",
+    "postprocess.tools": "the tools are rendered here by the chat template, a forced call's constraint is sent "
+    "as vLLM's structured_outputs, and every call is read and checked here by the declared parser",
 }
 """Fields a probe of the remote checks."""
 

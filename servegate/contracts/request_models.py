@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from servegate.contracts.constraint_fields import ConstraintFields
 from servegate.contracts.request_fields import (
@@ -22,6 +22,7 @@ from servegate.contracts.request_fields import (
     TokenId,
     whole_numbers,
 )
+from servegate.contracts.tool_fields import MessageToolCall, ToolFields
 
 Endpoint = Literal["completions", "chat", "embeddings"]
 """The three request kinds: /v1/completions, /v1/chat/completions, /v1/embeddings."""
@@ -170,21 +171,50 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message."""
 
-    model_config = KEEP_EXTRAS
+    model_config = ConfigDict(
+        **KEEP_EXTRAS,
+        json_schema_extra={  # content may be left out only by an assistant message with calls
+            "anyOf": [
+                {"required": ["content"]},
+                {"properties": {"role": {"const": "assistant"}}, "required": ["tool_calls"]},
+            ]
+        },
+    )
 
-    role: Literal["system", "developer", "user", "assistant"]
-    """Who wrote the message."""
-    content: Text | list[TextPart]
-    """The message text, or a list of text parts."""
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    """Who wrote the message (`tool`: the result of an earlier call; needs postprocess.tools)."""
+    tool_calls: list[MessageToolCall] | None = Field(default=None, max_length=1024)
+    """The calls an assistant message made (needs postprocess.tools)."""
+    tool_call_id: str | None = Field(default=None, min_length=1, max_length=256)
+    """The call a `tool` message answers."""
+    content: Text | list[TextPart] | None = Field(default=None, validate_default=True)
+    """The message text, or a list of text parts; only an assistant message with tool_calls may leave it out."""
     name: str | None = Field(default=None, max_length=64)
     """Optional name of the author."""
 
+    @field_validator("content")
+    @classmethod
+    def _content_where_needed(cls, value: Any, info: Any) -> Any:
+        if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
+            raise ValueError("content is required (only an assistant message with tool_calls may leave it out)")
+        return value
+
+    @model_validator(mode="after")
+    def _calls_where_they_belong(self) -> ChatMessage:
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
+
     def text(self) -> str:
-        """The content as one string."""
+        """The content as one string ("" when an assistant message has only tool calls)."""
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
-class ChatCompletionRequest(_GenerationRequest):
+class ChatCompletionRequest(_GenerationRequest, ToolFields):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=1024)

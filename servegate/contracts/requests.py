@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from servegate.contracts.constraint_fields import check_constraint
+from servegate.contracts.constraint_fields import check_constraint, check_unended
 from servegate.contracts.errors import ServingError
 from servegate.contracts.field_policy import HARMLESS, extra_fields, judge_extras, neutral_schema
 from servegate.contracts.manifest import ServedModel
@@ -31,6 +31,7 @@ from servegate.contracts.request_models import (
     StreamOptions,
     TextPart,
 )
+from servegate.contracts.tool_fields import check_tools
 
 __all__ = [
     "REQUEST_MODELS",
@@ -186,6 +187,8 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
             ignore_eos=request.ignore_eos,
             min_tokens=request.min_tokens,
         )
+    if isinstance(request, ChatCompletionRequest):
+        _check_tool_fields(served, request, constraint is not None)
     if request.wants_logprobs() and not served.postprocess.logprobs:
         raise ServingError(
             "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"
@@ -200,6 +203,18 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
         raise ServingError(
             "invalid_request", param="max_tokens", detail="give max_tokens or max_completion_tokens, not both"
         )
+
+
+def _check_tool_fields(served: ServedModel, request: ChatCompletionRequest, constrained: bool) -> None:
+    """The tool fields within the manifest's limits; a forced choice is a constraint, so it takes no other."""
+    check_tools(served.postprocess.tools, request, request.messages)
+    mode = request.tool_mode()
+    if mode not in ("required", "named"):
+        return
+    if constrained:
+        detail = f"tool_choice {mode} decodes the call under its own constraint: leave the output constraint out"
+        raise ServingError("invalid_request", param="tool_choice", detail=detail)
+    check_unended(ignore_eos=request.ignore_eos, min_tokens=request.min_tokens)
 
 
 def _check_input_schema(schema: dict[str, Any], data: dict[str, Any]) -> None:

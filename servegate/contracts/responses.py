@@ -41,7 +41,7 @@ class UsageBody(_Body):
     """Prefix-cache hits of the prompt; null when the manifest declares no prefix cache."""
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 CacheState = Literal["hit", "miss", "partial"]
 
 
@@ -80,13 +80,35 @@ class CompletionResponse(_Body):
     null when the manifest declares no response cache. The X-Servegate-Cache header says the same."""
 
 
+class CalledFunctionBody(_Body):
+    """The function a tool call calls."""
+
+    name: str
+    """One of the request's tools."""
+    arguments: str
+    """The arguments object as JSON text."""
+
+
+class ToolCallBody(_Body):
+    """One tool call of the generated message."""
+
+    id: str
+    """The call's id (send it back as a `tool` message's tool_call_id)."""
+    type: Literal["function"] = "function"
+    """Always `function`."""
+    function: CalledFunctionBody
+    """What is called."""
+
+
 class AssistantMessage(_Body):
     """The generated chat message."""
 
     role: Literal["assistant"] = "assistant"
     """Always `assistant`."""
-    content: str
-    """Generated text."""
+    content: str | None
+    """Generated text (null when the message is only tool calls)."""
+    tool_calls: list[ToolCallBody] | None = None
+    """The calls the model made, read by the manifest's postprocess.tools.parser (absent: none)."""
 
 
 class ChatChoice(_Body):
@@ -97,7 +119,7 @@ class ChatChoice(_Body):
     message: AssistantMessage
     """The generated message."""
     finish_reason: FinishReason
-    """`stop` or `length`."""
+    """`stop`, `length`, or `tool_calls` (the model called tools under tool_choice auto or required)."""
     logprobs: dict[str, Any] | None = None
     """{content: [{token, logprob, bytes, top_logprobs}]} when asked for."""
 
@@ -124,6 +146,19 @@ class ChatCompletionResponse(_Body):
     null when the manifest declares no response cache. The X-Servegate-Cache header says the same."""
 
 
+class ToolCallDelta(_Body):
+    """A tool call in a stream chunk, in OpenAI's delta shape (servegate sends each call whole, once)."""
+
+    index: int
+    """The call's position among the message's calls."""
+    id: str
+    """The call's id."""
+    type: Literal["function"] = "function"
+    """Always `function`."""
+    function: CalledFunctionBody
+    """Its name and whole arguments."""
+
+
 class ChatDelta(_Body):
     """What a chat stream chunk adds to the message."""
 
@@ -131,6 +166,8 @@ class ChatDelta(_Body):
     """Sent once, in the first chunk."""
     content: str | None = None
     """Text since the previous chunk."""
+    tool_calls: list[ToolCallDelta] | None = None
+    """Tool calls, each whole in one chunk, after the content."""
 
 
 class ChatChunkChoice(_Body):

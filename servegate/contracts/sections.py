@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from servegate.contracts.engine_sections import EngineIdentity, Parallelism, VllmProcess
 from servegate.contracts.section_base import Section, check_json_schema
 from servegate.contracts.structured_section import StructuredOutput
+from servegate.contracts.tools_section import ToolCalling
 from servegate.contracts.units import ByteSize
 
 DType = Literal["auto", "float32", "float16", "bfloat16"]
@@ -298,6 +299,8 @@ class Postprocess(Section):
     structured_output.enforce_output_schema says so)."""
     structured_output: StructuredOutput | None = None
     """Constrained decoding of the output constraints requests bring (None: their fields are refused)."""
+    tools: ToolCalling | None = None
+    """Function calling: requests' tools and tool_choice (None: their fields are refused)."""
     max_output_bytes: int | None = Field(default=None, ge=1, le=1_073_741_824)
     """Most UTF-8 bytes of one answer; a longer answer is an invalid output (failure_policy.on_invalid_output:
     `error` refuses it with invalid_output, `flag` passes it marked invalid). None: no limit but max_output_tokens."""
@@ -318,6 +321,17 @@ class Postprocess(Section):
         if self.structured_output is not None and self.structured_output.enforce_output_schema:
             if self.output_schema is None:
                 raise ValueError("structured_output.enforce_output_schema needs an output_schema to enforce")
+        if self.tools is not None and self.output_schema is not None:
+            raise ValueError(
+                "postprocess.output_schema judges every answer's text, and a tool call is not one: "
+                "declare output_schema or tools, not both"
+            )
+        forced = [m for m in ("required", "named") if self.tools is not None and m in self.tools.tool_choice]
+        if forced and self.structured_output is None:
+            raise ValueError(
+                f"tools.tool_choice {' and '.join(forced)} is decoded under the grammar engine: declare "
+                "postprocess.structured_output, or leave those modes out of tools.tool_choice"
+            )
         return self
 
     @field_validator("stop")

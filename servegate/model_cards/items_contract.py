@@ -239,6 +239,22 @@ def _structured(served: ServedModel) -> dict[str, Any] | None:
     }
 
 
+def _tools(served: ServedModel) -> dict[str, Any] | None:
+    """Function calling as served: the tool_choice modes, the parser of calls, the limits."""
+    tools = served.postprocess.tools
+    if tools is None:
+        return None
+    return {
+        "tool_choice": list(tools.tool_choice),
+        "parser": tools.parser,
+        "max_tools": tools.max_tools,
+        "max_spec_bytes": tools.max_spec_bytes,
+        "forced_calls": "decoded under the grammar engine (always parse)"
+        if {"required", "named"} & set(tools.tool_choice)
+        else None,
+    }
+
+
 def output_contract(served: ServedModel) -> dict[str, Any]:
     """Item 3: output schema, logprobs if offered, the error format, and the server-side errors."""
     from servegate.contracts.responses import response_json_schema
@@ -256,6 +272,7 @@ def output_contract(served: ServedModel) -> dict[str, Any]:
         "response_schemas": {kind: response_json_schema(kind) for kind in kinds},
         "output_schema": post.output_schema,
         "structured_output": _structured(served),
+        "tools": _tools(served),
         "on_invalid_output": fail.on_invalid_output,
         "max_output_tokens": post.max_output_tokens,
         "stop": list(post.stop),

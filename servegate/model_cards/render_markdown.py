@@ -132,12 +132,24 @@ def _constraints(structured: dict[str, Any] | None) -> str:
     )
 
 
+def _tool_calls(tools: dict[str, Any] | None) -> str:
+    """Function calling in one cell."""
+    if not tools:
+        return "not served (tools and tool_choice are refused)"
+    forced = f"; required and named calls {tools['forced_calls']}" if tools.get("forced_calls") else ""
+    return (
+        f"tool_choice {', '.join(tools['tool_choice'])}; calls read by the {tools['parser']} parser; up to "
+        f"{tools['max_tools']} tools, {tools['max_spec_bytes']:,} bytes{forced}"
+    )
+
+
 def _output(item: dict[str, Any], h: str, compact: bool) -> list[str]:
     cache = item.get("response_cache")
     overload = item["overload"]
     rows = [
         ("Output schema", "JSON Schema (below)" if item.get("output_schema") else "free text"),
         ("Output constraints", _constraints(item.get("structured_output"))),
+        ("Tool calls", _tool_calls(item.get("tools"))),
         (
             "Output that breaks the schema or its constraint",
             item["on_invalid_output"] if item.get("output_schema") or item.get("structured_output") else None,

@@ -16,6 +16,8 @@ from typing import Any, Literal, Protocol
 import jsonschema
 
 from servegate.contracts.constraint_fields import OutputConstraint
+from servegate.contracts.tool_fields import ToolUse
+from servegate.runtime.tool_calls import read_tool_calls
 
 FinishReason = Literal["stop", "length", "eos"]
 
@@ -188,13 +190,22 @@ def constraint_problem(constraint: OutputConstraint | None, text: str) -> str | 
 
 
 def output_problem(
-    validator: OutputValidator | None, constraint: OutputConstraint | None, text: str, finish_reason: str
+    validator: OutputValidator | None,
+    constraint: OutputConstraint | None,
+    text: str,
+    finish_reason: str,
+    tools: ToolUse | None = None,
 ) -> tuple[bool | None, str | None]:
-    """(valid, problem) of a final answer: the manifest's output_schema and byte limit, and, for an output its
-    constraint ended (EOS), the request's constraint. valid is None when nothing was checked (an output cut short
-    is not its constraint's to judge)."""
+    """(valid, problem) of a final answer: the manifest's output_schema and byte limit; for an output its
+    constraint ended (EOS), the request's constraint; for an output that ended by itself under tool_choice auto,
+    its tool calls. valid is None when nothing was checked (an output cut short is not its constraint's to
+    judge)."""
     problem = validator.problem(text) if validator is not None else None
     ended = constraint is not None and finish_reason == "eos"
     if problem is None and ended:
         problem = constraint_problem(constraint, text)
-    return (problem is None if validator is not None or ended else None), problem
+    calls = tools is not None and finish_reason != "length"
+    if problem is None and calls:
+        assert tools is not None
+        problem = read_tool_calls(tools, text).problem
+    return (problem is None if validator is not None or ended or calls else None), problem

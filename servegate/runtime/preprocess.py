@@ -74,6 +74,7 @@ class Preprocessor:
             except OSError as exc:
                 raise ServegateError(f"preprocess.chat_template: cannot read {path}: {exc.strerror}") from None
         self.vocab_size = len(tokenizer)
+        self.check_renders_tools()
 
     def check_payload_bytes(self, size: int) -> None:
         """Refuse a body larger than preprocess.max_payload_bytes."""
@@ -91,7 +92,7 @@ class Preprocessor:
         if request.prompt_token_ids is not None:
             ids = self._checked_ids(request.prompt_token_ids)
         elif request.messages is not None:
-            ids = self._encode_text(self.render_chat(request.messages))
+            ids = self._encode_text(self.render_chat(request.messages, request.tools))
         else:
             assert request.prompt is not None
             ids = self._encode_text(request.prompt)
@@ -102,13 +103,13 @@ class Preprocessor:
 
     # --- pieces ---------------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        """The chat text of `messages` under the manifest's chat template."""
+    def render_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+        """The chat text of `messages` (and the `tools` they may call) under the manifest's chat template."""
         turns = [_checked_message(i, m) for i, m in enumerate(messages)]
         if not turns:
             raise ServingError("invalid_request", param="messages", detail="messages is empty")
         if self.served.preprocess.chat_template == "none":
-            return "\n".join(f"{role}: {content}" for role, content in turns)
+            return "\n".join(f"{turn['role']}: {turn['content']}" for turn in turns)
         template = self.template_source
         if template is None and getattr(self.tokenizer, "chat_template", None) is None:
             raise ServingError(
@@ -116,14 +117,29 @@ class Preprocessor:
                 param="messages",
                 detail="this model's tokenizer has no chat template: send a prompt instead",
             )
-        plain = [{"role": role, "content": content} for role, content in turns]
         try:
             text = self.tokenizer.apply_chat_template(
-                plain, chat_template=template, tokenize=False, add_generation_prompt=True
+                turns, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=True
             )
         except Exception as exc:  # a template that raises on these messages (e.g. roles it forbids)
             raise ServingError("invalid_request", param="messages", detail=f"chat template: {exc}") from None
         return str(text)
+
+    def check_renders_tools(self) -> None:
+        """Raise ServegateError when postprocess.tools is declared and the chat template leaves the tools out of
+        the prompt (the model could never see what it may call)."""
+        if self.served.postprocess.tools is None:
+            return
+        probe = {"type": "function", "function": {"name": "servegate_probe_tool", "parameters": {"type": "object"}}}
+        try:
+            text = self.render_chat([{"role": "user", "content": "hi"}], [probe])
+        except ServingError as exc:
+            raise ServegateError(f"postprocess.tools: the chat template cannot render tools: {exc.message}") from None
+        if "servegate_probe_tool" not in text:
+            raise ServegateError(
+                "postprocess.tools: the chat template does not write the tools into the prompt, so the model never "
+                "sees them: set preprocess.chat_template to a template file that renders `tools`"
+            )
 
     def _encode_text(self, text: str) -> list[int]:
         """Tokens of `text`; no second BOS when a chat template already wrote one."""
@@ -161,8 +177,9 @@ class Preprocessor:
         return 1 if bos_id is not None and ids and ids[0] == bos_id and self.limit > 1 else 0
 
 
-def _checked_message(index: int, message: Any) -> tuple[str, str]:
-    """(role, text) of one chat message; OpenAI content parts of type text are joined."""
+def _checked_message(index: int, message: Any) -> dict[str, Any]:
+    """One chat message as the template takes it: OpenAI content parts of type text are joined; an earlier
+    call's tool_calls and a tool result's tool_call_id are kept (a participant's name is not rendered)."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise ServingError("invalid_request", param=f"messages[{index}]", detail="each message needs a string role")
     content = message.get("content")
@@ -177,4 +194,5 @@ def _checked_message(index: int, message: Any) -> tuple[str, str]:
         raise ServingError(
             "invalid_request", param=f"messages[{index}].content", detail="content must be a string or text parts"
         )
-    return message["role"], content
+    kept = {key: message[key] for key in ("tool_calls", "tool_call_id") if message.get(key) is not None}
+    return {"role": message["role"], "content": content, **kept}

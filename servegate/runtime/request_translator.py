@@ -8,6 +8,7 @@ choice j at index i * n + j, with the seed each choice gets.
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -15,6 +16,7 @@ from servegate.contracts.constraint_fields import served_constraint
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.request_fields import LOGIT_BIAS_LIMIT
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
+from servegate.contracts.tool_fields import tool_constraint, tool_use
 from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 
 ApiRequest = CompletionRequest | ChatCompletionRequest
@@ -52,14 +54,32 @@ def _shaping_fields(request: ApiRequest) -> dict[str, Any]:
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """The chat messages as the chat template takes them (a participant's `name` kept)."""
-    return [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})} for m in request.messages]
+    """The chat messages as the chat template takes them: a participant's `name` kept, an earlier call's
+    arguments as an object (as vLLM hands them to templates, which write them with `tojson`)."""
+    out = []
+    for m in request.messages:
+        message: dict[str, Any] = {"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
+        if m.tool_calls:
+            message["tool_calls"] = [_earlier_call(c.id, c.function.name, c.function.arguments) for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            message["tool_call_id"] = m.tool_call_id
+        out.append(message)
+    return out
+
+
+def _earlier_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    try:
+        value: Any = json.loads(arguments)
+    except json.JSONDecodeError:
+        value = arguments  # a template gets the text as it came
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": value}}
 
 
 def _prompt_fields(request: ApiRequest, prompt: str | list[int] | None) -> dict[str, Any]:
-    """The one prompt field a request carries: messages, prompt text or prompt token ids."""
+    """The one prompt field a request carries: messages (and the tools they may call), prompt text or prompt
+    token ids."""
     if isinstance(request, ChatCompletionRequest):
-        return {"messages": _messages(request)}
+        return {"messages": _messages(request), "tools": request.rendered_tools()}
     if isinstance(prompt, str):
         return {"prompt": prompt}
     return {"prompt_token_ids": list(prompt or ())}
@@ -86,6 +106,10 @@ def engine_requests(
     several = len(prompts) * request.n > 1
     post = served.postprocess
     constraint = served_constraint(post.structured_output, post.output_schema, request)
+    tools = tool_use(post.tools, request) if isinstance(request, ChatCompletionRequest) else None
+    if tools is not None and tools.mode != "auto":
+        compact = post.structured_output is not None and post.structured_output.whitespace == "compact"
+        constraint = tool_constraint(request, compact)  # type: ignore[arg-type]
     return [
         GenerationRequest(
             id=f"{request_id}-{index}" if several else request_id,
@@ -100,6 +124,7 @@ def engine_requests(
                 top_logprobs=top_logprobs,
                 ignore_eos=request.ignore_eos,
                 constraint=constraint,
+                tool_use=tools,
                 **_shaping_fields(request),
             ),
             tenant=tenant,

@@ -41,6 +41,7 @@ class ResponseCache:
             "tenant": request.tenant if self.config.scope == "tenant" else None,
             "prompt": request.prompt,
             "messages": request.messages,
+            "tools": request.tools,
             "prompt_token_ids": request.prompt_token_ids,
             "params": dataclasses.asdict(request.params),
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import struct
 import time
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from typing import Any
 from servegate.contracts import logprob_bodies
 from servegate.contracts.responses import (
     AssistantMessage,
+    CalledFunctionBody,
     ChatChoice,
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -23,14 +25,23 @@ from servegate.contracts.responses import (
     EmbeddingUsage,
     FinishReason,
     PromptTokensDetails,
+    ToolCallBody,
+    ToolCallDelta,
     UsageBody,
 )
+from servegate.contracts.tool_fields import ToolUse
 from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
+from servegate.runtime.tool_calls import ToolReading, read_tool_calls
 
 
-def finish_reason(event: FinishEvent) -> FinishReason:
-    """OpenAI's finish reason: EOS and stop strings are both `stop`."""
-    return "length" if event.finish_reason == "length" else "stop"
+def finish_reason(event: FinishEvent, reading: ToolReading | None = None, tools: ToolUse | None = None) -> FinishReason:
+    """OpenAI's finish reason: EOS and stop strings are both `stop`; an output that called tools under tool_choice
+    auto or required is `tool_calls` (a named choice stays `stop`, as in OpenAI's API and vLLM)."""
+    if event.finish_reason == "length":
+        return "length"
+    if reading is not None and reading.calls and tools is not None and tools.mode != "named":
+        return "tool_calls"
+    return "stop"
 
 
 def usage_body(usage: Usage) -> UsageBody:
@@ -89,7 +100,7 @@ Choice = tuple[FinishEvent, Sequence[str]]
 class BodyBuilder:
     """Builds the bodies of one request (same id, time and fingerprint in every chunk)."""
 
-    def __init__(self, request_id: str, model: str, fingerprint: str, n: int = 1) -> None:
+    def __init__(self, request_id: str, model: str, fingerprint: str, n: int = 1, tools: ToolUse | None = None) -> None:
         self.id = request_id
         self.model = model
         self.created = int(time.time())
@@ -98,6 +109,8 @@ class BodyBuilder:
         """Choices per prompt (usage counts each prompt once)."""
         self.cache: str | None = None
         """`hit`, `miss` or `partial` once known; None when no response cache is declared."""
+        self.tools = tools
+        """What a chat answer is read for (None: plain text)."""
 
     def completion(self, choices: Sequence[Choice]) -> dict[str, Any]:
         """The whole non-streamed completion, one choice per engine request, in index order."""
@@ -115,17 +128,41 @@ class BodyBuilder:
 
     def chat(self, choices: Sequence[Choice]) -> dict[str, Any]:
         """The whole non-streamed chat completion."""
-        bodies = [
-            ChatChoice(
-                index=i,
-                message=AssistantMessage(content=event.text),
-                finish_reason=finish_reason(event),
-                logprobs=chat_logprobs(event, tokens),
-            )
-            for i, (event, tokens) in enumerate(choices)
-        ]
+        bodies = []
+        for i, (event, tokens) in enumerate(choices):
+            reading = self.reading(event)
+            message = AssistantMessage(content=event.text)
+            if reading is not None:
+                calls = [ToolCallBody(id=self.call_id(i, k), function=f) for k, f in enumerate(_functions(reading))]
+                message = AssistantMessage(content=reading.content, tool_calls=calls or None)
+            reason = finish_reason(event, reading, self.tools)
+            logprobs = chat_logprobs(event, tokens)
+            bodies.append(ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs))
         usage = usage_body(total_usage([event.usage for event, _ in choices], self.n))
-        return self._dump(ChatCompletionResponse(**self._head(), choices=bodies, usage=usage))
+        body = self._dump(ChatCompletionResponse(**self._head(), choices=bodies, usage=usage))
+        for choice in body["choices"]:
+            if choice["message"]["tool_calls"] is None:  # OpenAI leaves the key out of a message without calls
+                del choice["message"]["tool_calls"]
+        return body
+
+    def reading(self, event: FinishEvent) -> ToolReading | None:
+        """The content and tool calls of a finished chat answer (None: the request offers no tools to call; an
+        answer cut at max_tokens is read as text)."""
+        if self.tools is None:
+            return None
+        if event.finish_reason == "length":
+            return ToolReading(event.text)
+        return read_tool_calls(self.tools, event.text)
+
+    def call_id(self, choice: int, call: int) -> str:
+        """The id of a choice's call: from the request id, so a replayed answer names its calls the same."""
+        digest = hashlib.sha256(f"{self.id}/{choice}/{call}".encode()).hexdigest()
+        return f"call_{digest[:24]}"
+
+    def tool_call_deltas(self, reading: ToolReading, choice: int) -> list[ToolCallDelta]:
+        """A stream's tool calls of one choice, each whole."""
+        functions = _functions(reading)
+        return [ToolCallDelta(index=k, id=self.call_id(choice, k), function=f) for k, f in enumerate(functions)]
 
     def completion_chunk(
         self, text: str, reason: FinishReason | None = None, index: int = 0, logprobs: dict[str, Any] | None = None
@@ -164,6 +201,10 @@ class BodyBuilder:
     @staticmethod
     def _dump(body: Any) -> dict[str, Any]:
         return body.model_dump(mode="json")
+
+
+def _functions(reading: ToolReading) -> list[CalledFunctionBody]:
+    return [CalledFunctionBody(name=call.name, arguments=call.arguments) for call in reading.calls]
 
 
 def embeddings_body(

@@ -110,7 +110,8 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     chat = endpoint == "chat"
     request_id = state.new_request_id(_ID_PREFIX[endpoint])
     generations = engine_requests(state.served, parsed, request_id, tenant, arrival_time=time.monotonic())
-    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n)
+    tools = generations[0].params.tool_use if generations else None
+    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n, tools=tools)
     ignored = _ignored_header(parsed)
     if isinstance(parsed, CompletionRequest) and parsed.echo:  # the prompt scored (lm-eval's log-likelihoods)
         check_echo(state, parsed, parsed.stream, _wants_async(request))

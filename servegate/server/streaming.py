@@ -21,6 +21,7 @@ from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
 from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
+from servegate.runtime.tool_calls import streamable_content
 from servegate.server.bodies import BodyBuilder, finish_reason
 from servegate.server.generation import EngineRun, cache_state, event_token_strings, first_failure
 from servegate.server.state import ServerState
@@ -49,17 +50,24 @@ async def _pump(index: int, run: EngineRun, queue: asyncio.Queue[tuple[int, Even
         queue.put_nowait((index, error))
 
 
-def _finish_chunk(
+def _finish_chunks(
     run: EngineRun, event: FinishEvent, streamed: str, builder: BodyBuilder, chat: bool, index: int
-) -> dict[str, Any]:
-    # The engine may hold back text that could start a stop string: send what is left.
-    rest = event.text[len(streamed) :] if event.text.startswith(streamed) else ""
-    if not event.text.startswith(streamed):
+) -> list[dict[str, Any]]:
+    """The last chunks of a choice: the text held back so far, its tool calls (each whole), and the reason."""
+    reading = builder.reading(event) if chat else None
+    content = event.text if reading is None else reading.content or ""
+    # The engine may hold back text that could start a stop string (or a tool call): send what is left.
+    rest = content[len(streamed) :] if content.startswith(streamed) else ""
+    if not content.startswith(streamed):
         log.warning("request %s: streamed text and final text differ", run.request.id)
-    reason = finish_reason(event)
-    if chat:
-        return builder.chat_chunk(ChatDelta(content=rest or None), reason, index)
-    return builder.completion_chunk(rest, reason, index)
+    reason = finish_reason(event, reading, builder.tools)
+    if not chat:
+        return [builder.completion_chunk(rest, reason, index)]
+    if reading is None or not reading.calls:
+        return [builder.chat_chunk(ChatDelta(content=rest or None), reason, index)]
+    chunks = [builder.chat_chunk(ChatDelta(content=rest), index=index)] if rest else []
+    calls = ChatDelta(tool_calls=builder.tool_call_deltas(reading, index))
+    return [*chunks, builder.chat_chunk(calls, reason, index)]
 
 
 def _chunk_logprobs(
@@ -93,6 +101,7 @@ async def _chunks(
         asyncio.ensure_future(_pump(i, run, queue)) for i, run in enumerate(runs) if isinstance(firsts[i], TokenEvent)
     ]
     streamed = [""] * len(runs)
+    raw = [""] * len(runs)
     offsets = [0] * len(runs)
     usages: list[Usage] = []
     finished = 0
@@ -107,15 +116,20 @@ async def _chunks(
                 break
             if isinstance(event, TokenEvent):
                 logprobs, offsets[index] = _chunk_logprobs(state, event, chat, offsets[index])
-                if event.text or logprobs is not None:  # a token without text (EOS) still has its logprob
-                    streamed[index] += event.text
+                raw[index] += event.text
+                # Under tools, text that is (or may begin) a call is held back for the last chunks.
+                content = streamable_content(builder.tools, raw[index]) if chat else raw[index]
+                text = content[len(streamed[index]) :]
+                if text or logprobs is not None:  # a token without text (EOS) still has its logprob
+                    streamed[index] = content
                     if chat:
-                        delta = ChatDelta(content=event.text)
+                        delta = ChatDelta(content=text)
                         yield sse(builder.chat_chunk(delta, index=index, logprobs=logprobs))
                     else:
-                        yield sse(builder.completion_chunk(event.text, index=index, logprobs=logprobs))
+                        yield sse(builder.completion_chunk(text, index=index, logprobs=logprobs))
                 continue
-            yield sse(_finish_chunk(runs[index], event, streamed[index], builder, chat, index))
+            for chunk in _finish_chunks(runs[index], event, streamed[index], builder, chat, index):
+                yield sse(chunk)
             runs[index].record(endpoint, event)
             usages.append(event.usage)
             finished += 1

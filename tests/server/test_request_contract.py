@@ -126,7 +126,16 @@ INVALID: list[tuple[str, dict[str, Any], str, str | None, bool]] = [
     ),
     (
         "chat",
-        {**CHAT, "messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "1"}]}]},
+        {
+            **CHAT,
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": "x",
+                    "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                }
+            ],
+        },
         "unsupported_parameter",
         "messages[0].tool_calls",
         True,
@@ -280,7 +289,7 @@ def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them(
     ]
     jsonschema.validate(body, request_json_schema(lenient, "chat"))
     for unsupported in (
-        {"tools": [{"type": "function"}]},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
         {"prompt_logprobs": 1},
         {"response_format": {"type": "json_object"}},
     ):

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.tool_fields import ToolUse
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class SamplingParams:
     """Leave special tokens out of the text (False: they are written; EOS and stop token ids never are)."""
     constraint: OutputConstraint | None = None
     """The schema, regex, choice or grammar every output token is masked by (None: unconstrained)."""
+    tool_use: ToolUse | None = None
+    """The tool calls the output is read for (None: plain text, tool_choice none included)."""
 
     def penalises(self) -> bool:
         """Whether a presence, frequency or repetition penalty is asked for."""
@@ -72,7 +75,10 @@ class GenerationRequest:
     prompt: str | None = None
     """Completion prompt text (exactly one of prompt, messages, prompt_token_ids)."""
     messages: list[dict[str, Any]] | None = None
-    """Chat messages [{"role", "content"}], rendered with the manifest's chat template."""
+    """Chat messages [{"role", "content"}, plus "tool_calls" or "tool_call_id"], rendered with the manifest's
+    chat template."""
+    tools: list[dict[str, Any]] | None = None
+    """The functions offered ([{"type": "function", "function": {...}}]), rendered by the chat template."""
     prompt_token_ids: list[int] | None = None
     """Pre-tokenized prompt (bench and tests)."""
     params: SamplingParams = field(default_factory=SamplingParams)

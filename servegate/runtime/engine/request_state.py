@@ -57,7 +57,9 @@ class RequestState:
         """The final event: the result, or invalid_output when the output schema or the request's constraint
         says so and the policy is error."""
         out = self.output
-        valid, problem = output_problem(validator, self.params.constraint, out.text, out.finish_reason or "length")
+        valid, problem = output_problem(
+            validator, self.params.constraint, out.text, out.finish_reason or "length", self.params.tool_use
+        )
         if self.refused_token is not None:
             where = self.params.constraint.param if self.params.constraint is not None else "constraint"
             valid, problem = False, f"{where}: the grammar engine refused token {self.refused_token} its mask allowed"

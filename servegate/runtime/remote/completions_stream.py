@@ -193,7 +193,7 @@ def final_event(
         reason = "eos"
     else:
         reason = "length"
-    valid, problem = output_problem(validator, params.constraint, text, reason)
+    valid, problem = output_problem(validator, params.constraint, text, reason, params.tool_use)
     if problem is not None and served.failure_policy.on_invalid_output == "error":
         return ErrorEvent(request.id, ServingError("invalid_output", detail=problem))
     usage = reply.usage or {}

@@ -260,6 +260,15 @@ def _structured_output(served: ServedModel, out: EngineArgs) -> None:
     out.put("postprocess.structured_output", "structured-outputs-config", config)
 
 
+def _tools(served: ServedModel, out: EngineArgs) -> None:
+    """vLLM reads `auto` calls only with a parser named at launch; required and named need none."""
+    tools = served.postprocess.tools
+    if tools is None or "auto" not in tools.tool_choice:
+        return
+    out.put("postprocess.tools.tool_choice", "enable-auto-tool-choice", True)
+    out.put("postprocess.tools.parser", "tool-call-parser", tools.parser)
+
+
 def engine_args(
     served: ServedModel, model: str, revision: str | None = None, *, device: str | None = None
 ) -> EngineArgs:
@@ -282,6 +291,7 @@ def engine_args(
     _kv_cache(served, out, device)
     _batching(served, out)
     _structured_output(served, out)
+    _tools(served, out)
     if not served.postprocess.logprobs:  # vLLM refuses logprobs above max-logprobs
         out.put("postprocess.logprobs", "max-logprobs", 0)
     return out
