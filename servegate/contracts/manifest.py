@@ -130,6 +130,8 @@ class ServedModel(Section):
             data["postprocess"].pop("max_output_bytes", None)
         if data["postprocess"].get("tools") is None:  # likewise for manifests without tool calling
             data["postprocess"].pop("tools", None)
+        if not data["preprocess"].get("template_fields"):  # and without template fields from requests
+            data["preprocess"].pop("template_fields", None)
         return {key: data[key] for key in SIX_ELEMENTS}
 
     @cached_property

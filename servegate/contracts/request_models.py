@@ -22,6 +22,7 @@ from servegate.contracts.request_fields import (
     TokenId,
     whole_numbers,
 )
+from servegate.contracts.template_fields import TemplateFields, TruncationFields
 from servegate.contracts.tool_fields import MessageToolCall, ToolFields
 
 Endpoint = Literal["completions", "chat", "embeddings"]
@@ -58,7 +59,7 @@ class _ApiRequest(BaseModel):
         return list(self._dropped)
 
 
-class _GenerationRequest(_ApiRequest, ConstraintFields):
+class _GenerationRequest(_ApiRequest, ConstraintFields, TruncationFields):
     """Sampling fields shared by completions and chat completions."""
 
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
@@ -103,6 +104,9 @@ class _GenerationRequest(_ApiRequest, ConstraintFields):
     """vLLM: keep the stop string that ended the output at the end of the text."""
     skip_special_tokens: bool = True
     """vLLM: leave special tokens out of the text (false writes them; EOS and the stop token ids never are)."""
+    return_tokens_as_token_ids: bool = False
+    """vLLM: name each token in logprobs (and its top alternatives) as `token_id:<id>` instead of its text, so
+    tokens whose text is not valid UTF-8, or equal to another's, stay apart."""
 
     @field_validator("stream_options")
     @classmethod
@@ -214,7 +218,7 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
-class ChatCompletionRequest(_GenerationRequest, ToolFields):
+class ChatCompletionRequest(_GenerationRequest, ToolFields, TemplateFields):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=1024)

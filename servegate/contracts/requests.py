@@ -31,6 +31,7 @@ from servegate.contracts.request_models import (
     StreamOptions,
     TextPart,
 )
+from servegate.contracts.template_fields import check_prompt_fields
 from servegate.contracts.tool_fields import check_tools
 
 __all__ = [
@@ -189,6 +190,7 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
         )
     if isinstance(request, ChatCompletionRequest):
         _check_tool_fields(served, request, constraint is not None)
+    check_prompt_fields(served.preprocess, request, request if isinstance(request, ChatCompletionRequest) else None)
     if request.wants_logprobs() and not served.postprocess.logprobs:
         raise ServingError(
             "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"

@@ -71,6 +71,10 @@ class Weights(Section):
 # --- preprocess ------------------------------------------------------------------------------------
 
 
+TemplateField = Literal["add_generation_prompt", "continue_final_message", "chat_template_kwargs", "chat_template"]
+"""A chat-template request field a manifest may accept (preprocess.template_fields)."""
+
+
 class Preprocess(Section):
     """What a request becomes before the model sees it: template, limits, truncation, tenant."""
 
@@ -97,10 +101,20 @@ class Preprocess(Section):
     max_choices_per_request: int = Field(default=16, ge=1, le=1024)
     """Most choices one request may ask for: prompts x n on /v1/completions, n on chat. Each choice is its own
     engine request (queued, limited and timed like one); 1 allows a single prompt and n=1 only."""
+    template_fields: list[TemplateField] = Field(default_factory=list)
+    """The chat-template fields requests may set (vLLM's): add_generation_prompt, continue_final_message,
+    chat_template_kwargs, and chat_template (a whole template of the request's own, as vLLM's
+    --trust-request-chat-template). Any other, set to anything but its default, is unsupported_parameter."""
     unseeded_sampling: Literal["fresh", "deterministic"] = "fresh"
     """Sampling requests (temperature > 0) that give no seed: `fresh` draws a new seed for each, as OpenAI and vLLM
     do; `deterministic` seeds them with runtime.seed, so identical requests get identical text (and the response
     cache can answer repeats). Greedy requests (temperature 0) are deterministic under both."""
+
+    @model_validator(mode="after")
+    def _template_to_shape(self) -> Preprocess:
+        if self.template_fields and self.chat_template == "none":
+            raise ValueError("template_fields reshape a chat template's rendering: chat_template none has none")
+        return self
 
     @field_validator("input_schema")
     @classmethod

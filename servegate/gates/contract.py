@@ -50,9 +50,12 @@ from servegate.gates.contract_probes import (
     variant_manifest,
 )
 from servegate.gates.http_target import REQUEST_TIMEOUT_S, wait_ready
+from servegate.gates.penalty_probe import check_penalties
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
 from servegate.gates.structured_load import StructuredUnderLoad, check_structured
+from servegate.gates.template_probe import check_template
+from servegate.gates.tool_load import ToolsUnderLoad, check_tools
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
@@ -173,6 +176,8 @@ class ContractMeasurements(Measurements):
     max_output_bytes is declared)."""
     constraints_under_load: ConstraintsUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Every allowed output-constraint kind alone and under load (when postprocess.structured_output is declared)."""
+    tools_under_load: ToolsUnderLoad | None = field(default=None, metadata=OPTIONAL)
+    """Every forced tool_choice mode alone and under load (when postprocess.tools serves required or named)."""
     checked: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
     """How each measured field was checked: field -> `reported` / `measured` and what was seen (the seed
     everywhere; runtime.max_model_len on a remote)."""
@@ -216,6 +221,9 @@ class ContractGate(Gate):
             problems, measurements, seed = asyncio.run(self._http(ctx, create_app, prompts))
             structured_problems, structured = check_structured(ctx)
             constrained, constraints = check_constraints(ctx, prompts)
+            tooled, tools = check_tools(ctx, prompts)
+            template = check_template(ctx.candidate)
+            penalties = check_penalties(ctx, prompts)
         finally:
             server_log.setLevel(level)
         if structured is not None:
@@ -223,7 +231,9 @@ class ContractGate(Gate):
             measurements = replace(measurements, structured_under_load=structured)
         if constraints is not None:
             measurements = replace(measurements, constraints_under_load=constraints)
-        checks = [c for c in (context, seed, constrained) if c is not None]
+        if tools is not None:
+            measurements = replace(measurements, tools_under_load=tools)
+        checks = [c for c in (context, seed, constrained, tooled, template, penalties) if c is not None]
         problems += [c.problem for c in checks if c.problem]
         measurements = with_checks(measurements, checks)
         if problems:

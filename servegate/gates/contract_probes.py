@@ -16,6 +16,7 @@ from servegate.contracts.manifest import ServedModel
 
 Variant = Literal["main", "overload", "deadline", "unready", "uncached"]
 COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
 UNKNOWN_FIELD = "servegate_probe_unknown_field"
 HARMLESS_FIELD = "metadata"
 """A field on the harmless list (contracts/field_policy.py): dropped under `ignore`, refused under `reject`."""

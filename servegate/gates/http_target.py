@@ -23,7 +23,7 @@ import httpx
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext, GateSetupError, on_remote
-from servegate.gates.contract_probes import COMPLETIONS, tenant_fields, tenant_headers
+from servegate.gates.contract_probes import CHAT, COMPLETIONS, tenant_fields, tenant_headers
 from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 
 READY_TIMEOUT_S = 120.0
@@ -51,6 +51,12 @@ class Answer:
     """`usage.completion_tokens` as reported (None when the answer carried no usage)."""
     error: str | None = None
     """The error code of a refused answer or an error event in the stream."""
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    """A chat answer's tool calls as (function name, arguments text), streamed deltas folded by index."""
+    logprob_tokens: tuple[str, ...] = ()
+    """A non-streamed completion's logprobs.tokens, as the server named them."""
+    top_logprobs: tuple[dict[str, float], ...] = ()
+    """Its logprobs.top_logprobs: each position's alternatives by name."""
 
     @property
     def ok(self) -> bool:
@@ -78,14 +84,20 @@ def read_plain(body: dict[str, Any], max_tokens: int) -> Answer:
     reason = choice.get("finish_reason")
     ids = choice.get("token_ids")
     usage = body.get("usage") or {}
+    message = choice.get("message") or {}  # a chat answer
+    logprobs = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
+    calls = [c.get("function") or {} for c in message.get("tool_calls") or []]
     return Answer(
         stream=False,
         max_tokens=max_tokens,
         status=200,
-        text=str(choice.get("text") or ""),
+        text=str(choice.get("text") or message.get("content") or ""),
         token_ids=tuple(int(t) for t in ids) if ids is not None else None,
         finish_reasons=(str(reason),) if reason else (),
         completion_tokens=usage.get("completion_tokens"),
+        tool_calls=tuple((str(f.get("name")), str(f.get("arguments"))) for f in calls),
+        logprob_tokens=tuple(str(t) for t in logprobs.get("tokens") or ()),
+        top_logprobs=tuple(dict(t or {}) for t in logprobs.get("top_logprobs") or ()),
     )
 
 
@@ -97,6 +109,7 @@ def read_sse(body: str, max_tokens: int) -> Answer:
     after = False
     usage: dict[str, Any] = {}
     error = None
+    calls: dict[int, tuple[str, str]] = {}
     for line in body.splitlines():
         data = line[5:].strip() if line.startswith("data:") else ""
         if data in ("", "[DONE]"):
@@ -109,7 +122,13 @@ def read_sse(body: str, max_tokens: int) -> Answer:
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue
-            text = choice.get("text") or ""
+            delta = choice.get("delta") or {}  # a chat chunk
+            text = choice.get("text") or delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:  # OpenAI's deltas: the name once, the arguments in pieces
+                function = call.get("function") or {}
+                name, arguments = calls.get(int(call.get("index", 0)), ("", ""))
+                name += function.get("name") or ""
+                calls[int(call.get("index", 0))] = (name, arguments + (function.get("arguments") or ""))
             if text:
                 chunks.append(text)
                 after = after or bool(reasons)
@@ -128,6 +147,7 @@ def read_sse(body: str, max_tokens: int) -> Answer:
         text_after_finish=after,
         completion_tokens=usage.get("completion_tokens"),
         error=error,
+        tool_calls=tuple((calls[i][0], calls[i][1]) for i in sorted(calls)),
     )
 
 
@@ -171,8 +191,14 @@ class HttpTarget:
         its error code."""
         path = "/completions" if self._remote is not None else COMPLETIONS
         headers = tenant_headers(self.served) if self._remote is None else {}
+        return await self._post(path, self.body(prompt, max_tokens, stream, extra), max_tokens, stream, headers)
+
+    async def _post(
+        self, path: str, body: dict[str, Any], max_tokens: int, stream: bool, headers: dict[str, str]
+    ) -> Answer:
+        """Send one generation request and read its answer (a refusal or a broken connection: its error code)."""
         try:
-            response = await self.client.post(path, json=self.body(prompt, max_tokens, stream, extra), headers=headers)
+            response = await self.client.post(path, json=body, headers=headers)
         except (httpx.HTTPError, OSError) as exc:
             return Answer(stream, max_tokens, 0, "", error=f"unreachable ({type(exc).__name__})")
         if response.status_code != 200:
@@ -180,6 +206,16 @@ class HttpTarget:
         if stream or response.headers.get("content-type", "").startswith("text/event-stream"):
             return read_sse(response.text, max_tokens) if stream else _as_plain(read_sse(response.text, max_tokens))
         return read_plain(response.json(), max_tokens)
+
+    async def chat(
+        self, messages: list[dict[str, Any]], max_tokens: int, *, stream: bool, extra: dict[str, Any] | None = None
+    ) -> Answer:
+        """One greedy chat completion through servegate's app (`extra`: more body fields, e.g. tools)."""
+        if self._remote is not None:
+            raise GateSetupError("chat probes go through servegate's server: open the target with front=True")
+        body = {"model": self.served.name, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
+        body.update({"stream": stream, **(extra or {}), **tenant_fields(self.served)})
+        return await self._post(CHAT, body, max_tokens, stream, tenant_headers(self.served))
 
     def tokens_received(self, answer: Answer) -> int:
         """Output tokens the client got: the ids when the server sent them, else the manifest's tokenizer's count."""
@@ -202,10 +238,11 @@ def _as_plain(answer: Answer) -> Answer:
 
 
 @asynccontextmanager
-async def open_target(ctx: GateContext, served: ServedModel) -> AsyncIterator[HttpTarget]:
-    """The served model over HTTP: servegate's app in process, or the candidate's remote directly."""
+async def open_target(ctx: GateContext, served: ServedModel, front: bool = False) -> AsyncIterator[HttpTarget]:
+    """The served model over HTTP: servegate's app in process, or the candidate's remote directly (`front`:
+    servegate's app in front of the remote, for what only servegate does, such as reading tool calls)."""
     async with AsyncExitStack() as stack:
-        if on_remote(served):
+        if on_remote(served) and not front:
             engine = ctx.engines.get(served)
             await asyncio.to_thread(engine.start_sync)
             client = await stack.enter_async_context(

@@ -15,7 +15,7 @@ from typing import Any
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest
+from servegate.runtime.engine.interface import GenerationRequest, PromptOptions
 
 
 @dataclass(frozen=True)
@@ -92,25 +92,44 @@ class Preprocessor:
         if request.prompt_token_ids is not None:
             ids = self._checked_ids(request.prompt_token_ids)
         elif request.messages is not None:
-            ids = self._encode_text(self.render_chat(request.messages, request.tools))
+            ids = self._encode_text(self.render_chat(request.messages, request.tools, request.prompt_options))
         else:
             assert request.prompt is not None
             ids = self._encode_text(request.prompt)
+        ids, asked_off = self._request_truncation(ids, request.prompt_options)
         if len(ids) > self.limit and self.truncation == "reject":
             raise ServingError("input_too_long", param=param, tokens=len(ids), limit=self.limit)
         kept, dropped = truncate(ids, self.limit, self.truncation, keep_head=self._bos_head(ids))
-        return EncodedPrompt(kept, dropped)
+        return EncodedPrompt(kept, dropped + asked_off)
+
+    def _request_truncation(self, ids: list[int], options: PromptOptions) -> tuple[list[int], int]:
+        """The request's own truncate_prompt_tokens, as vLLM applies it: `left` keeps the last tokens, `right` the
+        first, and without a side `left` (vLLM 0.32 loads a generative model's tokenizer with truncation_side
+        left). Returns (kept, dropped)."""
+        limit = options.truncate_prompt_tokens
+        if limit is None or len(ids) <= limit:
+            return ids, 0
+        side = options.truncation_side or "left"
+        kept = ids[len(ids) - limit :] if side == "left" else ids[:limit]
+        return kept, len(ids) - limit
 
     # --- pieces ---------------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-        """The chat text of `messages` (and the `tools` they may call) under the manifest's chat template."""
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        options: PromptOptions | None = None,
+    ) -> str:
+        """The chat text of `messages` (and the `tools` they may call) under the manifest's chat template, or the
+        request's own, rendered as its options say."""
+        options = options or PromptOptions()
         turns = [_checked_message(i, m) for i, m in enumerate(messages)]
         if not turns:
             raise ServingError("invalid_request", param="messages", detail="messages is empty")
         if self.served.preprocess.chat_template == "none":
             return "\n".join(f"{turn['role']}: {turn['content']}" for turn in turns)
-        template = self.template_source
+        template = options.chat_template or self.template_source
         if template is None and getattr(self.tokenizer, "chat_template", None) is None:
             raise ServingError(
                 "invalid_request",
@@ -119,7 +138,13 @@ class Preprocessor:
             )
         try:
             text = self.tokenizer.apply_chat_template(
-                turns, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=True
+                turns,
+                tools=tools,
+                chat_template=template,
+                tokenize=False,
+                add_generation_prompt=options.add_generation_prompt,
+                continue_final_message=options.continue_final_message,
+                **dict(options.template_kwargs),
             )
         except Exception as exc:  # a template that raises on these messages (e.g. roles it forbids)
             raise ServingError("invalid_request", param="messages", detail=f"chat template: {exc}") from None

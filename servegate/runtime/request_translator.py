@@ -17,7 +17,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.request_fields import LOGIT_BIAS_LIMIT
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
 from servegate.contracts.tool_fields import tool_constraint, tool_use
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import GenerationRequest, PromptOptions, SamplingParams
 
 ApiRequest = CompletionRequest | ChatCompletionRequest
 
@@ -50,7 +50,25 @@ def _shaping_fields(request: ApiRequest) -> dict[str, Any]:
         "stop_token_ids": tuple(dict.fromkeys(request.stop_token_ids or ())),
         "include_stop_str": request.include_stop_str_in_output,
         "skip_special_tokens": request.skip_special_tokens,
+        "tokens_as_ids": request.return_tokens_as_token_ids,
     }
+
+
+def _prompt_options(served: ServedModel, request: ApiRequest) -> PromptOptions:
+    """The request's own rendering (chat) and truncation of its prompt."""
+    cut = {
+        "truncate_prompt_tokens": request.truncation_limit(served.preprocess.max_input_tokens),
+        "truncation_side": request.truncation_side,
+    }
+    if not isinstance(request, ChatCompletionRequest):
+        return PromptOptions(**cut)
+    return PromptOptions(
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        template_kwargs=tuple(sorted((request.chat_template_kwargs or {}).items())),
+        chat_template=request.chat_template,
+        **cut,
+    )
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
@@ -106,6 +124,7 @@ def engine_requests(
     several = len(prompts) * request.n > 1
     post = served.postprocess
     constraint = served_constraint(post.structured_output, post.output_schema, request)
+    options = _prompt_options(served, request)
     tools = tool_use(post.tools, request) if isinstance(request, ChatCompletionRequest) else None
     if tools is not None and tools.mode != "auto":
         compact = post.structured_output is not None and post.structured_output.whitespace == "compact"
@@ -127,6 +146,7 @@ def engine_requests(
                 tool_use=tools,
                 **_shaping_fields(request),
             ),
+            prompt_options=options,
             tenant=tenant,
             arrival_time=arrival_time,
             **_prompt_fields(request, prompts[index // request.n]),

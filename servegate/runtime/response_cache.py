@@ -42,6 +42,7 @@ class ResponseCache:
             "prompt": request.prompt,
             "messages": request.messages,
             "tools": request.tools,
+            "prompt_options": dataclasses.asdict(request.prompt_options),
             "prompt_token_ids": request.prompt_token_ids,
             "params": dataclasses.asdict(request.params),
         }

@@ -61,6 +61,22 @@ def test_validate_says_which_output_constraints_are_served_and_refuses_one_with_
     assert refused.returncode == 2 and "needs enforce_output_schema: true" in refused.stderr
 
 
+def test_validate_names_the_tool_calling_served_and_refuses_forced_calls_without_a_grammar_engine(
+    tmp_path: Path,
+) -> None:
+    served = tmp_path / "tools.yaml"
+    served.write_text(
+        "name: x\nweights: {source: zoo:tiny-primary}\npreprocess: {chat_template: tokenizer}\npostprocess:\n"
+        "  structured_output: {}\n  tools: {tool_choice: [auto, required]}\n"
+    )
+    result = gate("validate", str(served), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tool calls: tool_choice auto, required, read by the hermes parser" in result.stdout
+    served.write_text("name: x\nweights: {source: zoo:tiny-primary}\npostprocess:\n  tools: {}\n")
+    refused = gate("validate", str(served), cwd=tmp_path)
+    assert refused.returncode == 2 and "declare postprocess.structured_output" in refused.stderr
+
+
 def test_debug_variable_shows_the_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")

@@ -29,3 +29,18 @@ def test_the_input_contract_states_choices_sampling_and_unsupported_fields() -> 
     assert item["unseeded_sampling"] == "fresh"
     assert "unsupported_parameter" in {row["code"] for row in item["errors"]}
     assert "preprocess.unseeded_sampling" in item["request_schemas"]["completions"]["properties"]["seed"]["description"]
+
+
+def test_the_output_contract_lists_the_tool_calling_served() -> None:
+    tooled = SERVED.with_changes(
+        preprocess={"chat_template": "tokenizer"},
+        postprocess={"structured_output": {}, "tools": {"tool_choice": ["auto", "named"], "max_tools": 8}},
+    )
+    tools = output_contract(tooled)["tools"]
+    assert tools["tool_choice"] == ["auto", "named"] and tools["parser"] == "hermes" and tools["max_tools"] == 8
+    assert "grammar engine" in tools["forced_calls"]
+    assert output_contract(SERVED)["tools"] is None
+    from servegate.model_cards.render_markdown import _tool_calls
+
+    assert _tool_calls(tools).startswith("tool_choice auto, named; calls read by the hermes parser; up to 8 tools")
+    assert _tool_calls(None).startswith("not served")

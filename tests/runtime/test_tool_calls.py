@@ -70,3 +70,22 @@ def test_streaming_holds_back_what_may_begin_a_call() -> None:
     assert streamable_content(use(), "a < b") == "a < b"
     assert streamable_content(use(), "a <") == "a "
     assert streamable_content(use("required"), "[{") == ""
+
+
+def test_the_vllm_export_names_the_tool_call_parser_where_auto_is_served() -> None:
+    from servegate.contracts.manifest import ServedModel
+    from servegate.runtime.remote.vllm_args import engine_args
+
+    def exported(modes: list[str]) -> dict[str, object]:
+        served = ServedModel.model_validate(
+            {
+                "name": "m",
+                "weights": {"source": "zoo:tiny-primary"},
+                "postprocess": {"structured_output": {}, "tools": {"tool_choice": modes}},
+            }
+        )
+        return engine_args(served, "model").args
+
+    auto = exported(["none", "auto", "required"])
+    assert auto["enable-auto-tool-choice"] is True and auto["tool-call-parser"] == "hermes"
+    assert "tool-call-parser" not in exported(["none", "required", "named"])  # vLLM forces those without one

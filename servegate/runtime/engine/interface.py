@@ -53,6 +53,8 @@ class SamplingParams:
     """Keep the stop string that ended the output at the end of the text (vLLM's include_stop_str_in_output)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the text (False: they are written; EOS and stop token ids never are)."""
+    tokens_as_ids: bool = False
+    """Name tokens in logprobs as `token_id:<id>` (vLLM's return_tokens_as_token_ids), not by their text."""
     constraint: OutputConstraint | None = None
     """The schema, regex, choice or grammar every output token is masked by (None: unconstrained)."""
     tool_use: ToolUse | None = None
@@ -65,6 +67,29 @@ class SamplingParams:
     def reshapes_logits(self) -> bool:
         """Whether a penalty, a bias or min_tokens changes the logits before sampling (greedy included)."""
         return self.penalises() or bool(self.logit_bias or self.min_tokens)
+
+
+def token_id_name(token: int) -> str:
+    """A token named by its id, as vLLM's return_tokens_as_token_ids writes it."""
+    return f"token_id:{token}"
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """How a request's prompt is rendered and cut, beyond the manifest's own rules (vLLM's request fields)."""
+
+    add_generation_prompt: bool = True
+    """End a chat prompt with the template's assistant header."""
+    continue_final_message: bool = False
+    """Leave the final chat message open, so the answer continues it."""
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
+    """More variables for the chat template, as (name, value) pairs."""
+    chat_template: str | None = None
+    """The request's own Jinja chat template (None: the manifest's)."""
+    truncate_prompt_tokens: int | None = None
+    """Keep at most this many prompt tokens (None: no request truncation; the manifest's rule still applies)."""
+    truncation_side: Literal["left", "right"] | None = None
+    """Which tokens truncate_prompt_tokens keeps: `left` the last, `right` the first (None: left, as vLLM)."""
 
 
 @dataclass
@@ -82,6 +107,8 @@ class GenerationRequest:
     prompt_token_ids: list[int] | None = None
     """Pre-tokenized prompt (bench and tests)."""
     params: SamplingParams = field(default_factory=SamplingParams)
+    prompt_options: PromptOptions = field(default_factory=PromptOptions)
+    """The request's own rendering and truncation of its prompt."""
     tenant: str | None = None
     """Tenant id; scopes the prefix and response caches. Never logged."""
     arrival_time: float | None = None

@@ -13,7 +13,7 @@ import time
 
 from servegate.contracts.errors import ServingError
 from servegate.runtime.engine.endings import deliver_failures, finish_requests
-from servegate.runtime.engine.interface import TokenEvent
+from servegate.runtime.engine.interface import TokenEvent, token_id_name
 from servegate.runtime.engine.loop_jobs import LoopJobs
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState
@@ -131,7 +131,8 @@ class EngineLoop:
             wanted = (logprob,) if state.params.logprobs and logprob is not None else None
             # sampling appended this token's alternatives (a stream carries them per token, as OpenAI's does)
             top = (state.top_logprobs[-1],) if wanted and state.params.top_logprobs > 0 and state.top_logprobs else None
-            event = TokenEvent(state.request.id, (token,), delta.text, wanted, now, top_logprobs=top)
+            names = (token_id_name(token),) if state.params.tokens_as_ids else None
+            event = TokenEvent(state.request.id, (token,), delta.text, wanted, now, top_logprobs=top, tokens=names)
             state.delivery.token(event)
             if delta.finish_reason is not None:
                 done.append(state)

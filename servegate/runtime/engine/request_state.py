@@ -9,7 +9,15 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import admit
 from servegate.runtime.engine.delivery import EventDelivery
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, Sink, Usage
+from servegate.runtime.engine.interface import (
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    Sink,
+    Usage,
+    token_id_name,
+)
 from servegate.runtime.engine.step_trace import StepTrace
 from servegate.runtime.postprocess import OutputStream, OutputValidator, output_problem
 from servegate.runtime.scheduling import Sequence
@@ -78,6 +86,7 @@ class RequestState:
             ),
             logprobs=tuple(out.logprobs) if self.params.logprobs else None,
             top_logprobs=tuple(self.top_logprobs) if self.params.top_logprobs > 0 else None,
+            tokens=tuple(token_id_name(t) for t in out.token_ids) if self.params.tokens_as_ids else None,
             output_valid=valid,
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.arrival,
             e2e_s=now - self.arrival,

@@ -58,7 +58,8 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
             state.matcher, state.refused_token = None, token
     for i, state in enumerate(states):
         if state.params.top_logprobs > 0:
-            state.top_logprobs.append(_alternatives(raw[i], state.params.top_logprobs, parts.tokenizer))
+            named = None if state.params.tokens_as_ids else parts.tokenizer
+            state.top_logprobs.append(_alternatives(raw[i], state.params.top_logprobs, named))
     return sampled
 
 
@@ -90,11 +91,16 @@ def _long(tokens: Any, device: Any) -> Any:
 
 
 def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
-    """The n most likely tokens at one position, as {token text: log-probability}."""
+    """The n most likely tokens at one position, as {token text: log-probability} (tokenizer None: named
+    `token_id:<id>`)."""
+    from servegate.runtime.engine.interface import token_id_name
     from servegate.runtime.model.sampling import top_logprobs
 
     values, ids = top_logprobs(logits[None], n)
-    return {tokenizer.decode([int(i)]): float(v) for v, i in zip(values[0].tolist(), ids[0].tolist(), strict=True)}
+    pairs = zip(values[0].tolist(), ids[0].tolist(), strict=True)
+    if tokenizer is None:
+        return {token_id_name(int(i)): float(v) for v, i in pairs}
+    return {tokenizer.decode([int(i)]): float(v) for v, i in pairs}
 
 
 def _as_list(values: Any) -> list[Any]:

@@ -16,7 +16,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest
 from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage
 from servegate.runtime.postprocess import OutputValidator, cut_at_stop, output_problem
-from servegate.runtime.remote.token_source import TokenReader, answer_tokens
+from servegate.runtime.remote.token_source import TokenReader, answer_tokens, is_token_id_name
 
 
 def error_from_status(status: int, body: str) -> ServingError:
@@ -125,6 +125,7 @@ def shaping_fields(p: SamplingParams) -> dict[str, Any]:
         "stop_token_ids": (list(p.stop_token_ids), []),
         "include_stop_str_in_output": (p.include_stop_str, False),
         "skip_special_tokens": (p.skip_special_tokens, True),
+        "return_tokens_as_token_ids": (p.tokens_as_ids, False),
     }
     return {name: value for name, (value, neutral) in fields.items() if value != neutral}
 
@@ -185,6 +186,10 @@ def final_event(
     params = request.params
     if params.logprobs and (text or reply.token_ids) and not reply.logprobs:
         return ErrorEvent(request.id, no_logprobs(base_url, "the answer has text but no token_logprobs"))
+    if params.tokens_as_ids and params.logprobs and not all(is_token_id_name(n) for n in reply.tokens):
+        detail = f"the endpoint {base_url} names its logprob tokens by text: it ignored return_tokens_as_token_ids"
+        return ErrorEvent(request.id, ServingError("unsupported_parameter", param="return_tokens_as_token_ids",
+                                                   detail=detail))  # fmt: skip
     token_ids, source = answer_tokens(reader, reply.token_ids, reply.tokens, text)
     # vLLM names what stopped it: a stop string (str), a stop token id (int; EOS is None)
     if stopped or isinstance(reply.stop_reason, str) or reply.stop_reason in params.stop_token_ids:

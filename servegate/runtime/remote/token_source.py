@@ -17,6 +17,13 @@ from typing import Any
 from servegate.runtime.engine.interface import TokenSource
 
 _ID_NAME = re.compile(r"token_id:(\d+)")
+
+
+def is_token_id_name(name: str) -> bool:
+    """Whether a remote named a token by its id (`token_id:<id>`, vLLM's return_tokens_as_token_ids)."""
+    return _ID_NAME.fullmatch(name) is not None
+
+
 """vLLM's `return_tokens_as_token_ids` names a token by its id."""
 
 
