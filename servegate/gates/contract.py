@@ -26,7 +26,7 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import Gate, GateContext, on_remote
-from servegate.gates.constraint_load import ConstraintsUnderLoad, check_constraints
+from servegate.gates.constraint_load import check_constraints
 from servegate.gates.contract_measure import (
     CONTEXT_FIELD,
     SEED_TEMPERATURE,
@@ -51,11 +51,12 @@ from servegate.gates.contract_probes import (
 )
 from servegate.gates.http_target import REQUEST_TIMEOUT_S, wait_ready
 from servegate.gates.penalty_probe import check_penalties
+from servegate.gates.probe_phases import ProbesUnderLoad
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
 from servegate.gates.structured_load import StructuredUnderLoad, check_structured
 from servegate.gates.template_probe import check_template
-from servegate.gates.tool_load import ToolsUnderLoad, check_tools
+from servegate.gates.tool_load import check_tools
 from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
@@ -174,9 +175,9 @@ class ContractMeasurements(Measurements):
     structured_under_load: StructuredUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Schema validity and answer size at concurrency 1 and under load (when output_schema or
     max_output_bytes is declared)."""
-    constraints_under_load: ConstraintsUnderLoad | None = field(default=None, metadata=OPTIONAL)
+    constraints_under_load: ProbesUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Every allowed output-constraint kind alone and under load (when postprocess.structured_output is declared)."""
-    tools_under_load: ToolsUnderLoad | None = field(default=None, metadata=OPTIONAL)
+    tools_under_load: ProbesUnderLoad | None = field(default=None, metadata=OPTIONAL)
     """Every forced tool_choice mode alone and under load (when postprocess.tools serves required or named)."""
     checked: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
     """How each measured field was checked: field -> `reported` / `measured` and what was seen (the seed

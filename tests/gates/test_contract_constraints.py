@@ -9,11 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-from support.oracle_engine import gate_result
+from support.oracle_engine import reference_gate
 
 from servegate.contracts.loading import load_manifest
-from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
 
 pytest.importorskip("llguidance")
 
@@ -39,20 +37,18 @@ quality:
 def contract(tmp_path: Path) -> Any:
     (tmp_path / "m.yaml").write_text(MANIFEST)
     served = load_manifest(tmp_path / "m.yaml")
-    report = run_check(served.reference_form(), served, mode="reference", forced=("contract",),
-                       cache=OutputCache(tmp_path / "cache"))  # fmt: skip
-    return gate_result(report, "contract")
+    return reference_gate(served, tmp_path / "cache")
 
 
 def test_every_served_kind_holds_alone_and_under_load(tmp_path: Path) -> None:
     result = contract(tmp_path)
     assert result.verdict in ("pass", "warn"), result.reason
     measured = result.measurements.constraints_under_load
-    kinds = {p.kind for p in measured.phases}
+    kinds = {p.probe for p in measured.phases}
     assert kinds == {"json_object", "json_schema", "regex", "choice", "grammar"}
     assert {(p.concurrency, p.stream) for p in measured.phases} == {(1, False), (1, True), (4, False), (4, True)}
     assert sum(p.broken for p in measured.phases) == 0 and measured.first_broken is None
-    assert all(p.ended > 0 for p in measured.phases if p.kind in ("regex", "choice", "grammar"))
+    assert all(p.ended > 0 for p in measured.phases if p.probe in ("regex", "choice", "grammar"))
     checked = result.measurements.checked["postprocess.structured_output"]
     assert checked.startswith("measured: all ") and "satisfy their constraint" in checked
 

@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.oracle_engine import gate_result
+from support.oracle_engine import reference_gate
 
 from servegate.contracts.loading import load_manifest
-from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
 from servegate.runtime.tool_calls import ToolCall, ToolReading
 
 pytest.importorskip("llguidance")
@@ -46,21 +44,19 @@ def contract(tmp_path: Path) -> Any:
     (tmp_path / "tools.jinja").write_text(TEMPLATE)
     (tmp_path / "m.yaml").write_text(MANIFEST)
     served = load_manifest(tmp_path / "m.yaml")
-    report = run_check(served.reference_form(), served, mode="reference", forced=("contract",),
-                       cache=OutputCache(tmp_path / "cache"))  # fmt: skip
-    return gate_result(report, "contract")
+    return reference_gate(served, tmp_path / "cache")
 
 
 def test_every_forced_mode_parses_alone_and_under_load(tmp_path: Path) -> None:
     result = contract(tmp_path)
     assert result.verdict in ("pass", "warn"), result.reason
     measured = result.measurements.tools_under_load
-    assert {p.mode for p in measured.phases} == {"required", "named"}
+    assert {p.probe for p in measured.phases} == {"required", "named"}
     assert {(p.concurrency, p.stream) for p in measured.phases} == {(1, False), (1, True), (4, False), (4, True)}
     assert sum(p.broken for p in measured.phases) == 0 and measured.first_broken is None
     assert all(p.ended > 0 for p in measured.phases)
     checked = result.measurements.checked["postprocess.tools"]
-    assert checked.startswith("measured: all ") and "satisfy their schema" in checked
+    assert checked.startswith("measured: all ") and "carry calls that parse and satisfy their schema" in checked
 
 
 def test_a_parser_that_drops_the_last_argument_fails_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,5 +75,5 @@ def test_a_parser_that_drops_the_last_argument_fails_the_gate(tmp_path: Path, mo
 
     monkeypatch.setattr(bodies, "read_tool_calls", lossy)
     result = contract(tmp_path)
-    assert result.verdict == "fail" and "tool call answer(s) broken" in result.reason, result.reason
+    assert result.verdict == "fail" and "carry a tool call that does not parse" in result.reason, result.reason
     assert "'b' is a required property" in (result.measurements.tools_under_load.first_broken or "")

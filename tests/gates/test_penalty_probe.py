@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.oracle_engine import gate_result
+from support.oracle_engine import reference_gate
 
 from servegate.contracts.loading import load_manifest
-from servegate.gates.check import run_check
 from servegate.gates.http_target import Answer
-from servegate.gates.output_cache import OutputCache
 from servegate.gates.penalty_probe import judge
 
 MANIFEST = """\
@@ -56,9 +54,7 @@ def test_the_judge_follows_the_formula_and_skips_near_ties() -> None:
 def contract(tmp_path: Path) -> Any:
     (tmp_path / "m.yaml").write_text(MANIFEST)
     served = load_manifest(tmp_path / "m.yaml")
-    report = run_check(served.reference_form(), served, mode="reference", forced=("contract",),
-                       cache=OutputCache(tmp_path / "cache"))  # fmt: skip
-    return gate_result(report, "contract")
+    return reference_gate(served, tmp_path / "cache")
 
 
 def test_penalties_and_bias_follow_their_formulas_on_the_reference_engine(tmp_path: Path) -> None:

@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from support.manifests import real_manifest, write_manifest
-from support.oracle_engine import gate_result
+from support.oracle_engine import reference_gate
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
 from servegate.gates.template_probe import check_template
 
 KEEPS = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}<assistant>"
@@ -55,9 +53,7 @@ def test_nothing_is_rendered_under_chat_template_none(tmp_path: Path) -> None:
 
 
 def contract(served: ServedModel, tmp_path: Path) -> Any:
-    report = run_check(served.reference_form(), served, mode="reference", forced=("contract",),
-                       cache=OutputCache(tmp_path / "cache"))  # fmt: skip
-    return gate_result(report, "contract")
+    return reference_gate(served, tmp_path / "cache")
 
 
 def test_the_contract_gate_fails_the_lossy_template_and_passes_its_safe_twin(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ asked where the manifest's preprocess.template_fields allows them, and are refus
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from support.manifests import real_manifest, write_manifest
+from support.servers import ready_app
 from transformers import AutoTokenizer
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.interface import PromptOptions
 from servegate.runtime.preprocess import Preprocessor
-from servegate.server import create_app
 from servegate.zoo import zoo_model_path
 
 TEMPLATE = (
@@ -37,12 +36,7 @@ def served_in(folder: Path, fields: list[str]) -> ServedModel:
 
 
 def started(served: ServedModel) -> Iterator[TestClient]:
-    with TestClient(create_app(served)) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        yield client
+    yield from ready_app(served)
 
 
 @pytest.fixture(scope="module")

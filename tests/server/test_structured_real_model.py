@@ -1,8 +1,11 @@
-"""Structured output on a real instruct model: the openai client's `chat.completions.parse` with a pydantic model,
-unmodified, against `gate serve` of SmolLM2-135M-Instruct (`make fetch`; skipped when it is not fetched)."""
+"""Structured output and tool calls on a real instruct model: the openai client's `chat.completions.parse` with a
+pydantic model and its tool-calling flow, unmodified, against `gate serve` of SmolLM2-135M-Instruct behind
+examples/tools/chatml-tools.jinja (`make fetch`; skipped when it is not fetched): a forced call comes back in
+message.tool_calls, and the tool's result sent back as a `tool` message gets an answer in text."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,20 @@ from support.servers import ServerProcess, start_gate_serve
 from servegate.zoo import ZooError, zoo_model_path
 
 NAME = "smollm2-135m-instruct"
+TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "tools" / "chatml-tools.jinja"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 24}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 class Person(pydantic.BaseModel):
@@ -32,9 +49,10 @@ def client(module_dir: Path) -> Iterator[openai.OpenAI]:
         pytest.skip(f"zoo:{NAME} is not fetched: run `make fetch`")
     manifest = real_manifest(
         f"zoo:{NAME}",
-        preprocess={"chat_template": "tokenizer", "max_input_tokens": 256, "max_payload_bytes": 16384},
-        runtime={"max_model_len": 384, "threads": 2, "kv_cache": {"block_size": 16, "memory_budget": "64MiB"}},
-        postprocess={"max_output_tokens": 64, "structured_output": {}},
+        preprocess={"chat_template": str(TEMPLATE), "max_input_tokens": 512, "max_payload_bytes": 16384},
+        runtime={"max_model_len": 640, "threads": 2, "kv_cache": {"block_size": 16, "memory_budget": "64MiB"}},
+        batching={"max_num_batched_tokens": 640},
+        postprocess={"max_output_tokens": 64, "structured_output": {"whitespace": "compact"}, "tools": {}},
     )
     manifest["name"] = "smol"
     process: ServerProcess = start_gate_serve(module_dir, manifest)
@@ -65,3 +83,40 @@ def test_the_parse_helper_gets_a_valid_object_from_a_real_instruct_model(client:
         extra_body={"structured_outputs": {"choice": ["yes", "no"]}},
     )
     assert choice_answer.choices[0].message.content in ("yes", "no")
+
+
+def test_the_openai_tool_calling_flow_on_a_real_instruct_model(client: openai.OpenAI) -> None:
+    messages: list[dict[str, object]] = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    first = client.chat.completions.create(
+        model="smol",
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=64,
+    )  # type: ignore[call-overload]
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    [call] = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    arguments = json.loads(call.function.arguments)
+    assert isinstance(arguments["city"], str) and arguments["city"]
+    messages.append(choice.message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 degrees Celsius"})
+    second = client.chat.completions.create(
+        model="smol", messages=messages, tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=48
+    )  # type: ignore[call-overload]
+    assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+    streamed = client.chat.completions.create(
+        model="smol",
+        messages=messages[:1],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        temperature=0,
+        max_tokens=64,
+        stream=True,
+    )  # type: ignore[call-overload]
+    deltas = [c.choices[0].delta for c in streamed if c.choices]
+    [streamed_call] = [t for d in deltas for t in d.tool_calls or []]
+    assert streamed_call.function.name == "get_weather" and json.loads(streamed_call.function.arguments or "")

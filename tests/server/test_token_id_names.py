@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 from support.manifests import real_manifest, write_manifest
+from support.servers import ready_app
 from transformers import AutoTokenizer
 
 from servegate.contracts.loading import load_manifest
-from servegate.server import create_app
 from servegate.zoo import zoo_model_path
 
 ID_NAME = re.compile(r"token_id:(\d+)")
@@ -24,12 +23,7 @@ ID_NAME = re.compile(r"token_id:(\d+)")
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     served = load_manifest(write_manifest(tmp_path_factory.mktemp("ids"), real_manifest("zoo:tiny-primary")))
-    with TestClient(create_app(served)) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        yield client
+    yield from ready_app(served)
 
 
 def ids_of(names: list[str]) -> list[int]:

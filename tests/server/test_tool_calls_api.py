@@ -5,7 +5,6 @@ not, the same), a malformed call gets on_invalid_output, and every bad tool fiel
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,13 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 from support.manifests import BATCHING_MODES, real_manifest, write_manifest
+from support.servers import ready_app
 from transformers import AutoTokenizer
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.preprocess import Preprocessor
-from servegate.server import create_app
 from servegate.zoo import zoo_model_path
 
 pytest.importorskip("llguidance")
@@ -63,12 +62,7 @@ def serve(folder: Path, tools: dict[str, Any] | None = None, **sections: Any) ->
 
 
 def ready(served: ServedModel) -> Iterator[TestClient]:
-    with TestClient(create_app(served)) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/ready").status_code != 200:
-            assert time.monotonic() < deadline, "the engine did not get ready"
-            time.sleep(0.2)
-        yield client
+    yield from ready_app(served)
 
 
 @pytest.fixture(scope="module")

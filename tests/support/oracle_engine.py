@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServingError
@@ -261,3 +262,13 @@ def gate_result(report: GateReport, name: str) -> GateResult:
     """The named gate's result in a report."""
     (result,) = [g for g in report.gates if g.name == name]
     return result
+
+
+def reference_gate(served: ServedModel, cache_dir: Path, name: str = "contract") -> GateResult:
+    """One gate forced on a manifest against its own reference form, on the real engines, outputs cached in
+    `cache_dir`."""
+    from servegate.gates.check import run_check
+    from servegate.gates.output_cache import OutputCache
+
+    report = run_check(served.reference_form(), served, mode="reference", forced=(name,), cache=OutputCache(cache_dir))
+    return gate_result(report, name)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import IO, Any
@@ -139,3 +140,17 @@ def start_gate_serve(folder: Path, manifest: dict[str, Any], *extra: str) -> Ser
     port = free_port()
     command = [str(GATE), "serve", str(path), "--host", "127.0.0.1", "--port", str(port), *extra]
     return ServerProcess.spawn(command, folder / "server.log", port)
+
+
+def ready_app(served: Any, timeout_s: float = 120.0) -> Iterator[Any]:
+    """servegate's app for `served` in process (a fastapi TestClient), yielded once /ready answers 200."""
+    from fastapi.testclient import TestClient
+
+    from servegate.server import create_app
+
+    with TestClient(create_app(served)) as client:
+        deadline = time.monotonic() + timeout_s
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, f"the app did not get ready: {client.get('/ready').text}"
+            time.sleep(0.2)
+        yield client
