@@ -14,11 +14,17 @@ from typing import Any
 
 import httpx
 
+from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.deploy import deployment_facts as facts
+from servegate.gates.constraint_load import MAX_TOKENS, PROBE_SCHEMA
 from servegate.gates.contract_probes import probes_for, tenant_fields, tenant_headers
+from servegate.gates.http_target import Answer, read_plain
 from servegate.gates.result import GateReport, GateResult, Measurements
+from servegate.gates.tool_load import MAX_TOKENS as TOOL_TOKENS
+from servegate.gates.tool_load import PROBE_CHOICES, PROBE_TOOL, call_problem
+from servegate.runtime.postprocess import constraint_problem
 
 _PROBE_FIELDS = {"unknown_parameter": "preprocess.unknown_fields", "input_too_long": "preprocess.truncation"}
 
@@ -298,6 +304,55 @@ def _error_checks(served: ServedModel, remote: _Remote) -> list[GateResult]:
     return out
 
 
+def _constraint_check(served: ServedModel, remote: _Remote, prompt: str) -> GateResult | None:
+    """One greedy json_schema constraint: an answer it ended must satisfy it (None: no constraint to send)."""
+    structured = served.postprocess.structured_output
+    if structured is None or not structured.request_constraints or "json_schema" not in structured.kinds:
+        return None
+    tokens = min(MAX_TOKENS, served.postprocess.max_output_tokens)
+    body = {"model": served.runtime.endpoint_model or served.name, "prompt": prompt, "max_tokens": tokens,
+            "temperature": 0, "structured_outputs": {"json": PROBE_SCHEMA}, **tenant_fields(served)}  # fmt: skip
+    answer = _generated(remote, "/v1/completions", body, tokens, served)
+    path, source = "postprocess.structured_output", "POST /v1/completions"
+    if isinstance(answer, str):
+        return _result(path, False, f"a json_schema constraint got {answer}", source, "served", answer)
+    if not answer.finish_reasons or answer.finish_reasons[-1] != "stop":
+        return _result(path, None, f"the answer did not end within {tokens} tokens", source, "served", answer.text)
+    constraint = OutputConstraint("json_schema", json.dumps(PROBE_SCHEMA), "structured_outputs.json")
+    problem = constraint_problem(constraint, answer.text)
+    reason = "a json_schema answer satisfies its schema" if problem is None else problem
+    return _result(path, problem is None, reason, source, "served", answer.text)
+
+
+def _tool_check(served: ServedModel, remote: _Remote, prompt: str) -> GateResult | None:
+    """One named tool call: its arguments must parse and satisfy the function's schema (None: not served)."""
+    tools = served.postprocess.tools
+    if tools is None or "named" not in tools.tool_choice:
+        return None
+    tokens = min(TOOL_TOKENS, served.postprocess.max_output_tokens)
+    body = {"model": served.runtime.endpoint_model or served.name, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": tokens, "temperature": 0, "tools": [PROBE_TOOL], "tool_choice": PROBE_CHOICES["named"],
+            **tenant_fields(served)}  # fmt: skip
+    answer = _generated(remote, "/v1/chat/completions", body, tokens, served)
+    path, source = "postprocess.tools", "POST /v1/chat/completions"
+    if isinstance(answer, str):
+        return _result(path, False, f"a named tool call got {answer}", source, "served", answer)
+    if not answer.finish_reasons or answer.finish_reasons[-1] != "stop":
+        return _result(path, None, f"the call did not end within {tokens} tokens", source, "served", answer.text)
+    problem = call_problem("named", answer)
+    reason = "a named call parses and satisfies its schema" if problem is None else problem
+    return _result(path, problem is None, reason, source, "served", list(answer.tool_calls))
+
+
+def _generated(remote: _Remote, path: str, body: dict[str, Any], tokens: int, served: ServedModel) -> Answer | str:
+    """The deployment's answer to one generation request, or what it answered instead ("HTTP 400 ...")."""
+    headers = {"content-type": "application/json", **tenant_headers(served)}
+    answer = remote.post(path, json.dumps(body).encode("utf-8"), headers)
+    if answer is None or answer.status_code != 200:
+        return "no answer" if answer is None else f"HTTP {answer.status_code}: {answer.text[:160]}"
+    return read_plain(_json(answer) or {}, tokens)
+
+
 def verify_deployment(
     served: ServedModel,
     url: str,
@@ -321,6 +376,8 @@ def verify_deployment(
     checks += _cache_checks(served, remote)
     if served.preprocess.task == "generate":  # the warm-up and error probes are completions
         checks += _warmup_checks(served, remote) + _error_checks(served, remote)
+        prompt = served.runtime.warmup[0].prompt if served.runtime.warmup else "1+1="
+        checks += [c for c in (_constraint_check(served, remote, prompt), _tool_check(served, remote, prompt)) if c]
     checks = _name_the_fields(checks)
     identity = {"name": served.name, "version": served.version, "fingerprint": served.fingerprint}
     return VerifyReport(url=remote.base, manifest=identity, checks=checks, duration_s=time.perf_counter() - start)
