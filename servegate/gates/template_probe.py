@@ -5,7 +5,8 @@ The manifest's template (the tokenizer's own or its file) renders one probe conv
 assistant, user), each message a marker no template writes by itself, exactly as a request's messages are
 rendered (runtime/preprocess.Preprocessor, so the same sandbox and options); every marker must be in the
 prompt. A template that refuses a role (some refuse `system`) is rendered without it, and says which roles it
-could not be shown. `chat_template: none` joins the messages as plain text, which keeps them all by design.
+could not be shown. A tokenizer without a template of its own renders nothing (chat is refused there), so
+there is nothing to check. `chat_template: none` joins the messages as plain text, which keeps them all by design.
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ def check_template(served: ServedModel) -> FieldCheck | None:
     from servegate.runtime.preprocess import Preprocessor
 
     try:
-        preprocessor = Preprocessor(served, load_tokenizer(served))
+        tokenizer = load_tokenizer(served)
+        preprocessor = Preprocessor(served, tokenizer)
     except ServegateError as exc:
         return FieldCheck(FIELD, "not verified", f"the template could not be loaded: {exc}")
+    if preprocessor.template_source is None and getattr(tokenizer, "chat_template", None) is None:
+        return None  # no template at all: chat is refused (400), nothing is rendered to lose
     probe, refused = PROBE, ""
     for attempt in (PROBE, PROBE[1:]):
         try:

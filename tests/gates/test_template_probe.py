@@ -64,3 +64,8 @@ def test_the_contract_gate_fails_the_lossy_template_and_passes_its_safe_twin(tmp
     safe = contract(served_with(tmp_path / "safe", KEEPS), tmp_path / "safe")
     assert safe.verdict in ("pass", "warn"), safe.reason
     assert "keeps every one" in safe.measurements.checked["preprocess.chat_template"]
+
+
+def test_nothing_is_checked_where_the_tokenizer_has_no_template(tmp_path: Path) -> None:
+    manifest = real_manifest("zoo:tiny-primary", preprocess={"chat_template": "tokenizer"})
+    assert check_template(load_manifest(write_manifest(tmp_path, manifest))) is None  # tiny-primary has none
