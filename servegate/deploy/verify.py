@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -312,16 +313,15 @@ def _constraint_check(served: ServedModel, remote: _Remote, prompt: str) -> Gate
     tokens = min(MAX_TOKENS, served.postprocess.max_output_tokens)
     body = {"model": served.runtime.endpoint_model or served.name, "prompt": prompt, "max_tokens": tokens,
             "temperature": 0, "structured_outputs": {"json": PROBE_SCHEMA}, **tenant_fields(served)}  # fmt: skip
-    answer = _generated(remote, "/v1/completions", body, tokens, served)
-    path, source = "postprocess.structured_output", "POST /v1/completions"
-    if isinstance(answer, str):
-        return _result(path, False, f"a json_schema constraint got {answer}", source, "served", answer)
-    if not answer.finish_reasons or answer.finish_reasons[-1] != "stop":
-        return _result(path, None, f"the answer did not end within {tokens} tokens", source, "served", answer.text)
     constraint = OutputConstraint("json_schema", json.dumps(PROBE_SCHEMA), "structured_outputs.json")
-    problem = constraint_problem(constraint, answer.text)
-    reason = "a json_schema answer satisfies its schema" if problem is None else problem
-    return _result(path, problem is None, reason, source, "served", answer.text)
+    return _output_check(
+        served,
+        remote,
+        ("postprocess.structured_output", "/v1/completions", body),
+        ("a json_schema constraint", "the answer", "a json_schema answer satisfies its schema"),
+        lambda answer: constraint_problem(constraint, answer.text),
+        lambda answer: answer.text,
+    )
 
 
 def _tool_check(served: ServedModel, remote: _Remote, prompt: str) -> GateResult | None:
@@ -333,15 +333,39 @@ def _tool_check(served: ServedModel, remote: _Remote, prompt: str) -> GateResult
     body = {"model": served.runtime.endpoint_model or served.name, "messages": [{"role": "user", "content": prompt}],
             "max_tokens": tokens, "temperature": 0, "tools": [PROBE_TOOL], "tool_choice": PROBE_CHOICES["named"],
             **tenant_fields(served)}  # fmt: skip
-    answer = _generated(remote, "/v1/chat/completions", body, tokens, served)
-    path, source = "postprocess.tools", "POST /v1/chat/completions"
+    return _output_check(
+        served,
+        remote,
+        ("postprocess.tools", "/v1/chat/completions", body),
+        ("a named tool call", "the call", "a named call parses and satisfies its schema"),
+        lambda answer: call_problem("named", answer),
+        lambda answer: list(answer.tool_calls),
+    )
+
+
+def _output_check(
+    served: ServedModel,
+    remote: _Remote,
+    request: tuple[str, str, dict[str, Any]],
+    words: tuple[str, str, str],
+    problem_of: Callable[[Answer], str | None],
+    observed_of: Callable[[Answer], Any],
+) -> GateResult:
+    """One greedy generation judged: `request` (field, endpoint path, body); `words` (what was sent, what
+    should end, what a sound answer shows). A refusal is drift, an answer cut at max_tokens is skipped."""
+    field_path, endpoint, body = request
+    sent, ending, sound = words
+    tokens = body["max_tokens"]
+    answer = _generated(remote, endpoint, body, tokens, served)
+    source = f"POST {endpoint}"
     if isinstance(answer, str):
-        return _result(path, False, f"a named tool call got {answer}", source, "served", answer)
+        return _result(field_path, False, f"{sent} got {answer}", source, "served", answer)
     if not answer.finish_reasons or answer.finish_reasons[-1] != "stop":
-        return _result(path, None, f"the call did not end within {tokens} tokens", source, "served", answer.text)
-    problem = call_problem("named", answer)
-    reason = "a named call parses and satisfies its schema" if problem is None else problem
-    return _result(path, problem is None, reason, source, "served", list(answer.tool_calls))
+        return _result(field_path, None, f"{ending} did not end within {tokens} tokens", source, "served", answer.text)
+    problem = problem_of(answer)
+    return _result(
+        field_path, problem is None, sound if problem is None else problem, source, "served", observed_of(answer)
+    )
 
 
 def _generated(remote: _Remote, path: str, body: dict[str, Any], tokens: int, served: ServedModel) -> Answer | str:

@@ -19,7 +19,6 @@ do not give, so it is not probed here.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.contract_measure import FieldCheck
 from servegate.gates.http_target import Answer, open_target
+from servegate.runtime.engine.interface import token_id_of
 
 FIELD = "presence_penalty, frequency_penalty, logit_bias"
 PROMPTS = 6
@@ -38,7 +38,6 @@ TOLERANCE = 0.05
 """Nats by which a predicted choice must clear the runner-up (and what tokens outside the alternatives could
 reach) to be judged: fp32 sums differ by far less."""
 PENALTIES = {"presence_penalty": {"presence_penalty": 2.0}, "frequency_penalty": {"frequency_penalty": 2.0}}
-_ID = re.compile(r"token_id:(\d+)")
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,11 @@ class Judged:
 
 def _ids(answer: Answer) -> tuple[list[int], list[dict[int, float]]] | None:
     """The chosen ids and each step's alternatives by id (None: the server did not name tokens by id)."""
-    chosen = [_ID.fullmatch(name) for name in answer.logprob_tokens]
-    tops = [{_ID.fullmatch(k): v for k, v in top.items()} for top in answer.top_logprobs]
-    if not chosen or not all(chosen) or len(tops) != len(chosen) or not all(all(t) for t in tops):
+    chosen = [token_id_of(name) for name in answer.logprob_tokens]
+    tops = [{token_id_of(k): v for k, v in top.items()} for top in answer.top_logprobs]
+    if not chosen or None in chosen or len(tops) != len(chosen) or any(None in top for top in tops):
         return None
-    return [int(m.group(1)) for m in chosen], [{int(m.group(1)): v for m, v in t.items()} for t in tops]  # type: ignore[union-attr]
+    return chosen, tops  # type: ignore[return-value]
 
 
 def judge(answer: Answer, presence: float, frequency: float, bias: dict[int, float]) -> Judged | None:

@@ -205,7 +205,6 @@ def output_problem(
     if problem is None and ended:
         problem = constraint_problem(constraint, text)
     calls = tools is not None and finish_reason != "length"
-    if problem is None and calls:
-        assert tools is not None
+    if problem is None and tools is not None and calls:
         problem = read_tool_calls(tools, text).problem
     return (problem is None if validator is not None or ended or calls else None), problem

@@ -7,6 +7,7 @@ to any OpenAI-compatible server. Both satisfy `Engine`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -69,9 +70,19 @@ class SamplingParams:
         return self.penalises() or bool(self.logit_bias or self.min_tokens)
 
 
+_TOKEN_ID_NAME = re.compile(r"token_id:(\d+)")
+"""vLLM's `return_tokens_as_token_ids` names a token by its id."""
+
+
 def token_id_name(token: int) -> str:
     """A token named by its id, as vLLM's return_tokens_as_token_ids writes it."""
     return f"token_id:{token}"
+
+
+def token_id_of(name: str) -> int | None:
+    """The id a `token_id:<id>` name names (None: the name is a token's text)."""
+    found = _TOKEN_ID_NAME.fullmatch(name)
+    return None if found is None else int(found.group(1))
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage
+from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage, token_id_of
 from servegate.runtime.postprocess import OutputValidator, cut_at_stop, output_problem
-from servegate.runtime.remote.token_source import TokenReader, answer_tokens, is_token_id_name
+from servegate.runtime.remote.token_source import TokenReader, answer_tokens
 
 
 def error_from_status(status: int, body: str) -> ServingError:
@@ -186,7 +186,7 @@ def final_event(
     params = request.params
     if params.logprobs and (text or reply.token_ids) and not reply.logprobs:
         return ErrorEvent(request.id, no_logprobs(base_url, "the answer has text but no token_logprobs"))
-    if params.tokens_as_ids and params.logprobs and not all(is_token_id_name(n) for n in reply.tokens):
+    if params.tokens_as_ids and params.logprobs and any(token_id_of(n) is None for n in reply.tokens):
         detail = f"the endpoint {base_url} names its logprob tokens by text: it ignored return_tokens_as_token_ids"
         return ErrorEvent(request.id, ServingError("unsupported_parameter", param="return_tokens_as_token_ids",
                                                    detail=detail))  # fmt: skip

@@ -10,21 +10,10 @@ differently, so the gates then let the text decide (`FinishEvent.token_source` s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from servegate.runtime.engine.interface import TokenSource
-
-_ID_NAME = re.compile(r"token_id:(\d+)")
-
-
-def is_token_id_name(name: str) -> bool:
-    """Whether a remote named a token by its id (`token_id:<id>`, vLLM's return_tokens_as_token_ids)."""
-    return _ID_NAME.fullmatch(name) is not None
-
-
-"""vLLM's `return_tokens_as_token_ids` names a token by its id."""
+from servegate.runtime.engine.interface import TokenSource, token_id_of
 
 
 class TokenReader:
@@ -39,10 +28,8 @@ class TokenReader:
         """The one id whose own text is `name`, None when the tokenizer has no such single token."""
         if name in self._ids:
             return self._ids[name]
-        found = _ID_NAME.fullmatch(name)
-        if found is not None:
-            result: int | None = int(found.group(1))
-        else:
+        result = token_id_of(name)
+        if result is None:
             result = self._encoded(name)
         self._ids[name] = result
         return result
