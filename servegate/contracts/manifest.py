@@ -97,9 +97,25 @@ class ServedModel(Section):
             raise ValueError(f"runtime.kv_cache.prefix_caching needs batching.mode=continuous (got {bat.mode})")
         if post.tools is not None and pre.chat_template == "none":
             raise ValueError("postprocess.tools needs a chat template that writes the tools into the prompt, not none")
+        self._chat_suites_served()
         if self.runtime.quantization.calibration is not None and self.runtime.quantization.method == "none":
             raise ValueError("runtime.quantization.calibration is set but method is none: remove it or pick a method")
         return self
+
+    def _chat_suites_served(self) -> None:
+        """Extraction and tools suites are chat requests with a schema or tools: the manifest must serve those."""
+        pre, post = self.preprocess, self.postprocess
+        for suite in self.quality.suites:
+            where = f"quality.suites[{suite.name}] (kind: {suite.kind})"
+            if suite.kind != "text" and pre.chat_template == "none":
+                raise ValueError(f"{where} sends chat requests: it needs preprocess.chat_template, not none")
+            structured = post.structured_output
+            takes = structured is not None and structured.request_constraints and "json_schema" in structured.kinds
+            if suite.kind == "extraction" and not takes:
+                raise ValueError(f"{where} decodes under each item's schema: it needs postprocess.structured_output "
+                                 "taking json_schema constraints from requests")  # fmt: skip
+            if suite.kind == "tools" and post.tools is None:
+                raise ValueError(f"{where} offers each item's tools: it needs postprocess.tools")
 
     # --- identity -------------------------------------------------------------------------------
 

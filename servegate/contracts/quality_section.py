@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +15,21 @@ LM_EVAL_INSTALL = "pip install 'servegate[lm-eval]'"
 
 _JSONL_ONLY = ("dataset", "split", "prompt_field", "reference_field", "max_tokens")
 """Suite fields that describe servegate's own JSONL suites; an lm-eval task's YAML says these itself."""
+
+SuiteKind = Literal["text", "extraction", "tools"]
+"""What a suite's items ask for: `text`, a completion of the prompt; `extraction`, a chat answer decoded under the
+item's JSON Schema (response_format json_schema, strict), its `reference` the object expected; `tools`, a chat
+answer under the item's `tools` and `tool_choice`, its `reference` the call expected ({"name", "arguments"})."""
+
+KIND_METRICS: dict[str, list[str]] = {
+    "text": ["exact_match"],
+    "extraction": ["json_schema_valid", "field_accuracy"],
+    "tools": ["tool_name_match", "tool_arguments_match"],
+}
+"""The metrics a suite of each kind is scored by when it names none."""
+
+TOOL_METRICS = ("tool_name_match", "tool_arguments_match")
+"""Metrics that score the calls read out of an answer: they need a `tools` suite."""
 
 
 def lm_eval_installed() -> bool:
@@ -54,10 +69,14 @@ class Suite(Section):
     lm_eval: LmEvalTask | None = None
     """Run an lm-evaluation-harness task instead of a JSONL suite (needs `pip install 'servegate[lm-eval]'`);
     `metrics` then names the task's metrics to gate on (left out: all the task reports per sample)."""
+    kind: SuiteKind = "text"
+    """What each item asks for (see SuiteKind): `extraction` and `tools` items are chat requests, so they need a
+    chat template, and postprocess.structured_output or postprocess.tools."""
     split: str = "test"
     """Split to evaluate (zoo suites have `test` and `calibration`)."""
     metrics: list[str] = Field(default_factory=lambda: ["exact_match"], min_length=1)
-    """Metrics computed on the suite (local evaluate modules: exact_match, json_schema_valid, ...)."""
+    """Metrics computed on the suite (local evaluate modules: exact_match, json_schema_valid, field_accuracy,
+    tool_name_match, tool_arguments_match, ...); left out, the kind's own (KIND_METRICS)."""
     public: bool = False
     """Whether items may appear in public reports and notes; private suites only show ids and lengths."""
     limit: int | None = Field(default=None, ge=1)
@@ -68,6 +87,22 @@ class Suite(Section):
     """Column holding the prompt."""
     reference_field: str = "reference"
     """Column holding the expected output."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_metrics(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "metrics" not in data and data.get("kind") in KIND_METRICS:
+            return {**data, "metrics": KIND_METRICS[data["kind"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _metrics_fit_the_kind(self) -> Suite:
+        misplaced = [m for m in self.metrics if m in TOOL_METRICS and self.kind != "tools"]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)} score tool calls: they need kind: tools (got {self.kind})")
+        if self.lm_eval is not None and self.kind != "text":
+            raise ValueError(f"an lm_eval suite is kind text: lm-eval builds its own requests (got {self.kind})")
+        return self
 
     @model_validator(mode="before")
     @classmethod

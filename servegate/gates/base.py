@@ -226,7 +226,9 @@ class GateContext:
             check_available(served, data.name, outputs)
             if cacheable:
                 self.cache.store(ckey, data, outputs)
-        run = SuiteRun(data, outputs, score_run(data, outputs, chosen), from_cache=from_cache)
+        tools = served.postprocess.tools
+        scores = score_run(data, outputs, chosen, tools.parser if tools is not None else None)
+        run = SuiteRun(data, outputs, scores, from_cache=from_cache)
         if whole:
             self._runs[key] = run
         return run

@@ -6,13 +6,14 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import Suite
+from servegate.gates.chat_items import called, item_request, item_schema
 from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 Progress = Callable[[int], None]
@@ -26,6 +27,9 @@ class SuiteItem:
     id: str
     prompt: str
     reference: str
+    request: GenerationRequest | None = None
+    """An extraction or tools item's chat request, built by the request translator under the manifest that
+    loaded the suite (None: a text item, whose prompt is completed as it is)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ def load_suite_data(served: ServedModel, suite: Suite) -> SuiteData:
         rows = _rows(source, suite.split, suite.limit, stamp)
     except Exception as exc:  # zoo errors, missing files, unreadable data: one line for the user
         raise ServegateError(f"quality.suites[{suite.name}]: cannot load {suite.dataset!r}: {exc}") from exc
+    schema = _schema_for(served, suite, source)
     items = []
     for row in rows:
         if suite.prompt_field not in row or suite.reference_field not in row:
@@ -182,10 +187,16 @@ def load_suite_data(served: ServedModel, suite: Suite) -> SuiteData:
                 f"quality.suites[{suite.name}]: items need the fields {suite.prompt_field!r} and "
                 f"{suite.reference_field!r} (found {', '.join(map(str, row))})"
             )
-        items.append(
-            SuiteItem(str(row.get("id", len(items))), str(row[suite.prompt_field]), str(row[suite.reference_field]))
+        item_id, prompt, reference = (
+            str(row.get("id", len(items))),
+            str(row[suite.prompt_field]),
+            row[suite.reference_field],
         )
-    return make_suite_data(suite, items, _schema_for(served, suite, source))
+        if not isinstance(reference, str):  # an extraction or tools reference given as an object
+            reference = json.dumps(reference, ensure_ascii=False)
+        request = None if suite.kind == "text" else item_request(served, suite, row, item_id, prompt, schema)
+        items.append(SuiteItem(item_id, prompt, reference, request))
+    return make_suite_data(suite, items, schema)
 
 
 def make_suite_data(suite: Suite, items: Sequence[SuiteItem], schema: dict[str, Any] | None = None) -> SuiteData:
@@ -195,6 +206,9 @@ def make_suite_data(suite: Suite, items: Sequence[SuiteItem], schema: dict[str, 
     digest.update(json.dumps(schema, sort_keys=True).encode())
     for item in items:
         digest.update(json.dumps([item.id, item.prompt, item.reference]).encode())
+        if item.request is not None:  # what the chat request carries beyond the prompt: its schema or tools
+            sent = item.request
+            digest.update(repr((sent.messages, sent.tools, sent.params.constraint, sent.params.tool_use)).encode())
     return SuiteData(suite, tuple(items), digest.hexdigest(), schema)
 
 
@@ -202,11 +216,15 @@ def make_suite_data(suite: Suite, items: Sequence[SuiteItem], schema: dict[str, 
 
 
 def requests_for(data: SuiteData, items: Sequence[SuiteItem] | None = None, **request: Any) -> list[GenerationRequest]:
-    """Greedy generation requests for a suite's items (ids are `suite/item`)."""
+    """Greedy generation requests for a suite's items (ids are `suite/item`): a text item's prompt, an extraction
+    or tools item's chat request."""
     chosen = data.items if items is None else items
     params = SamplingParams(max_tokens=data.suite.max_tokens, temperature=0.0)
     return [
-        GenerationRequest(id=f"{data.name}/{item.id}", prompt=item.prompt, params=params, **request) for item in chosen
+        GenerationRequest(id=f"{data.name}/{item.id}", prompt=item.prompt, params=params, **request)
+        if item.request is None
+        else replace(item.request, id=f"{data.name}/{item.id}", **request)
+        for item in chosen
     ]
 
 
@@ -302,35 +320,47 @@ def _metric(name: str) -> Any:
     return _METRICS[name]
 
 
-def score_items(metric: str, data: SuiteData, items: Sequence[SuiteItem], outputs: Sequence[ItemOutput]) -> list[float]:
-    """Per-item scores of a zoo metric (an error or missing text scores 0)."""
+def score_items(
+    metric: str,
+    data: SuiteData,
+    items: Sequence[SuiteItem],
+    outputs: Sequence[ItemOutput],
+    parser: str | None = None,
+) -> list[float]:
+    """Per-item scores of a zoo metric (an error or missing text scores 0). A tools item's answer is scored by the
+    calls `parser` reads from it (None: the parser its request was built with); an extraction item's validity
+    by its own schema."""
     module = _metric(metric)
-    kwargs: dict[str, Any] = {}
-    if metric == "json_schema_valid":
-        if data.schema is None:
-            raise ServegateError(
-                f"suite {data.name}: json_schema_valid needs a schema: declare postprocess.output_schema "
-                "or ship <suite>.schema.json beside the suite file"
-            )
-        kwargs["schema"] = data.schema
+    if metric == "json_schema_valid" and data.schema is None and not all(item_schema(i.request) for i in items):
+        raise ServegateError(
+            f"suite {data.name}: json_schema_valid needs a schema: declare postprocess.output_schema "
+            "or ship <suite>.schema.json beside the suite file"
+        )
     scores = []
     for item, output in zip(items, outputs, strict=True):
         if output.text is None:
             scores.append(0.0)
             continue
+        prediction = output.text
+        if data.suite.kind == "tools" and item.request is not None:
+            prediction = called(item.request, output.text, parser)
         # The module's own scoring on a one-item list: evaluate's compute() spends ~20 ms per call
         # writing an Arrow cache, which would dominate a 600-item gate run.
-        refs = {} if metric == "json_schema_valid" else {"references": [item.reference]}
-        value = module._compute(predictions=[output.text], **refs, **kwargs)[metric]
+        if metric == "json_schema_valid":
+            given: dict[str, Any] = {"schema": item_schema(item.request) or data.schema}
+        else:
+            given = {"references": [item.reference]}
+        value = module._compute(predictions=[prediction], **given)[metric]
         scores.append(float(value))
     return scores
 
 
 def score_run(
-    data: SuiteData, outputs: Sequence[ItemOutput], items: Sequence[SuiteItem] | None = None
+    data: SuiteData, outputs: Sequence[ItemOutput], items: Sequence[SuiteItem] | None = None, parser: str | None = None
 ) -> dict[str, list[float]]:
-    """Per-item scores of every metric the suite declares (an lm-eval suite: the values lm-eval logged)."""
+    """Per-item scores of every metric the suite declares (an lm-eval suite: the values lm-eval logged); a tools
+    suite's calls read by `parser` (the side's postprocess.tools.parser; None: the items' own)."""
     if data.suite.lm_eval is not None:
         return {m: [(o.scores or {}).get(m, 0.0) for o in outputs] for m in data.suite.metrics}
     chosen = data.items if items is None else items
-    return {metric: score_items(metric, data, chosen, outputs) for metric in data.suite.metrics}
+    return {metric: score_items(metric, data, chosen, outputs, parser) for metric in data.suite.metrics}

@@ -15,6 +15,8 @@ from servegate.zoo.errors import ZooError, check_name, inside
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 SUITES: tuple[str, ...] = ("arith", "recall", "json", "similarity")
 SPLITS: tuple[str, ...] = ("test", "calibration")
+CHAT_SUITES: tuple[str, ...] = ("extraction", "tools")
+"""Suites for instruct models, with a `test` split only (their items and generator: zoo/chat_suites.py)."""
 
 REQUIRED_FIELDS: tuple[str, ...] = ("id", "prompt", "reference")
 JSON_SCHEMA_PATH = SUITES_DIR / "json.schema.json"
@@ -24,8 +26,8 @@ BUILDERS: dict[str, str] = {".jsonl": "json", ".json": "json", ".csv": "csv", ".
 
 def suite_path(name: str, split: str = "test") -> Path:
     """The JSONL file of split ``split`` (``test`` or ``calibration``) of zoo suite ``name``."""
-    check_name("suite", name, SUITES)
-    check_name("split", split, SPLITS)
+    check_name("suite", name, SUITES + CHAT_SUITES)
+    check_name("split", split, ("test",) if name in CHAT_SUITES else SPLITS)
     return inside(SUITES_DIR, SUITES_DIR / f"{name}.{split}.jsonl")
 
 
@@ -38,12 +40,13 @@ def json_output_schema() -> dict[str, Any]:
 def resolve_suite(name_or_path: str, split: str = "test") -> Path:
     """A zoo suite name (``arith`` or ``zoo:arith``) or a local file, as a path to read."""
     name = name_or_path.removeprefix("zoo:")
-    if name_or_path.startswith("zoo:") or name in SUITES:
+    if name_or_path.startswith("zoo:") or name in SUITES + CHAT_SUITES:
         return suite_path(name, split)
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() not in BUILDERS:
         raise ZooError(
-            f"suite {name_or_path!r} is neither a zoo suite ({', '.join(SUITES)}) nor a {'/'.join(BUILDERS)} file"
+            f"suite {name_or_path!r} is neither a zoo suite ({', '.join(SUITES + CHAT_SUITES)}) "
+            f"nor a {'/'.join(BUILDERS)} file"
         )
     if not path.is_file():
         raise ZooError(f"suite file {path} does not exist")

@@ -19,6 +19,9 @@ METRICS: tuple[str, ...] = (
     "mean_kl",
     "embedding_cosine",
     "pairwise_accuracy",
+    "field_accuracy",
+    "tool_name_match",
+    "tool_arguments_match",
 )
 
 
