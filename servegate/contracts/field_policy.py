@@ -27,13 +27,10 @@ from pydantic import BaseModel
 
 from servegate.contracts.errors import ServingError
 
-_ANY_ENDPOINT = ("completions", "chat")
-
 UNSUPPORTED: dict[str, tuple[tuple[str, ...], tuple[Any, ...], str]] = {
     # path: (endpoints, neutral values, what the field would do)
     "best_of": (("completions",), (None, 1), "best_of samples several completions and returns the likeliest"),
     "suffix": (("completions",), (None, ""), "suffix asks for text inserted before a given ending"),
-    "prompt_logprobs": (_ANY_ENDPOINT, (None,), "prompt_logprobs (vLLM) returns the prompt's log-probabilities"),
     "functions": (("chat",), (None, []), "functions: OpenAI's deprecated spelling of tools (not in vLLM)"),
     "function_call": (("chat",), (None, "none"), "function_call: OpenAI's deprecated tool_choice (not in vLLM)"),
     "chat_template": (("tokenize",), (None,), "chat_template (vLLM) replaces the manifest's chat template"),

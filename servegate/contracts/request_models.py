@@ -107,6 +107,9 @@ class _GenerationRequest(_ApiRequest, ConstraintFields, TruncationFields):
     return_tokens_as_token_ids: bool = False
     """vLLM: name each token in logprobs (and its top alternatives) as `token_id:<id>` instead of its text, so
     tokens whose text is not valid UTF-8, or equal to another's, stay apart."""
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
+    """vLLM: also return every prompt token's log-probability and vocabulary rank, with this many likeliest
+    alternatives at each position (0: the token alone); not with stream: true."""
 
     @field_validator("stream_options")
     @classmethod

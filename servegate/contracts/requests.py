@@ -195,6 +195,12 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
         raise ServingError(
             "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"
         )
+    if request.prompt_logprobs is not None and not served.postprocess.logprobs:
+        detail = "prompt_logprobs: log-probabilities are not offered by this deployment"
+        raise ServingError("invalid_request", param="prompt_logprobs", detail=detail)
+    if request.prompt_logprobs is not None and request.stream:
+        detail = "prompt_logprobs cannot be combined with stream: true (as vLLM)"
+        raise ServingError("invalid_request", param="prompt_logprobs", detail=detail)
     if isinstance(request, CompletionRequest) and request.max_tokens == 0 and not request.echo:
         raise ServingError(
             "invalid_request", param="max_tokens", detail="max_tokens: 0 generates nothing: it needs echo: true"

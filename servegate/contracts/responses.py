@@ -45,6 +45,21 @@ FinishReason = Literal["stop", "length", "tool_calls"]
 CacheState = Literal["hit", "miss", "partial"]
 
 
+class PromptTokenLogprob(_Body):
+    """One token at one prompt position (vLLM's Logprob)."""
+
+    logprob: float
+    """log p(token | the prompt tokens before it), in nats."""
+    rank: int | None
+    """The token's rank in the vocabulary there (1: the likeliest); null where the engine does not say."""
+    decoded_token: str
+    """The token's text (`token_id:<id>` with return_tokens_as_token_ids)."""
+
+
+ANSWERED_ONLY_WHEN_ASKED = {"prompt_logprobs": True, "choices": {"__all__": {"prompt_logprobs"}}}
+"""Fields a body carries only when the request asks for them (server/prompt_logprobs.py adds them)."""
+
+
 class CompletionChoice(_Body):
     """One choice of a completion (or one chunk's part of it)."""
 
@@ -56,6 +71,9 @@ class CompletionChoice(_Body):
     """`stop` (EOS or a stop string), `length` (max_tokens reached); null until the last chunk."""
     logprobs: dict[str, Any] | None = None
     """{tokens, token_logprobs, top_logprobs, text_offset} when asked for."""
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
+    """vLLM: per prompt token (null for the first), {token id: its logprob, rank and text}, the prompt's own
+    token first, then the likeliest alternatives; only when the request asks for prompt_logprobs."""
 
 
 class CompletionResponse(_Body):
@@ -139,6 +157,8 @@ class ChatCompletionResponse(_Body):
     """The n choices, in index order."""
     usage: UsageBody
     """Token counts."""
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
+    """vLLM: the rendered prompt's tokens as in a completion choice's prompt_logprobs (only when asked for)."""
     system_fingerprint: str | None = None
     """The manifest's fingerprint (first 16 hex digits)."""
     response_cache: CacheState | None = None

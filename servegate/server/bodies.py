@@ -11,6 +11,7 @@ from typing import Any
 
 from servegate.contracts import logprob_bodies
 from servegate.contracts.responses import (
+    ANSWERED_ONLY_WHEN_ASKED,
     AssistantMessage,
     CalledFunctionBody,
     ChatChoice,
@@ -200,7 +201,7 @@ class BodyBuilder:
 
     @staticmethod
     def _dump(body: Any) -> dict[str, Any]:
-        return body.model_dump(mode="json")
+        return body.model_dump(mode="json", exclude=ANSWERED_ONLY_WHEN_ASKED)
 
 
 def _functions(reading: ToolReading) -> list[CalledFunctionBody]:

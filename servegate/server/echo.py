@@ -21,18 +21,12 @@ from servegate.runtime.engine.interface import (
     FinishEvent,
     GenerationRequest,
     PromptLogprobs,
-    PromptScorer,
     Usage,
 )
 from servegate.server.bodies import BodyBuilder, completion_logprobs, finish_reason, total_usage, usage_body
 from servegate.server.generation import EngineRun, cache_state, run_all, token_strings
+from servegate.server.prompt_logprobs import check_prompt_logprobs, engine_tokenizer
 from servegate.server.state import ServerState
-
-
-def _tokenizer(state: ServerState) -> Any:
-    """The manifest's tokenizer as the engine holds it (None where it has none)."""
-    preprocessor = state.engine.preprocessor
-    return preprocessor.tokenizer if preprocessor is not None else None
 
 
 def check_echo(state: ServerState, parsed: CompletionRequest, stream: bool, is_async: bool) -> None:
@@ -40,8 +34,7 @@ def check_echo(state: ServerState, parsed: CompletionRequest, stream: bool, is_a
     if stream or is_async:
         what = "stream: true" if stream else "Prefer: respond-async"
         raise ServingError("invalid_request", param="echo", detail=f"echo: true cannot be combined with {what}")
-    if not isinstance(state.engine, PromptScorer) or _tokenizer(state) is None:
-        raise ServingError("unsupported_parameter", param="echo", detail="this engine cannot score prompts")
+    check_prompt_logprobs(state, "echo")
 
 
 async def echo_completion(
@@ -70,7 +63,7 @@ async def echo_completion(
         generated = [token_strings(state, run, f) if f.logprobs is not None else [] for run, f in pairs]
     else:
         generated = [[] for _ in requests]
-    tokenizer = _tokenizer(state)
+    tokenizer = engine_tokenizer(state)
     choices, usages = [], []
     for index, (request, prompt, finish, tokens) in enumerate(zip(requests, scored, finishes, generated, strict=True)):
         assert isinstance(prompt, PromptLogprobs)

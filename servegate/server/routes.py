@@ -26,6 +26,7 @@ from servegate.runtime.request_translator import engine_requests
 from servegate.server.bodies import BodyBuilder, embeddings_body
 from servegate.server.echo import check_echo, echo_completion
 from servegate.server.generation import EngineRun, complete
+from servegate.server.prompt_logprobs import check_prompt_logprobs, with_prompt_logprobs
 from servegate.server.state import ServerState, error_response, internal_error, normalize
 from servegate.server.streaming import stream_response
 
@@ -113,18 +114,24 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     tools = generations[0].params.tool_use if generations else None
     builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n, tools=tools)
     ignored = _ignored_header(parsed)
+    if parsed.prompt_logprobs is not None:
+        check_prompt_logprobs(state)
     if isinstance(parsed, CompletionRequest) and parsed.echo:  # the prompt scored (lm-eval's log-likelihoods)
         check_echo(state, parsed, parsed.stream, _wants_async(request))
-        status, body, headers = await echo_completion(state, parsed, generations, builder)
+        echoed = await echo_completion(state, parsed, generations, builder)
+        status, body, headers = await with_prompt_logprobs(state, parsed, generations, echoed)
         return JSONResponse(body, status_code=status, headers={**headers, **ignored})
+
+    async def answer() -> tuple[int, dict[str, Any], dict[str, str]]:
+        done = await complete(state, endpoint, chat, generations, builder)
+        return await with_prompt_logprobs(state, parsed, generations, done)  # type: ignore[arg-type]
+
     if _wants_async(request):
         if parsed.stream:
             raise ServingError(
                 "invalid_request", param="stream", detail="stream: true cannot be combined with Prefer: respond-async"
             )
-        state.async_results.submit(
-            request_id, endpoint, tenant, lambda: complete(state, endpoint, chat, generations, builder)
-        )
+        state.async_results.submit(request_id, endpoint, tenant, answer)
         accepted = _accepted(state, endpoint, request_id)
         accepted.headers.update(ignored)
         return accepted
@@ -134,7 +141,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
         streamed = await stream_response(state, runs, builder, endpoint, chat, include_usage)
         streamed.headers.update(ignored)
         return streamed
-    status, body, headers = await complete(state, endpoint, chat, generations, builder)
+    status, body, headers = await answer()
     return JSONResponse(body, status_code=status, headers={**headers, **ignored})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from support.manifests import real_manifest, write_manifest
+from support.tool_faults import drops_last_argument
 
 import servegate.gates.chat_items as chat_items
 from servegate.cli.app import main
@@ -20,7 +21,6 @@ from servegate.contracts.loading import load_manifest
 from servegate.gates.base import EnginePool, GateContext
 from servegate.gates.comparison import QualityComparison, compare_runs
 from servegate.gates.evaluation import SuiteRun, load_suite_data, score_run
-from servegate.runtime.tool_calls import ToolCall, ToolReading
 from servegate.zoo import ZooError, zoo_model_path
 
 pytest.importorskip("llguidance")
@@ -100,18 +100,7 @@ def test_a_parser_that_drops_the_last_argument_fails_the_tools_suite(
 
     safe = compared(SuiteRun(data, run.outputs, score_run(data, run.outputs)))
     assert safe.verdict == "pass", safe.reason()
-    real = chat_items.read_tool_calls
-
-    def lossy(use: Any, text: str) -> ToolReading:
-        reading = real(use, text)
-        calls = []
-        for call in reading.calls:
-            arguments = json.loads(call.arguments)
-            arguments.pop(list(arguments)[-1], None)
-            calls.append(ToolCall(call.name, json.dumps(arguments)))
-        return ToolReading(reading.content, tuple(calls), reading.problem)
-
-    monkeypatch.setattr(chat_items, "read_tool_calls", lossy)
+    monkeypatch.setattr(chat_items, "read_tool_calls", drops_last_argument(chat_items.read_tool_calls))
     faulty = compared(SuiteRun(data, run.outputs, score_run(data, run.outputs)))
     assert faulty.verdict == "fail" and faulty.reason().startswith("tools/tool_arguments_match"), faulty.reason()
 

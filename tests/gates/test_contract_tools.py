@@ -4,15 +4,14 @@ parsing, and a parser that drops the last argument fails the gate."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.oracle_engine import reference_gate
+from support.tool_faults import drops_last_argument
 
 from servegate.contracts.loading import load_manifest
-from servegate.runtime.tool_calls import ToolCall, ToolReading
 
 pytest.importorskip("llguidance")
 
@@ -62,18 +61,7 @@ def test_every_forced_mode_parses_alone_and_under_load(tmp_path: Path) -> None:
 def test_a_parser_that_drops_the_last_argument_fails_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import servegate.server.bodies as bodies
 
-    real = bodies.read_tool_calls
-
-    def lossy(use: Any, text: str) -> ToolReading:
-        reading = real(use, text)
-        calls = []
-        for call in reading.calls:
-            arguments = json.loads(call.arguments)
-            arguments.pop(list(arguments)[-1], None)
-            calls.append(ToolCall(call.name, json.dumps(arguments)))
-        return ToolReading(reading.content, tuple(calls), reading.problem)
-
-    monkeypatch.setattr(bodies, "read_tool_calls", lossy)
+    monkeypatch.setattr(bodies, "read_tool_calls", drops_last_argument(bodies.read_tool_calls))
     result = contract(tmp_path)
     assert result.verdict == "fail" and "carry a tool call that does not parse" in result.reason, result.reason
     assert "'b' is a required property" in (result.measurements.tools_under_load.first_broken or "")

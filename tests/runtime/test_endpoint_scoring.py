@@ -29,12 +29,14 @@ VLLM_CHOICE = {
 
 
 def test_vllm_echo_answers_are_read_per_prompt_token() -> None:
-    logprobs, greedy, top = read_echo("http://remote/v1", VLLM_CHOICE, 3)
+    logprobs, greedy, top, ranks = read_echo("http://remote/v1", VLLM_CHOICE, 3)
     assert logprobs == [None, -19.73, -18.27]  # the generated token's entry is not the prompt's
     assert greedy == [True, False, True]  # from the ranks: "a" was 44th, "b" first
     assert top == [{}, {70: -19.73, 21: -0.354}, {71: -18.27}]
+    assert ranks == [None, 44, 1]  # each prompt token's own rank, as vLLM states it
     no_ranks = {"logprobs": VLLM_CHOICE["logprobs"]}
     assert read_echo("http://remote/v1", no_ranks, 3)[1] == [True, False, False]  # by value: "0" beat both
+    assert read_echo("http://remote/v1", no_ranks, 3)[3] == []  # no ranks said: none known
 
 
 def test_an_answer_without_prompt_logprobs_is_unsupported_parameter() -> None:

@@ -290,8 +290,8 @@ def test_ignore_drops_harmless_and_unknown_fields_at_every_depth_and_names_them(
     jsonschema.validate(body, request_json_schema(lenient, "chat"))
     for unsupported in (
         {"tools": [{"type": "function", "function": {"name": "f"}}]},
-        {"prompt_logprobs": 1},
         {"response_format": {"type": "json_object"}},
+        {"functions": [{"name": "f"}]},
     ):
         with pytest.raises(ServingError) as caught:
             parse_request(lenient, "chat", {**CHAT, **unsupported})

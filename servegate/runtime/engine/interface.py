@@ -229,6 +229,9 @@ class PromptLogprobs:
     top: tuple[dict[int, float], ...] = ()
     """Per position, the most likely tokens {token id: log-probability}, as many as the request's
     params.top_logprobs (at least 1); empty for the first position, and where a remote did not say."""
+    ranks: tuple[int | None, ...] = ()
+    """Per position, the token's rank in the vocabulary there (1: the likeliest); None for the first token, and
+    where a remote did not say (empty: not known at all)."""
 
 
 ScoreResult = PromptLogprobs | ErrorEvent

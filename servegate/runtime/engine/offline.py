@@ -132,6 +132,9 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
         param = "n" if body.n > 1 else "prompt"  # type: ignore[union-attr]
         detail = f"{param}: an input line is one request with one answer; write one line per prompt and choice"
         raise ServingError("invalid_request", param=param, detail=detail)
+    if body.prompt_logprobs is not None:  # type: ignore[union-attr]
+        detail = "prompt_logprobs: a result line holds the answer only; score prompts over HTTP (gate serve)"
+        raise ServingError("unsupported_parameter", param="prompt_logprobs", detail=detail)
     tenant = body.user if served.preprocess.tenant_from == "user" else None
     (request,) = engine_requests(served, body, str(item.id), tenant)  # the deadline starts when it is submitted
     return request

@@ -10,6 +10,7 @@ the paged KV pool (no request owns blocks for it), so it neither reads nor fills
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from servegate.contracts.errors import ServingError
@@ -19,11 +20,9 @@ from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
 from servegate.runtime.engine.parts import EngineParts
 
 
-def token_logprobs(
-    model: Any, token_ids: Sequence[int], top_k: int = 1
-) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
-    """log p of each token given the ones before it, whether it was the argmax there, and the top_k tokens
-    at each position (first position: None, True, {})."""
+def token_logprobs(model: Any, token_ids: Sequence[int], top_k: int = 1) -> PromptLogprobs:
+    """log p of each token given the ones before it, whether it was the argmax there, the top_k tokens and the
+    token's vocabulary rank at each position (first position: None, True, {}, None); request_id left empty."""
     import torch  # imported here: the engine module imports this one, and the CLI must start fast
 
     device = next(model.parameters()).device
@@ -36,7 +35,11 @@ def token_logprobs(
     greedy = logp.argmax(dim=-1) == targets
     values, top_ids = logp.topk(max(1, top_k), dim=-1)
     top = [dict(zip(i, v, strict=True)) for i, v in zip(top_ids.tolist(), values.tolist(), strict=True)]
-    return [None, *chosen.tolist()], [True, *greedy.tolist()], [{}, *top]
+    ranks = (logp > chosen[:, None]).sum(dim=-1) + 1  # as vLLM ranks: 1 + the tokens strictly likelier
+    return PromptLogprobs(
+        "", tuple(token_ids), (None, *chosen.tolist()), (True, *greedy.tolist()), top=({}, *top),
+        ranks=(None, *ranks.tolist()),
+    )  # fmt: skip
 
 
 def score_on_engine(
@@ -67,8 +70,6 @@ def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[G
         except ServingError as error:
             results.append(ErrorEvent(request.id, error))
             continue
-        logprobs, greedy, top = token_logprobs(model, ids, request.params.top_logprobs)
-        results.append(
-            PromptLogprobs(request.id, tuple(ids), tuple(logprobs), tuple(greedy), encoded.truncated_tokens, tuple(top))
-        )
+        scored = token_logprobs(model, ids, request.params.top_logprobs)
+        results.append(replace(scored, request_id=request.id, truncated_tokens=encoded.truncated_tokens))
     return results

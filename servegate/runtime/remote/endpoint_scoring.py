@@ -35,9 +35,9 @@ def cannot_score(base_url: str, why: str) -> ServingError:
 
 def read_echo(
     base_url: str, choice: dict[str, Any], n: int
-) -> tuple[list[float | None], list[bool], list[dict[int, float]]]:
+) -> tuple[list[float | None], list[bool], list[dict[int, float]], list[int | None]]:
     """The first `n` (prompt) token log-probabilities of an echoed choice, whether each was the top token, and
-    the alternatives by token id where the remote gives them (vLLM's prompt_logprobs)."""
+    the alternatives by token id and each token's rank where the remote gives them (vLLM's prompt_logprobs)."""
     logprobs = choice.get("logprobs") or {}
     values = logprobs.get("token_logprobs") or []
     if len(values) < n or any(v is None for v in values[1:n]):
@@ -45,13 +45,22 @@ def read_echo(
     prompt = [None, *(float(v) for v in values[1:n])]
     ranked = choice.get("prompt_logprobs")  # vLLM: per position {token id: {logprob, rank}}, the prompt's own first
     top: list[dict[int, float]] = []
+    ranks: list[int | None] = []
     if isinstance(ranked, list) and len(ranked) >= n:
         greedy = [True] + [_top_by_rank(entry) for entry in ranked[1:n]]
         top = [{}] + [_by_id(entry) for entry in ranked[1:n]]
+        ranks = [None] + [_own_rank(entry) for entry in ranked[1:n]]
     else:
         tops = logprobs.get("top_logprobs") or []
         greedy = [True] + [_top_by_value(tops[i] if i < len(tops) else None, prompt[i]) for i in range(1, n)]
-    return prompt, greedy, top
+    return prompt, greedy, top, ranks
+
+
+def _own_rank(entry: Any) -> int | None:
+    """The rank of the prompt token of one vLLM prompt_logprobs entry (its first key), None where not given."""
+    first = next(iter(entry.values()), None) if isinstance(entry, dict) else None
+    rank = first.get("rank") if isinstance(first, dict) else None
+    return rank if isinstance(rank, int) else None
 
 
 def _by_id(entry: Any) -> dict[int, float]:
@@ -104,9 +113,11 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
             choice = (resp.json().get("choices") or [{}])[0]
         except (ValueError, AttributeError, TypeError):
             raise cannot_score(engine.base_url, "the answer is not one completions JSON object") from None
-        logprobs, greedy, top = read_echo(engine.base_url, choice, len(admitted.token_ids))
+        logprobs, greedy, top, ranks = read_echo(engine.base_url, choice, len(admitted.token_ids))
         ids = tuple(admitted.token_ids)
-        return PromptLogprobs(request.id, ids, tuple(logprobs), tuple(greedy), admitted.truncated_tokens, tuple(top))
+        return PromptLogprobs(
+            request.id, ids, tuple(logprobs), tuple(greedy), admitted.truncated_tokens, tuple(top), tuple(ranks)
+        )
     except ServingError as error:
         return ErrorEvent(request.id, error)
     except (TimeoutError, asyncio.TimeoutError):

@@ -1,13 +1,12 @@
 """field_accuracy: how many of an extracted object's fields are right, per item.
 
 A local evaluate module shipped with servegate; load it with ``evaluate.load(path_to_this_folder)``. The
-comparison itself is servegate.zoo.json_fields.agreement.
+comparison itself is servegate.zoo.json_fields.agreement; the metric's shape is
+servegate.zoo.json_metric.JsonComparison.
 """
 
-import datasets
-import evaluate
-
-from servegate.zoo import json_fields
+from servegate.zoo import json_fields  # noqa: I001 (evaluate reads one import per line)
+from servegate.zoo import json_metric
 
 _DESCRIPTION = (
     "Share of the fields (JSON leaves) either the output or "
@@ -31,22 +30,10 @@ Examples:
 """
 
 
-class FieldAccuracy(evaluate.Metric):
+class FieldAccuracy(json_metric.JsonComparison):
     """Field-by-field agreement of JSON outputs with their references."""
 
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
-
-    def _compute(self, predictions, references):
-        scores = []
-        for prediction, reference in zip(predictions, references, strict=True):
-            ok, value = json_fields.parsed(prediction)
-            scores.append(json_fields.agreement(value, json_fields.parsed(reference)[1]) if ok else 0.0)
-        return {"field_accuracy": sum(scores) / len(scores) if scores else 0.0}
+    key = "field_accuracy"
+    summary = _DESCRIPTION
+    usage = _KWARGS_DESCRIPTION
+    compare = staticmethod(json_fields.agreement)

@@ -1,13 +1,12 @@
 """tool_arguments_match: how many of the expected calls' arguments are right, per item.
 
 A local evaluate module shipped with servegate; load it with ``evaluate.load(path_to_this_folder)``. The
-comparison itself is servegate.zoo.json_fields.arguments_match.
+comparison itself is servegate.zoo.json_fields.arguments_match; the metric's shape is
+servegate.zoo.json_metric.JsonComparison.
 """
 
-import datasets
-import evaluate
-
-from servegate.zoo import json_fields
+from servegate.zoo import json_fields  # noqa: I001 (evaluate reads one import per line)
+from servegate.zoo import json_metric
 
 _DESCRIPTION = (
     "Mean over expected calls of the share of arguments (JSON leaves) either "
@@ -31,22 +30,10 @@ Examples:
 """
 
 
-class ToolArgumentsMatch(evaluate.Metric):
+class ToolArgumentsMatch(json_metric.JsonComparison):
     """Argument-by-argument agreement of tool calls with the expected ones."""
 
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
-
-    def _compute(self, predictions, references):
-        scores = []
-        for prediction, reference in zip(predictions, references, strict=True):
-            ok, value = json_fields.parsed(prediction)
-            scores.append(json_fields.arguments_match(value, json_fields.parsed(reference)[1]) if ok else 0.0)
-        return {"tool_arguments_match": sum(scores) / len(scores) if scores else 0.0}
+    key = "tool_arguments_match"
+    summary = _DESCRIPTION
+    usage = _KWARGS_DESCRIPTION
+    compare = staticmethod(json_fields.arguments_match)

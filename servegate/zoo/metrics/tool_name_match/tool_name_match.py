@@ -1,13 +1,12 @@
 """tool_name_match: whether an answer calls the expected functions, in order, and no others.
 
 A local evaluate module shipped with servegate; load it with ``evaluate.load(path_to_this_folder)``. The
-comparison itself is servegate.zoo.json_fields.name_match.
+comparison itself is servegate.zoo.json_fields.name_match; the metric's shape is
+servegate.zoo.json_metric.JsonComparison.
 """
 
-import datasets
-import evaluate
-
-from servegate.zoo import json_fields
+from servegate.zoo import json_fields  # noqa: I001 (evaluate reads one import per line)
+from servegate.zoo import json_metric
 
 _DESCRIPTION = "Share of items whose tool calls name exactly the expected functions, in order."
 
@@ -28,22 +27,10 @@ Examples:
 """
 
 
-class ToolNameMatch(evaluate.Metric):
+class ToolNameMatch(json_metric.JsonComparison):
     """Whether the calls name the expected functions."""
 
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
-            ),
-        )
-
-    def _compute(self, predictions, references):
-        scores = []
-        for prediction, reference in zip(predictions, references, strict=True):
-            ok, value = json_fields.parsed(prediction)
-            scores.append(json_fields.name_match(value, json_fields.parsed(reference)[1]) if ok else 0.0)
-        return {"tool_name_match": sum(scores) / len(scores) if scores else 0.0}
+    key = "tool_name_match"
+    summary = _DESCRIPTION
+    usage = _KWARGS_DESCRIPTION
+    compare = staticmethod(json_fields.name_match)
