@@ -61,7 +61,7 @@ def profile_and_save(
         def stage(name: str, total: int) -> None:
             bar.update(task, description=name, total=total or None, completed=0)
 
-        if served.runtime.backend != "reference":
+        if served.runtime.remote:
             from servegate.capacity.latency.blackbox import profile_endpoint
 
             model = profile_endpoint(served, repeats=repeats, stage=lambda name: stage(name, 0))

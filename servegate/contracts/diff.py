@@ -35,11 +35,15 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.kv_cache.dtype",
         "runtime.device",
     ),
+    # another backend or engine version brings its own truncation, prefix cache and scheduler: the gates of what
+    # it replaces run again, though no field of theirs changed
     "truncation": (
         "preprocess.max_input_tokens",
         "preprocess.truncation",
         "runtime.max_model_len",
         "postprocess.max_output_tokens",
+        "runtime.backend",
+        "runtime.engine",
     ),
     "caching": (
         "runtime.kv_cache.prefix_caching",
@@ -47,6 +51,8 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "postprocess.response_cache",
         "preprocess.tenant_from",
         "quality.cache_audit",
+        "runtime.backend",
+        "runtime.engine",
     ),
     # compiled kernels sum in another order, and only some batch sizes are compiled: quality and batch
     # invariance are re-checked, not only speed
@@ -56,9 +62,18 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.compile",
         "runtime.compile_batch_sizes",
         "failure_policy.request_timeout_s",
+        "runtime.backend",
+        "runtime.engine",
     ),
     # outputs and streams at the declared concurrency: anything that changes how requests share the engine
-    "load": ("batching", "runtime.kv_cache", "runtime.compile", "runtime.backend", "runtime.endpoint_url"),
+    "load": (
+        "batching",
+        "runtime.kv_cache",
+        "runtime.compile",
+        "runtime.backend",
+        "runtime.endpoint_url",
+        "runtime.engine",
+    ),
     "fallback": ("failure_policy.fallback",),
     "quality": (
         "weights",

@@ -78,7 +78,7 @@ class ServedModel(Section):
                 f"preprocess.max_input_tokens ({pre.max_input_tokens}) exceeds runtime.max_model_len "
                 f"({rt.max_model_len}): lower one or raise the other"
             )
-        if bat.mode == "continuous" and rt.kv_cache is None and rt.backend == "reference":
+        if bat.mode == "continuous" and rt.kv_cache is None and not rt.remote:
             raise ValueError("batching.mode=continuous needs runtime.kv_cache (block_size, memory_budget)")
         if bat.chunked_prefill and bat.mode != "continuous":
             raise ValueError(f"batching.chunked_prefill needs batching.mode=continuous (got {bat.mode})")

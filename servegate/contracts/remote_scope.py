@@ -70,7 +70,7 @@ def _value(data: dict[str, Any], path: str) -> Any:
 
 def remote_scope(served: ServedModel) -> dict[str, Any] | None:
     """For an endpoint manifest: what is enforced here, verified on the remote, or only declared (None otherwise)."""
-    if served.runtime.backend == "reference":
+    if not served.runtime.remote:
         return None
     data = served.model_dump(mode="json")
     declared = {path: _value(data, path) for path in DECLARED_BY_REMOTE}

@@ -226,6 +226,11 @@ class Runtime(Section):
     warmup: list[WarmupPrompt] = Field(default_factory=list)
     """Prompts run at start-up with their expected outputs (a broken deploy is caught before traffic)."""
 
+    @property
+    def remote(self) -> bool:
+        """Whether the model runs in an engine servegate only talks to (endpoint, vLLM), not in its own."""
+        return self.backend != "reference"
+
     @model_validator(mode="after")
     def _endpoint_needs_url(self) -> Runtime:
         if self.backend == "endpoint" and not self.endpoint_url:
@@ -255,7 +260,7 @@ class Runtime(Section):
             raise ValueError(
                 f"compile: decode freezes float weights; it does not take quantization {self.quantization.method!r}"
             )
-        if self.backend != "reference":
+        if self.remote:
             raise ValueError(f"compile: decode applies to the reference backend, not to backend: {self.backend}")
         if self.device == "cuda":
             # the compiled graph's attention op and GEMM template are CPU ones (runtime/model/compiled_decode.py)

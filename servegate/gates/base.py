@@ -266,8 +266,8 @@ class Gate:
 
 
 def on_remote(served: ServedModel) -> bool:
-    """Whether the manifest's model runs on a remote engine (the endpoint backend)."""
-    return served.runtime.backend != "reference"
+    """Whether the manifest's model runs on a remote engine (runtime.remote: the endpoint or vLLM backend)."""
+    return served.runtime.remote
 
 
 def check_available(served: ServedModel, suite: str, outputs: Sequence[ItemOutput]) -> None:

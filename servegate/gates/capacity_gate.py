@@ -154,13 +154,13 @@ class CapacityGate(Gate):
         served = ctx.candidate
         ours = type(self).server_factory is own_server  # tests substitute servers of their own
         if ours and served.capacity.targets is not None and served.capacity.workload is not None:
-            if served.runtime.backend == "reference":
+            if not served.runtime.remote:
                 from servegate.capacity.bench.local_server import LocalServer
 
                 ctx.prepared[self.name] = LocalServer(served).launch()
                 if not paired_mode(ctx.mode, ctx.baseline, served):  # torch's import overlaps the other gates
                     ctx.prepared[f"{self.name}:probe"] = _probe(served)
-                if paired_mode(ctx.mode, ctx.baseline, served) and ctx.baseline.runtime.backend == "reference":
+                if paired_mode(ctx.mode, ctx.baseline, served) and not ctx.baseline.runtime.remote:
                     ctx.prepared[f"{self.name}:baseline"] = LocalServer(ctx.baseline).launch()
 
     def run(self, ctx: GateContext) -> GateResult:
@@ -182,7 +182,7 @@ class CapacityGate(Gate):
         server = prepared if prepared is not None else self.server_factory(served)
         own_note = getattr(server, "memory_note", None)
         # a server that runs here shares this machine's cores: a miss counts only when they held (capacity_machine.py)
-        here = served.runtime.backend == "reference" and not paired
+        here = not served.runtime.remote and not paired
         probe = (ctx.prepared.pop(f"{self.name}:probe", None) or _probe(served)) if here else None
         change = control = contention = None
         try:
@@ -262,7 +262,7 @@ class CapacityGate(Gate):
         records = [r for run in result.runs for r in run.records]
         # a server here has its machine judged in capacity_machine.py; a remote's misses on an oversubscribed client
         # machine are warnings here
-        load = None if served.runtime.backend == "reference" and change is None else report.get("load_average")
+        load = None if not served.runtime.remote and change is None else report.get("load_average")
         verdict = judge(targets, records, checks, change, describe_miss=_miss, load=load)
         return verdict, peak, note, unchecked
 
@@ -280,7 +280,7 @@ class CapacityGate(Gate):
         reasons = machine_reasons(report, contention)
         if reasons:
             return excuse(verdict, reasons), None
-        if ctx.baseline.runtime.backend != "reference":
+        if ctx.baseline.runtime.remote:
             return verdict, None
         control = self._control(ctx, candidate_url, probe)
         if control.reasons:

@@ -25,7 +25,7 @@ class DivergenceUnavailable(Exception):
 
 def load_lm(served: ServedModel) -> tuple[Any, Any]:
     """The manifest's causal LM (quantized as it declares) and its tokenizer, loaded in process."""
-    if served.runtime.backend != "reference":
+    if served.runtime.remote:
         raise DivergenceUnavailable("the endpoint backend exposes no full next-token distributions")
     try:
         from servegate.runtime.model.weights import load_causal_lm

@@ -219,7 +219,7 @@ def _structured(served: ServedModel) -> dict[str, Any] | None:
     structured = served.postprocess.structured_output
     if structured is None:
         return None
-    on_remote = served.runtime.backend != "reference"
+    on_remote = served.runtime.remote
     return {
         "kinds": list(structured.kinds),
         "request_fields": [

@@ -37,7 +37,7 @@ def build(served: ServedModel, *, fallback: bool = True, step_trace: StepTrace |
     from servegate.contracts.loading import load_fallback
 
     backup = load_fallback(served) if fallback else None
-    if backup is not None and served.runtime.backend == "reference":
+    if backup is not None and not served.runtime.remote:
         from servegate.runtime.failure_policy.shared_cores import beside_primary
 
         backup = beside_primary(served, backup)

@@ -27,12 +27,6 @@ class EncodedPrompt:
     """Prompt tokens dropped by the truncation policy (0 when the prompt fit)."""
 
 
-def check_payload_bytes(size: int, limit: int) -> None:
-    """Refuse a request body of `size` bytes over `limit` (payload_too_large, 413)."""
-    if size > limit:
-        raise ServingError("payload_too_large", size=size, limit=limit)
-
-
 def truncate(token_ids: list[int], limit: int, side: str, keep_head: int = 0) -> tuple[list[int], int]:
     """Drop tokens from `side` (left, right or middle) down to `limit`; the first `keep_head` always stay.
 
@@ -64,7 +58,6 @@ class Preprocessor:
         pre = served.preprocess
         self.limit = pre.max_input_tokens
         self.truncation = pre.truncation
-        self.max_payload_bytes = pre.max_payload_bytes
         self.template_source: str | None = None
         """Jinja text of a template file (chat_template: PATH)."""
         if pre.chat_template not in ("tokenizer", "none"):
@@ -75,10 +68,6 @@ class Preprocessor:
                 raise ServegateError(f"preprocess.chat_template: cannot read {path}: {exc.strerror}") from None
         self.vocab_size = len(tokenizer)
         self.check_renders_tools()
-
-    def check_payload_bytes(self, size: int) -> None:
-        """Refuse a body larger than preprocess.max_payload_bytes."""
-        check_payload_bytes(size, self.max_payload_bytes)
 
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
         """Token ids for the request (truncated as the manifest says), or a ServingError for the client."""

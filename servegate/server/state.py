@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import secrets
 import time
@@ -39,7 +38,6 @@ class ServerState:
     """SIGTERM received: new requests get 503 while in-flight ones finish."""
     in_flight: int = 0
     """HTTP requests to /v1/* being served (a stream counts until its last byte)."""
-    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def busy(self) -> int:
         """Work that must finish before a graceful exit: in-flight requests plus pending async requests."""

@@ -140,6 +140,13 @@ def test_a_change_triggers_every_gate_watching_it_or_a_field_above_it() -> None:
     assert gates_for_path("postprocess.stop", plugin) == ("contract", "toxicity")
 
 
+def test_another_backend_or_engine_runs_the_gates_of_what_it_replaces() -> None:
+    # vLLM instead of the reference engine brings its own truncation, prefix cache and scheduler
+    replaced = ("contract", "truncation", "caching", "batching", "load", "quality", "capacity")
+    assert gates_for_path("runtime.backend") == replaced
+    assert gates_for_path("runtime.engine.version") == replaced
+
+
 def test_reference_form_switches_every_optimization_off(tmp_path: Path) -> None:
     served = load_manifest(Path(__file__).parents[2] / "examples/quickstart/manifest.yaml")
     ref = served.reference_form()

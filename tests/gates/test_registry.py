@@ -84,6 +84,14 @@ def test_a_plugin_gate_runs_for_the_fields_it_watches_and_gate_diff_names_it(loa
         GATES.remove("toxicity")
 
 
+def test_a_move_to_another_engine_runs_the_gates_of_what_it_replaces(load) -> None:  # noqa: ANN001
+    base = load("base.yaml")
+    runtime = {**base.runtime.model_dump(mode="python"), "backend": "endpoint", "endpoint_url": "http://x:8000/v1"}
+    planned = {p.name: p for p in plan_gates(base, base.with_changes(runtime=runtime))}
+    for name in ("contract", "truncation", "caching", "batching", "load", "quality"):
+        assert planned[name].run and "runtime.backend" in planned[name].changed_paths, (name, planned[name])
+
+
 def test_the_built_in_gates_watch_the_one_trigger_table() -> None:
     from servegate.contracts.diff import GATE_WATCHES
     from servegate.gates.quantization import PRECISION_FIELDS

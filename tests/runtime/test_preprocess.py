@@ -128,14 +128,6 @@ def test_malformed_requests_are_client_errors(tokenizer) -> None:
         assert err.value.code == "invalid_request" and err.value.spec.client_error
 
 
-def test_payload_limit(tokenizer) -> None:
-    pre = Preprocessor(served(max_payload_bytes=1000), tokenizer)
-    pre.check_payload_bytes(1000)
-    with pytest.raises(ServingError) as err:
-        pre.check_payload_bytes(1001)
-    assert err.value.status == 413 and "1001" in err.value.message
-
-
 def test_truncate_edges() -> None:
     assert truncate([1, 2, 3, 4, 5], 3, "middle") == ([1, 2, 5], 2)
     assert truncate([9, 2, 3, 4, 5], 2, "left", keep_head=1) == ([9, 5], 3)

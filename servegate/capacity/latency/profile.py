@@ -138,7 +138,7 @@ def profile_manifest(
     This machine's speed is sampled meanwhile: `fit.machine_speed` is how fast it ran during the traced runs
     (what the last fits matched), `fit.machine_speed_profile` over the whole profile (machine_speed.py).
     """
-    if served.runtime.backend != "reference":
+    if served.runtime.remote:
         raise ServegateError("gate profile measures the reference runtime; an endpoint is measured with gate bench")
     with MachineSpeedMonitor() as monitor:
         model, traced = _profile(served, repeats, burst, tick, stage, http_terms)

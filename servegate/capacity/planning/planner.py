@@ -30,7 +30,7 @@ from servegate.capacity.latency.prediction import Prediction, predict, saturatio
 from servegate.capacity.memory.plan import MemoryPlan
 from servegate.capacity.planning.rate_limit import RateLimit
 from servegate.capacity.planning.replicas import ReplicaPlan
-from servegate.capacity.planning.sizing import engine_policies, is_engine, quick_rate, size
+from servegate.capacity.planning.sizing import engine_policies, quick_rate, size
 from servegate.capacity.planning.target_checks import TargetCheck, check_targets
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
@@ -210,7 +210,7 @@ def plan(
     deployment must carry and where it came from (replicas are sized for it)."""
     targets = served.capacity.targets
     regime, reason, service = _regime(served, workload, model)
-    engine = is_engine(served)
+    engine = served.runtime.remote
     if engine:
         regime, reason = "throughput-bound", "an engine is planned for the most requests/s one replica carries"
     policies = engine_policies(served) if engine else candidate_policies(served)

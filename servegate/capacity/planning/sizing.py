@@ -22,11 +22,6 @@ ENGINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 """max_batch_size values tried for an engine (up to 4x the declared one)."""
 
 
-def is_engine(served: ServedModel) -> bool:
-    """Whether the manifest's steps run in an engine servegate only talks to (endpoint, vLLM)."""
-    return served.runtime.backend != "reference"
-
-
 def engine_policies(served: ServedModel) -> list[dict[str, Any]]:
     """Continuous batching at every max_batch_size x max_num_batched_tokens pair worth trying."""
     max_in = served.preprocess.max_input_tokens

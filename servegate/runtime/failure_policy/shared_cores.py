@@ -37,7 +37,7 @@ def beside_primary(primary: ServedModel, fallback: ServedModel) -> ServedModel:
     when both run on CPU, with a warning saying so; unchanged otherwise."""
     from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, default_threads
 
-    if primary.runtime.backend != "reference" or fallback.runtime.backend != "reference":
+    if primary.runtime.remote or fallback.runtime.remote:
         return fallback
     if not (_on_cpu(primary) and _on_cpu(fallback)):
         return fallback

@@ -71,11 +71,6 @@ class PagedKVCache:
         # gather target for sequences whose blocks are not consecutive; grown on demand, reused by every layer
         self._workspace = torch.empty(0, dtype=self.storage_dtype, device=device)
 
-    @property
-    def num_slots(self) -> int:
-        """Token slots in the pool (num_blocks * block_size)."""
-        return self.num_blocks * self.block_size
-
     def nbytes(self) -> int:
         """Bytes held by all K and V pools."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)

@@ -79,8 +79,3 @@ class Sequence:
     def max_total_tokens(self) -> int:
         """Prompt + the most output tokens: the length the sequence can reach."""
         return len(self.prompt_token_ids) + self.max_tokens
-
-    @property
-    def is_finished(self) -> bool:
-        """Whether the sequence has left the scheduler."""
-        return self.status is SeqStatus.FINISHED
