@@ -43,18 +43,27 @@ class QualityComparison:
     """Suite name -> suite-level numbers of both sides."""
     lengths: list[OutputLength] = field(default_factory=list)
     """The output-length guard of every suite compared (quality.length_band)."""
+    timed_out: dict[str, int] = field(default_factory=dict)
+    """Suite name -> items left out of its paired tests because either side ended deadline_exceeded."""
 
     @property
     def verdict(self) -> Verdict:
-        """The worst verdict over all tests and length guards (skipped when nothing was compared)."""
+        """The worst verdict over all tests and length guards (skipped when nothing was compared); at best a
+        warning where items hit their deadline, which says how busy the machine was, not how good the answers."""
         if not self.tests:
             return "skipped"
-        return worst([*(c.verdict for _, c in self.tests), *(g.verdict for g in self.lengths)])
+        timing: list[Verdict] = ["warn"] if self.timed_out else []
+        return worst([*(c.verdict for _, c in self.tests), *(g.verdict for g in self.lengths), *timing])
 
     def reason(self) -> str:
         """The first failing (else warning, else passing) test's reason, prefixed with its suite and metric."""
         if not self.tests:
             return "no eval suites declared (quality.suites is empty)"
+        for suite, test in self.tests:
+            if test.verdict == "fail":
+                return f"{suite}/{test.metric}: {test.reason}"
+        if self.timed_out:
+            return f"inconclusive: {self._timed_out()}"
         for wanted in ("fail", "warn"):
             for suite, test in self.tests:
                 if test.verdict == wanted:
@@ -70,6 +79,14 @@ class QualityComparison:
             f"lower bound {weakest.lower:+.4f} > -{weakest.margin:g} (n={weakest.n}, {weakest.confidence:.0%}){length}"
         )
 
+    def _timed_out(self) -> str:
+        counts = ", ".join(f"{n} of {suite}" for suite, n in self.timed_out.items())
+        return (
+            f"items ended deadline_exceeded ({counts}) and were left out of the paired tests: a deadline measures "
+            "how fast this machine ran, not the answers; raise failure_policy.request_timeout_s to judge them, "
+            "and gate speed with capacity targets"
+        )
+
     def suite_scores(self) -> dict[str, SuiteScores]:
         """Suite name -> its suite-level numbers and per-metric tests, in the order the suites were tested."""
         lengths = {g.suite: g for g in self.lengths}
@@ -81,6 +98,10 @@ class QualityComparison:
             )
             for suite in dict.fromkeys(s for s, _ in self.tests)
         }
+
+
+DEADLINE = "deadline_exceeded"
+"""The error that says how fast a machine ran, not what the model answered: its items leave the paired tests."""
 
 
 def margin_for(served: ServedModel, metric: str) -> float:
@@ -99,10 +120,15 @@ def compare_runs(
     """Add the paired tests of every metric of one suite, and up to k failure examples, to `out`."""
     chosen = list(data.items if items is None else items)
     quality = served.quality
+    kept = [
+        i for i, (b, c) in enumerate(zip(base.outputs, cand.outputs, strict=True)) if DEADLINE not in (b.error, c.error)
+    ]
+    if len(kept) < len(base.outputs):
+        out.timed_out[data.name] = out.timed_out.get(data.name, 0) + len(base.outputs) - len(kept)
     for metric in data.suite.metrics:
         test = paired_noninferiority(
-            base.scores[metric],
-            cand.scores[metric],
+            [base.scores[metric][i] for i in kept],
+            [cand.scores[metric][i] for i in kept],
             margin=margin_for(served, metric),
             confidence=quality.confidence,
             metric=metric,

@@ -52,17 +52,41 @@ def load_lm(served: ServedModel) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+LOGITS_BUDGET_BYTES = 256 * 2**20
+"""Most float32 logits one forward pass may hold ([rows, width, vocab]): a 49,152-token vocabulary over 200
+positions is 39 MiB a row, so 64 rows at once would take 2.5 GiB per model."""
+
+
+def prompt_ids(served: ServedModel, tokenizer: Any, items: Sequence[SuiteItem]) -> list[list[int]]:
+    """Each item's prompt as the engine encodes it: a chat item's request through the manifest's chat template
+    (its answer was generated after the rendered prompt), a text item's prompt as it is."""
+    chat = [item for item in items if item.request is not None]
+    encode = None
+    if chat:
+        from servegate.runtime.preprocess import Preprocessor
+
+        encode = Preprocessor(served, tokenizer).encode
+    return [
+        list(encode(item.request).token_ids) if item.request is not None and encode is not None
+        else list(tokenizer(item.prompt)["input_ids"])
+        for item in items
+    ]  # fmt: skip
+
+
 def teacher_forced_logits(
-    model: Any, tokenizer: Any, items: Sequence[SuiteItem], continuations: Sequence[Sequence[int]], batch: int = 64
+    model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
 ) -> Any:
-    """Logits predicting each continuation token: [sum of continuation lengths, vocab] (float32)."""
+    """Logits predicting each continuation token after its prompt: [sum of continuation lengths, vocab] (float32),
+    in passes of at most LOGITS_BUDGET_BYTES."""
     import torch
 
-    rows = []
-    for item, cont in zip(items, continuations, strict=True):
-        prompt = list(tokenizer(item.prompt)["input_ids"])
-        rows.append((prompt + list(cont), len(prompt), len(cont)))
+    rows = [
+        (list(prompt) + list(cont), len(prompt), len(cont)) for prompt, cont in zip(prompts, continuations, strict=True)
+    ]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    vocab = int(getattr(model.config, "vocab_size", None) or len(tokenizer))
+    widest = max((len(ids) for ids, _, _ in rows), default=1)
+    batch = max(1, LOGITS_BUDGET_BYTES // (widest * vocab * 4))
     out = []
     with torch.inference_mode():
         for start in range(0, len(rows), batch):
@@ -74,10 +98,12 @@ def teacher_forced_logits(
             for r, (row, _, _) in enumerate(chunk):
                 ids[r, : len(row)] = torch.tensor(row)
                 mask[r, : len(row)] = 1
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()  # [B, T, V]
+            logits = model(input_ids=ids, attention_mask=mask).logits  # [B, T, V]
             for r, (_, prompt_len, cont_len) in enumerate(chunk):
-                # position t predicts token t+1: the continuation starts at prompt_len
-                out.append(logits[r, prompt_len - 1 : prompt_len - 1 + cont_len])
+                # position t predicts token t+1: the continuation starts at prompt_len; a copy, so the pass's
+                # whole [B, T, V] tensor is freed before the next
+                out.append(logits[r, prompt_len - 1 : prompt_len - 1 + cont_len].float().clone())
+            del logits
     if not out:
         return torch.zeros((0, 1))
     return torch.cat(out, dim=0)
@@ -103,8 +129,12 @@ class DivergenceProbe:
         continuations = [o.token_ids for _, o in keep]
         base_model, base_tok = self._lm("baseline")
         cand_model, cand_tok = self._lm("candidate")
-        base_logits = teacher_forced_logits(base_model, base_tok, chosen, continuations)
-        cand_logits = teacher_forced_logits(cand_model, cand_tok, chosen, continuations)
+        base_logits = teacher_forced_logits(
+            base_model, base_tok, prompt_ids(self.baseline, base_tok, chosen), continuations
+        )
+        cand_logits = teacher_forced_logits(
+            cand_model, cand_tok, prompt_ids(self.candidate, cand_tok, chosen), continuations
+        )
         return next_token_divergence(base_logits, cand_logits)
 
 

@@ -55,6 +55,10 @@ def resolve_suite(name_or_path: str, split: str = "test") -> Path:
 
 def load_suite(name_or_path: str, split: str = "test", limit: int | None = None) -> list[dict[str, Any]]:
     """Load a suite's items (the first ``limit`` when given) through ``datasets.load_dataset``."""
+    from servegate.zoo.package_suites import PACKAGE_SUITES, package_suite
+
+    if name_or_path.removeprefix("zoo:") in PACKAGE_SUITES:
+        return package_suite(name_or_path.removeprefix("zoo:"), split, limit)
     import datasets  # imported here: it is slow to import and only loading needs it
 
     path = resolve_suite(name_or_path, split)

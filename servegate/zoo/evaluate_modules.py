@@ -22,6 +22,7 @@ METRICS: tuple[str, ...] = (
     "field_accuracy",
     "tool_name_match",
     "tool_arguments_match",
+    "text_similarity",
 )
 
 
