@@ -4,6 +4,10 @@ Each run is a fresh process, as `make demo` and CI run it, so imports and model 
 The cold run uses an empty $SERVEGATE_CACHE; the warm run reuses the cache the cold run filled.
 
     python benchmarks/gate_check_timing.py [examples/quickstart/manifest.yaml] [--cpus 0,1] [--repeat 1]
+    python benchmarks/gate_check_timing.py examples/smollm2/manifest.yaml --candidate examples/smollm2/int8.yaml
+
+With --candidate it times `gate check --baseline MANIFEST --candidate CANDIDATE` (a change), else `gate check
+MANIFEST` (the manifest against its reference form). Peak resident memory of the check is printed too.
 
 --cpus pins the runs to those CPU cores (taskset), e.g. 0,1 for the "2 cores" budget.
 """
@@ -25,13 +29,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_once(manifest: Path, cache: Path, cpus: str | None, report: Path) -> tuple[float, float, int]:
+def run_once(
+    manifest: Path, cache: Path, cpus: str | None, report: Path, candidate: Path | None = None
+) -> tuple[float, float, int]:
     """One `gate check` in a fresh process; returns (wall seconds, CPU seconds user+sys, exit code).
 
     CPU time is what the run costs whatever else the machine is doing; wall time also counts waiting for
     cores that other processes hold.
     """
-    command = [sys.executable, "-m", "servegate.cli", "check", str(manifest), "--json", str(report)]
+    sides = [str(manifest)] if candidate is None else ["--baseline", str(manifest), "--candidate", str(candidate)]
+    command = [sys.executable, "-m", "servegate.cli", "check", *sides, "--json", str(report)]
     if cpus:
         command = ["taskset", "-c", cpus, *command]
     env = {**os.environ, "SERVEGATE_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -53,10 +60,12 @@ def main() -> None:
     parser.add_argument("manifest", nargs="?", default="examples/quickstart/manifest.yaml")
     parser.add_argument("--cpus", default=None, help="CPU list for taskset, e.g. 0,1")
     parser.add_argument("--repeat", type=int, default=1, help="cold/warm pairs to run")
+    parser.add_argument("--candidate", default=None, help="time a change: MANIFEST -> CANDIDATE")
     args = parser.parse_args()
     if args.cpus and shutil.which("taskset") is None:
         raise SystemExit("--cpus needs taskset (util-linux)")
     manifest = (ROOT / args.manifest).resolve()
+    candidate = (ROOT / args.candidate).resolve() if args.candidate else None
     machine = platform.processor() or platform.machine()
     print(f"machine: {machine}, {os.cpu_count()} CPUs visible, pinned to {args.cpus or 'none'}")
     rows = []
@@ -64,12 +73,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="servegate-bench-") as tmp:
             cache, report = Path(tmp) / "cache", Path(tmp) / "report.json"
             load = os.getloadavg()[0]
-            cold, cold_cpu, code = run_once(manifest, cache, args.cpus, report)
+            cold, cold_cpu, code = run_once(manifest, cache, args.cpus, report, candidate)
             gates = {g["name"]: (g["verdict"], g["duration_s"]) for g in json.loads(report.read_text())["gates"]}
-            warm, warm_cpu, _ = run_once(manifest, cache, args.cpus, report)
+            warm, warm_cpu, _ = run_once(manifest, cache, args.cpus, report, candidate)
             warm_gates = {g["name"]: g["duration_s"] for g in json.loads(report.read_text())["gates"]}
             rows.append((cold, warm, cold_cpu, warm_cpu))
-            print(f"run {i + 1} (load average {load:.1f} at start): exit {code}")
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux -> GiB
+            print(f"run {i + 1} (load average {load:.1f} at start): exit {code}; peak RSS of a check {peak:.2f} GiB")
             print(f"  cold: wall {cold:.1f} s, CPU {cold_cpu:.1f} s")
             print(f"  warm: wall {warm:.1f} s, CPU {warm_cpu:.1f} s (CPU warm/cold {warm_cpu / cold_cpu:.2f})")
             for name, (verdict, seconds) in gates.items():

@@ -137,6 +137,18 @@ def test_next_token_divergence_by_hand() -> None:
     assert result.positions == 2
 
 
+def test_next_token_divergence_is_the_same_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from servegate.gates import statistics
+
+    rng = np.random.default_rng(1)
+    base, cand = torch.tensor(rng.normal(size=(9, 5))), torch.tensor(rng.normal(size=(9, 5)))
+    whole = next_token_divergence(base, cand)
+    monkeypatch.setattr(statistics, "DIVERGENCE_ROWS", 2)  # 5 passes of at most 2 positions
+    assert next_token_divergence(base, cand) == pytest.approx(whole)
+
+
 def test_next_token_divergence_agrees_with_the_zoo_metric() -> None:
     from servegate.gates.evaluation import _metric
 
