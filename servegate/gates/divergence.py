@@ -60,15 +60,12 @@ positions is 39 MiB a row, so 64 rows at once would take 2.5 GiB per model."""
 def prompt_ids(served: ServedModel, tokenizer: Any, items: Sequence[SuiteItem]) -> list[list[int]]:
     """Each item's prompt as the engine encodes it: a chat item's request through the manifest's chat template
     (its answer was generated after the rendered prompt), a text item's prompt as it is."""
-    chat = [item for item in items if item.request is not None]
-    encode = None
-    if chat:
-        from servegate.runtime.preprocess import Preprocessor
+    from servegate.runtime.preprocess import Preprocessor
 
-        encode = Preprocessor(served, tokenizer).encode
+    encoder = Preprocessor(served, tokenizer) if any(item.request is not None for item in items) else None
     return [
-        list(encode(item.request).token_ids) if item.request is not None and encode is not None
-        else list(tokenizer(item.prompt)["input_ids"])
+        list(tokenizer(item.prompt)["input_ids"]) if item.request is None or encoder is None
+        else list(encoder.encode(item.request).token_ids)
         for item in items
     ]  # fmt: skip
 

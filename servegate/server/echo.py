@@ -10,14 +10,12 @@ An engine that cannot score prompts answers `unsupported_parameter` for `echo`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.request_models import CompletionRequest
 from servegate.runtime.engine.interface import (
-    ErrorEvent,
     FinishEvent,
     GenerationRequest,
     PromptLogprobs,
@@ -25,7 +23,13 @@ from servegate.runtime.engine.interface import (
 )
 from servegate.server.bodies import BodyBuilder, completion_logprobs, finish_reason, total_usage, usage_body
 from servegate.server.generation import EngineRun, cache_state, run_all, token_strings
-from servegate.server.prompt_logprobs import check_prompt_logprobs, engine_tokenizer
+from servegate.server.prompt_logprobs import (
+    attach_prompt_logprobs,
+    check_prompt_logprobs,
+    engine_tokenizer,
+    first_error,
+    score_prompts,
+)
 from servegate.server.state import ServerState
 
 
@@ -42,8 +46,9 @@ async def echo_completion(
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Score every choice's prompt, generate its completion when max_tokens > 0, and join the two per choice."""
     headers = {"X-Request-Id": builder.id}
-    scored = await asyncio.to_thread(state.engine.score, requests)  # type: ignore[attr-defined]
-    failed = next((r for r in scored if isinstance(r, ErrorEvent)), None)
+    # one prefill serves the echoed logprobs and prompt_logprobs alike: scored with the more alternatives of the two
+    scored = await score_prompts(state, requests, max(parsed.logprobs or 0, parsed.prompt_logprobs or 0))
+    failed = first_error(scored)
     if failed is not None:
         return failed.error.status, failed.error.to_body(), {**failed.error.headers(), **headers}
     finishes: list[FinishEvent | None] = [None] * len(requests)
@@ -73,6 +78,7 @@ async def echo_completion(
     body = builder.completion([])
     body["choices"] = choices
     body["usage"] = usage_body(total_usage(usages, builder.n)).model_dump(mode="json")
+    attach_prompt_logprobs(parsed, body, scored[:: parsed.n], tokenizer)  # type: ignore[arg-type]
     return 200, body, headers
 
 

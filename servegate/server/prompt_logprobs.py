@@ -83,16 +83,28 @@ async def with_prompt_logprobs(
     top = parsed.prompt_logprobs
     if status != 200 or top is None:
         return answer
-    n = parsed.n
-    scored = await score_prompts(state, requests[::n], top)
+    scored = await score_prompts(state, requests[:: parsed.n], top)
     failed = first_error(scored)
     if failed is not None:
         return failed.error.status, failed.error.to_body(), {**failed.error.headers(), **headers}
-    tokenizer = engine_tokenizer(state)
-    entries = [prompt_entries(p, top, tokenizer, parsed.return_tokens_as_token_ids) for p in scored]  # type: ignore[arg-type]
+    attach_prompt_logprobs(parsed, body, scored, engine_tokenizer(state))  # type: ignore[arg-type]
+    return status, body, headers
+
+
+def attach_prompt_logprobs(
+    parsed: CompletionRequest | ChatCompletionRequest,
+    body: dict[str, Any],
+    scored: list[PromptLogprobs],
+    tokenizer: Any,
+) -> None:
+    """Write each prompt's entries (`scored`: one per prompt, in order) into the answer's body, where the
+    request asked for them."""
+    top = parsed.prompt_logprobs
+    if top is None:
+        return
+    entries = [prompt_entries(p, top, tokenizer, parsed.return_tokens_as_token_ids) for p in scored]
     if isinstance(parsed, ChatCompletionRequest):
         body["prompt_logprobs"] = entries[0]
     else:
         for choice in body["choices"]:
-            choice["prompt_logprobs"] = entries[choice["index"] // n]
-    return status, body, headers
+            choice["prompt_logprobs"] = entries[choice["index"] // parsed.n]

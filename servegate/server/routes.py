@@ -118,8 +118,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
         check_prompt_logprobs(state)
     if isinstance(parsed, CompletionRequest) and parsed.echo:  # the prompt scored (lm-eval's log-likelihoods)
         check_echo(state, parsed, parsed.stream, _wants_async(request))
-        echoed = await echo_completion(state, parsed, generations, builder)
-        status, body, headers = await with_prompt_logprobs(state, parsed, generations, echoed)
+        status, body, headers = await echo_completion(state, parsed, generations, builder)
         return JSONResponse(body, status_code=status, headers={**headers, **ignored})
 
     async def answer() -> tuple[int, dict[str, Any], dict[str, str]]:

@@ -116,3 +116,15 @@ def test_what_prompt_logprobs_cannot_be_combined_with(server: tuple[ServerProces
             ServedModel.model_validate(manifest), InputLine(1, "a", {"prompt": "1", "prompt_logprobs": 1})
         )
     assert offline.value.code == "unsupported_parameter"
+
+
+def test_echo_and_prompt_logprobs_read_one_scoring_of_the_prompt(server: tuple[ServerProcess, dict]) -> None:
+    process, _ = server
+    both = post(process, prompt="796+439=", echo=True, logprobs=1, max_tokens=0, prompt_logprobs=2).json()
+    [choice] = both["choices"]
+    echoed = choice["logprobs"]["token_logprobs"]
+    own = [next(iter(entry.values()))["logprob"] for entry in choice["prompt_logprobs"][1:]]
+    assert choice["prompt_logprobs"][0] is None and echoed[0] is None
+    assert own == pytest.approx(echoed[1:], abs=1e-6)  # the same prompt tokens, the same values
+    assert all(len(entry) in (2, 3) for entry in choice["prompt_logprobs"][1:])  # 2 alternatives, not echo's 1
+    assert all(len(top) == 1 for top in choice["logprobs"]["top_logprobs"][1:])  # echo keeps its own 1
