@@ -10,7 +10,8 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv
+.PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv \
+	llmcompressor-venv checkpoints
 
 install: $(VENV)/.installed
 
@@ -29,8 +30,11 @@ demo: install
 fetch: install
 	$(BIN)/gate zoo fetch smollm2-135m-instruct
 
+# ruff, then the layer rule of docs/architecture.md (scripts/layers.py: no upward import, no circle between
+# files, no cycle between the parts of a package, no module over 450 lines; under a second).
 lint: install
-	$(BIN)/ruff check servegate tests benchmarks
+	$(BIN)/ruff check servegate tests benchmarks scripts
+	$(BIN)/python scripts/layers.py servegate
 
 test: install lint fetch
 	$(BIN)/pytest -q
@@ -90,6 +94,28 @@ loadgen-venv: .venvs/loadgen/.installed
 	$(PYTHON) -m venv .venvs/loadgen
 	.venvs/loadgen/bin/pip install --quiet mlcommons-loadgen
 	touch $@
+
+# llm-compressor in a venv of its own (it pins transformers 5.17, ours is newer); torch first, so pip takes
+# the local CPU build. torchvision comes in as a dependency and is removed because it fails at import.
+LLMC_VENV ?= .venvs/llmcompressor
+
+llmcompressor-venv: $(LLMC_VENV)/.installed
+
+$(LLMC_VENV)/.installed:
+	$(PYTHON) -m venv $(LLMC_VENV)
+	$(LLMC_VENV)/bin/pip install --quiet --upgrade pip
+	$(LLMC_VENV)/bin/pip install --quiet torch==2.13.0
+	$(LLMC_VENV)/bin/pip install --quiet llmcompressor==0.14.0.1
+	$(LLMC_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio
+	touch $@
+
+# Real quantized checkpoints of zoo:smollm2-135m-instruct, as teams ship them (compressed-tensors), calibrated
+# on examples/smollm2/calibration.jsonl, written to examples/smollm2/checkpoints/<name>/ (skipped once built).
+CHECKPOINTS ?= examples/smollm2/checkpoints
+
+checkpoints: fetch llmcompressor-venv
+	$(LLMC_VENV)/bin/python scripts/build_checkpoints.py --model "$$($(BIN)/gate zoo path smollm2-135m-instruct)" \
+		--calibration examples/smollm2/calibration.jsonl --out $(CHECKPOINTS)
 
 clean:
 	rm -rf $(VENV) .venvs .servegate-cache

@@ -19,8 +19,8 @@ import torch
 from runner_decode import build_model, runner_decode
 from torch.profiler import ProfilerActivity, profile
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.types import SeqChunk
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "aten::_mkl_linear")
 ATTENTION = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax")

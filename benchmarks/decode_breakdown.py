@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from runner_decode import build_model, copy_bandwidth, weight_bytes_per_step
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.types import SeqChunk
 
 
 class Clock:

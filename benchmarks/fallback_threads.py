@@ -39,7 +39,7 @@ def child(setup: str, threads: int, solo_runs: int, eager: bool) -> list[float]:
 
     from servegate.contracts.loading import load_fallback, load_manifest
     from servegate.runtime import build
-    from servegate.runtime.failure_policy.fallback import FallbackRoute
+    from servegate.runtime.engine.fallback_route import FallbackRoute
     from servegate.runtime.failure_policy.shared_cores import beside_primary
 
     model = on_passing_thread(lambda: build_model(torch.float32), threads)

@@ -25,10 +25,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from servegate.contracts.constraint_fields import OutputConstraint
-from servegate.runtime.engine.interface import SamplingParams, SeqChunk
 from servegate.runtime.model.grammar_mask import GrammarMask, apply_mask
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.sampling import sample_batch
+from servegate.runtime.types import SamplingParams, SeqChunk
 from servegate.zoo import zoo_model_path
 
 SCHEMA = {

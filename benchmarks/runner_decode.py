@@ -29,9 +29,9 @@ import time
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.types import SeqChunk
 
 
 def build_model(dtype: torch.dtype) -> LlamaForCausalLM:

@@ -57,9 +57,9 @@ from runner_decode import build_model, copy_bandwidths, weight_bytes_per_step  #
 from transformers_systems import KV_BUDGET_BYTES, Job, run_static_generate, run_transformers_cb  # noqa: E402,E501
 
 from servegate.contracts.manifest import ServedModel  # noqa: E402
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
 from servegate.runtime.engine.reference import ReferenceEngine  # noqa: E402
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS  # noqa: E402
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 
 @dataclass

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,6 +20,9 @@ from servegate.contracts.structured_section import StructuredOutput
 from servegate.contracts.tools_section import ToolCalling
 from servegate.contracts.units import format_bytes
 from servegate.gates.registry import gate_watches
+
+if TYPE_CHECKING:
+    from servegate.runtime.model.checkpoint_scheme import CheckpointScheme
 
 
 def _constraints(structured: StructuredOutput | None) -> str:
@@ -100,8 +104,11 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
 
     Example: gate validate examples/quickstart/manifest.yaml --set batching.mode=continuous
     """
+    from servegate.runtime.model.weights import served_scheme
+
     served = load(manifest, set_)
     residuals = _vllm_residuals(served)
+    scheme = served_scheme(served)
     console = console_for(json_out)
     table = Table(title=f"{served.name} {served.version}: valid", show_header=True)
     table.add_column("element")
@@ -114,13 +121,35 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
         print_table(console, _scope_table(served, scope))
     for line in residuals:
         console.print(f"note: {line}")
+    for line in _checkpoint_lines(served, scheme):
+        console.print(line)
     console.print(f"fingerprint {served.fingerprint}")
     if not served.weights.sha256:
         console.print("note: weights.sha256 is empty, so the fingerprint cannot tell two checkpoints apart")
     payload: dict[str, Any] = {"valid": True, "name": served.name, "fingerprint": served.fingerprint}
     if scope is not None:
         payload["remote_scope"] = scope
+    if scheme is not None:
+        payload["checkpoint"] = asdict(scheme)
     write_json(json_out, payload)
+
+
+def _checkpoint_lines(served: ServedModel, scheme: CheckpointScheme | None) -> list[str]:
+    """What `gate validate` says of a toolchain checkpoint: its scheme, how it runs, and its parent."""
+    if not served.weights.quantized_checkpoint:
+        return []
+    if scheme is None:
+        return [f"note: {served.weights.source} is read when it is downloaded; its scheme is checked at load"]
+    lines = [f"checkpoint: {scheme.summary()}", f"runs as: {scheme.executed_as}"]
+    parent = served.weights.derived_from
+    if parent is None:
+        lines.append(
+            "note: no weights.derived_from, so `gate check` compares this checkpoint with itself: name the "
+            "unquantized parent it was made from (a manifest or a weights source)"
+        )
+    else:
+        lines.append(f"parent: {parent} (gate check compares the checkpoint with it)")
+    return lines
 
 
 def _vllm_residuals(served: ServedModel) -> list[str]:
@@ -186,6 +215,8 @@ def diff(
 
     --set applies to the candidate. Example: gate diff base.yaml candidate.yaml --json -
     """
+    from servegate.runtime.model.weights import served_scheme
+
     baseline, candidate = load(a, None), load(b, set_)
     report = diff_report(baseline, candidate, gate_watches())
     console = console_for(json_out)
@@ -201,6 +232,15 @@ def diff(
         print_table(console, table)
     same = "same behaviour" if report["same_behaviour"] else "different behaviour"
     console.print(f"fingerprints: {baseline.fingerprint[:12]} -> {candidate.fingerprint[:12]} ({same})")
+    schemes = {side: served_scheme(served) for side, served in (("baseline", baseline), ("candidate", candidate))}
+    if any(schemes.values()):
+        sides = [f"{served.weights.format} {s.scheme if s else ''}".strip() for served, s in
+                 ((baseline, schemes["baseline"]), (candidate, schemes["candidate"]))]  # fmt: skip
+        console.print(f"weights: {sides[0]} -> {sides[1]}")
+        for side, scheme in schemes.items():
+            if scheme is not None:
+                console.print(f"  {side}: {scheme.summary()}")
+        report["checkpoints"] = {side: asdict(s) for side, s in schemes.items() if s is not None}
     if report["gates"]:
         console.print("gates to run: " + ", ".join(f"{g} ({', '.join(p)})" for g, p in report["gates"].items()))
     write_json(json_out, report)

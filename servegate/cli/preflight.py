@@ -95,6 +95,52 @@ def jsonl_problem(served: ServedModel, index: int) -> str | None:
     return None
 
 
+def checkpoint_problems(baseline: ServedModel, candidate: ServedModel) -> list[str]:
+    """What the files of a toolchain checkpoint say before any model loads: a scheme, format or GGUF type the
+    runtime cannot run, a missing file, or a candidate whose architecture is not its parent's."""
+    from servegate.runtime.model.checkpoint_scheme import architecture_of, architecture_problems, read_scheme
+    from servegate.runtime.model.weights import resolve_weights_dir
+
+    problems: list[str] = []
+    folders: dict[str, Path] = {}
+    for side, served in (("baseline", baseline), ("candidate", candidate)):
+        weights = served.weights
+        if weights.source.startswith("hf:"):
+            continue  # resolving it downloads; the loader reports what is wrong with it
+        try:
+            folders[side] = resolve_weights_dir(served)
+            read_scheme(folders[side], weights.format, weights.gguf_file)
+        except ServegateError as exc:
+            problems.append(f"{side} weights ({weights.source}): {exc}")
+            folders.pop(side, None)
+    if problems or len(folders) < 2 or not candidate.weights.quantized_checkpoint:
+        return problems
+    if baseline.weights.model_dump() == candidate.weights.model_dump():
+        return problems
+    try:
+        parent = architecture_of(folders["baseline"], baseline.weights.format, baseline.weights.gguf_file)
+        built = architecture_of(folders["candidate"], candidate.weights.format, candidate.weights.gguf_file)
+    except (ServegateError, OSError, ValueError, KeyError) as exc:
+        return [f"cannot read the checkpoints' architectures: {exc}"]
+    problems = architecture_problems(parent, built, f"candidate weights {candidate.weights.source}")
+    return problems or tokenizer_problems(baseline, candidate)
+
+
+def tokenizer_problems(baseline: ServedModel, candidate: ServedModel) -> list[str]:
+    """A quantized build must keep its parent's tokenizer: the same vocabulary, token for token."""
+    from servegate.runtime.model.weights import load_tokenizer
+
+    parent, built = load_tokenizer(baseline).get_vocab(), load_tokenizer(candidate).get_vocab()
+    if parent == built:
+        return []
+    differ = sorted(set(parent.items()) ^ set(built.items()), key=str)
+    return [
+        f"candidate weights {candidate.weights.source}: its tokenizer differs from the parent's ({len(built)} "
+        f"against {len(parent)} tokens; {len(differ)} token ids differ, e.g. {differ[0][0]!r}): a quantized build "
+        "keeps its parent's tokenizer; point weights.derived_from (or --baseline) at the model it was made from"
+    ]
+
+
 def gate_problems(forced: Sequence[str]) -> list[str]:
     """One line per --gate name no registered gate has, with the closest name ("did you mean ...?")."""
     from servegate.gates.registry import GATES, RegistryError
@@ -148,7 +194,7 @@ def check_before_gating(
         files.update({"--note": note, "--note (its JSON twin)": twin_path(note)})
         capacity_runs = any(p.name == "capacity" and p.run for p in planned)
         note_lines += manifest_problems(candidate, capacity_gate_runs=capacity_runs)
-    problems += output_problems(files) + note_lines
+    problems += output_problems(files) + note_lines + checkpoint_problems(baseline, candidate)
     if any(p.run for p in planned):
         problems += [p for i in range(len(candidate.quality.suites)) if (p := jsonl_problem(candidate, i))]
     raise_problems(problems)

@@ -34,6 +34,10 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "weights.dtype",
         "runtime.kv_cache.dtype",
         "runtime.device",
+        # a toolchain's quantized checkpoint (compressed-tensors, GGUF) or the parent it names
+        "weights.format",
+        "weights.gguf_file",
+        "weights.derived_from",
     ),
     # another backend or engine version brings its own truncation, prefix cache and scheduler: the gates of what
     # it replaces run again, though no field of theirs changed

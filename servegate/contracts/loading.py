@@ -22,6 +22,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from servegate.contracts.errors import ManifestError, ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.sections import Weights
 
 Path_ = tuple[Any, ...]
 Position = tuple[str, int, int]  # (origin, line, column), 1-based; line 0 for --set overrides
@@ -29,6 +30,7 @@ Position = tuple[str, int, int]  # (origin, line, column), 1-based; line 0 for -
 
 PATH_FIELDS: tuple[Path_, ...] = (
     ("weights", "source"),
+    ("weights", "derived_from"),
     ("preprocess", "chat_template"),
     ("runtime", "quantization", "calibration"),
     ("failure_policy", "fallback", "manifest"),
@@ -360,6 +362,8 @@ def load_manifest(
     served = validate_located(located, _display(path))
     served._source = path.resolve()
     served._path_bases = path_bases(located, path.resolve().parent)
+    if served.weights.derived_from_manifest:
+        served._parent = _parent_weights(served, located, _display(path))
     fallback = served.failure_policy.fallback
     if check_fallback and fallback is not None:
         where = _position_for(("failure_policy", "fallback", "manifest"), "", located, _display(path))
@@ -375,6 +379,35 @@ def load_manifest(
             message = f"cannot load the fallback manifest: {exc.problems[0]}"
             raise ManifestError([_format(where, ("failure_policy", "fallback", "manifest"), message)]) from None
     return served
+
+
+def _parent_weights(served: ServedModel, located: Located, origin: str) -> tuple[Weights, Path | None]:
+    """The weights of the parent manifest `weights.derived_from` names, and the folder their relative source
+    resolves against; a located ManifestError when it cannot be the unquantized parent."""
+    field = ("weights", "derived_from")
+    where = _position_for(field, "", located, origin)
+    derived_from = str(served.weights.derived_from)
+    path = served.resolve_path(derived_from)
+
+    def refuse(message: str) -> ManifestError:
+        return ManifestError([_format(where, field, message)])
+
+    if not path.is_file():
+        raise refuse(f"{path} is not a file: name the manifest of the checkpoint this one was made from")
+    try:
+        parent = load_manifest(path, check_fallback=False)
+    except ManifestError as exc:
+        raise refuse(f"cannot load the parent manifest: {exc.problems[0]}") from None
+    if parent.weights.derived_from is not None:
+        raise refuse(f"that manifest is itself derived from {parent.weights.derived_from}: name the unquantized "
+                     "parent directly")  # fmt: skip
+    if parent.weights.quantized_checkpoint:
+        raise refuse(f"the parent's weights are {parent.weights.format}, already quantized: name the unquantized "
+                     "checkpoint the build was made from")  # fmt: skip
+    source = parent.weights.source
+    if _not_relative(source):
+        return parent.weights, None
+    return parent.weights, parent._path_bases.get(source, parent.base_dir)
 
 
 def load_fallback(served: ServedModel) -> ServedModel | None:

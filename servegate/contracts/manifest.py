@@ -12,6 +12,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from servegate.contracts.capacity_section import Capacity
 from servegate.contracts.card_section import Card
+from servegate.contracts.errors import ServegateError
 from servegate.contracts.quality_section import Quality
 from servegate.contracts.sections import (
     Batching,
@@ -62,6 +63,8 @@ class ServedModel(Section):
     _source: Path | None = PrivateAttr(default=None)
     _path_bases: dict[str, Path] = PrivateAttr(default_factory=dict)
     """Relative paths written in an included file of another folder -> that folder (contracts/loading.py)."""
+    _parent: tuple[Weights, Path | None] | None = PrivateAttr(default=None)
+    """The parent manifest's weights when `weights.derived_from` names one (read by contracts/loading.py)."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> ServedModel:
@@ -98,6 +101,11 @@ class ServedModel(Section):
         if post.tools is not None and pre.chat_template == "none":
             raise ValueError("postprocess.tools needs a chat template that writes the tools into the prompt, not none")
         self._chat_suites_served()
+        if self.weights.quantized_checkpoint and self.runtime.quantization.method != "none":
+            raise ValueError(
+                f"weights.format {self.weights.format} is already quantized, and runtime.quantization.method "
+                f"{self.runtime.quantization.method} would quantize it again: set method: none"
+            )
         if self.runtime.quantization.calibration is not None and self.runtime.quantization.method == "none":
             raise ValueError("runtime.quantization.calibration is set but method is none: remove it or pick a method")
         return self
@@ -148,6 +156,9 @@ class ServedModel(Section):
             data["postprocess"].pop("tools", None)
         if not data["preprocess"].get("template_fields"):  # and without template fields from requests
             data["preprocess"].pop("template_fields", None)
+        for key in ("gguf_file", "derived_from"):  # and for weights that are not a toolchain's checkpoint
+            if data["weights"].get(key) is None:
+                data["weights"].pop(key, None)
         return {key: data[key] for key in SIX_ELEMENTS}
 
     @cached_property
@@ -162,6 +173,8 @@ class ServedModel(Section):
             data[key] = value.model_dump(mode="python") if isinstance(value, Section) else value
         copy = ServedModel.model_validate(data)
         copy._source, copy._path_bases = self._source, dict(self._path_bases)
+        if copy.weights.derived_from == self.weights.derived_from:
+            copy._parent = self._parent
         return copy
 
     def reference_form(self) -> ServedModel:
@@ -169,6 +182,8 @@ class ServedModel(Section):
 
         No quantization, no prefix or response cache, batching `none`, no truncation (the full context
         the model can take), no fallback; the compute dtype stays as declared so only optimizations differ.
+        A checkpoint that names the parent it was quantized from (`weights.derived_from`) is gated against
+        that parent's weights.
         """
         rt = self.runtime.model_dump(mode="python")
         rt["quantization"] = {"method": "none"}
@@ -183,7 +198,36 @@ class ServedModel(Section):
         # an endpoint is gated against servegate's own runtime on the same weights: the remote cannot be
         # asked to switch its optimizations off, so its reference form runs here
         rt.update(backend="reference", endpoint_url=None, endpoint_model=None, engine=None)
-        return self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
+        form = self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
+        return form if self.weights.derived_from is None else form.with_parent_weights()
+
+    def parent_weights(self) -> tuple[Weights, Path | None]:
+        """The weights `weights.derived_from` names, and the folder their relative source resolves against.
+
+        A weights source is taken as written (a relative folder made absolute); a parent manifest is read when
+        this manifest is loaded from its file (contracts/loading.py), so one built in code cannot name one.
+        """
+        derived_from = self.weights.derived_from
+        if derived_from is None:
+            raise ServegateError("weights.derived_from is not set: this checkpoint names no parent")
+        if self.weights.derived_from_manifest:
+            if self._parent is None:
+                raise ServegateError(
+                    f"weights.derived_from {derived_from} names a manifest, read only when this manifest is "
+                    "loaded from its file: load it with contracts.loading.load_manifest"
+                )
+            return self._parent
+        if derived_from.startswith(("zoo:", "hf:")):
+            return Weights(source=derived_from), None
+        return Weights(source=str(self.resolve_path(derived_from))), None
+
+    def with_parent_weights(self) -> ServedModel:
+        """A copy whose weights are the parent's that `weights.derived_from` names."""
+        weights, folder = self.parent_weights()
+        copy = self.with_changes(weights=weights)
+        if folder is not None:  # the parent's relative source resolves against the parent manifest's folder
+            copy._path_bases[weights.source] = folder
+        return copy
 
     def with_engine(self, engine: dict[str, Any]) -> ServedModel:
         """A copy whose runtime.engine is `engine` (name, version): the identity a remote reported."""

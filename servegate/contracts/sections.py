@@ -20,6 +20,9 @@ from servegate.contracts.tools_section import ToolCalling
 from servegate.contracts.units import ByteSize
 
 DType = Literal["auto", "float32", "float16", "bfloat16"]
+WeightsFormat = Literal["safetensors", "pickle", "compressed-tensors", "gguf"]
+QUANTIZED_FORMATS = ("compressed-tensors", "gguf")
+"""Weights formats whose files are already quantized (by a toolchain such as llm-compressor or llama.cpp)."""
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _HF_SOURCE = re.compile(r"^hf:[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _ZOO_SOURCE = re.compile(r"^zoo:[a-z0-9][a-z0-9-]*$")
@@ -33,8 +36,16 @@ class Weights(Section):
 
     source: str = Field(min_length=1)
     """`zoo:NAME` (a model shipped with servegate), a local directory, or `hf:ORG/NAME@REVISION`."""
-    format: Literal["safetensors", "pickle"] = "safetensors"
-    """File format of the weights; `pickle` (torch .bin files) also needs `allow_pickle: true`."""
+    format: WeightsFormat = "safetensors"
+    """File format of the weights: `safetensors`; `pickle` (torch .bin files, also needs `allow_pickle: true`);
+    `compressed-tensors` (a quantized checkpoint as llm-compressor writes it: safetensors plus a
+    `quantization_config` in config.json); `gguf` (a llama.cpp file, see `gguf_file`)."""
+    gguf_file: str | None = None
+    """With `format: gguf`, the .gguf file inside `source` (may be left out when the folder holds exactly one)."""
+    derived_from: str | None = None
+    """The unquantized parent this checkpoint was made from: a manifest file (its `weights` section) or a weights
+    source (`zoo:NAME`, a folder, `hf:ORG/NAME@REV`) in safetensors. The reference form runs the parent's weights,
+    so `gate check` measures the quantized checkpoint against the checkpoint it came from."""
     allow_pickle: bool = False
     """Allow loading pickle weight files, which can run arbitrary code when loaded."""
     sha256: dict[str, str] = Field(default_factory=dict)
@@ -65,7 +76,23 @@ class Weights(Section):
     def _pickle_opt_in(self) -> Weights:
         if self.format == "pickle" and not self.allow_pickle:
             raise ValueError("format: pickle can run arbitrary code when loaded: set allow_pickle: true to opt in")
+        if self.gguf_file is not None and self.format != "gguf":
+            raise ValueError(f"weights.gguf_file names a GGUF file but format is {self.format}: set format: gguf")
+        if self.gguf_file is not None and (not self.gguf_file.endswith(".gguf") or "/" in self.gguf_file):
+            raise ValueError(f"weights.gguf_file is a .gguf file name inside source (got {self.gguf_file!r})")
+        if self.derived_from is not None and self.derived_from == self.source:
+            raise ValueError("weights.derived_from names the checkpoint itself: name the parent it was made from")
         return self
+
+    @property
+    def derived_from_manifest(self) -> bool:
+        """Whether `derived_from` names a manifest file (.yaml, .yml, .json) rather than a weights source."""
+        return self.derived_from is not None and self.derived_from.lower().endswith((".yaml", ".yml", ".json"))
+
+    @property
+    def quantized_checkpoint(self) -> bool:
+        """Whether the files themselves are quantized (compressed-tensors or GGUF), not quantized at load."""
+        return self.format in QUANTIZED_FORMATS
 
 
 # --- preprocess ------------------------------------------------------------------------------------

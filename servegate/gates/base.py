@@ -7,8 +7,6 @@ A gate compares a candidate with a baseline. To blame the right change, quality 
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,16 +32,10 @@ class GateSetupError(ServegateError):
 def default_engine_factory(served: ServedModel) -> Engine:
     """`servegate.runtime.build`, imported on first use (it loads torch and transformers)."""
     try:
-        from servegate.runtime import build  # type: ignore[attr-defined]
+        from servegate.runtime import build
     except ImportError as exc:
         raise GateSetupError(f"the reference runtime is not available: {exc}") from exc
-    return build(served)  # type: ignore[no-any-return]
-
-
-def _start(engine: Engine) -> None:
-    start = getattr(engine, "start", None)
-    if start is not None and inspect.iscoroutinefunction(start) and not getattr(engine, "started", False):
-        asyncio.run(start())
+    return build(served)
 
 
 class EnginePool:
@@ -90,7 +82,7 @@ class EnginePool:
     def fresh(self, served: ServedModel) -> Engine:
         """A new engine that no one else uses (closed with the pool)."""
         engine = self.build(served)
-        _start(engine)
+        engine.start_sync()
         self.built += 1
         self._engines[(served.fingerprint, f"fresh-{self.built}")] = engine
         return engine
@@ -101,13 +93,8 @@ class EnginePool:
         owned += [e for e in self._vllm.values() if all(e is not o for o in owned)]
         self._vllm.clear()
         for engine in owned:
-            shutdown = getattr(engine, "shutdown", None)
-            if shutdown is None:
-                continue
             try:
-                outcome = shutdown()
-                if inspect.isawaitable(outcome):
-                    asyncio.run(outcome)  # type: ignore[arg-type]
+                engine.shutdown_sync()
             except Exception:  # noqa: S110 - shutdown failures must not hide the verdicts
                 pass
         self._engines.clear()
@@ -173,10 +160,13 @@ class GateContext:
             dst: Any = data
             for part in parts[:-1]:
                 src = src.get(part) if isinstance(src, dict) else None
+                if src is None:  # the donor has no such section (no kv_cache): nothing of it to take
+                    break
                 if not isinstance(dst.get(part), dict):
                     dst[part] = {}
                 dst = dst[part]
-            dst[parts[-1]] = src.get(parts[-1]) if isinstance(src, dict) else None
+            else:
+                dst[parts[-1]] = src.get(parts[-1]) if isinstance(src, dict) else None
         try:
             built = ServedModel.model_validate(data)
         except ValidationError as exc:

@@ -32,7 +32,7 @@ from servegate.gates.evaluation import (
 )
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, Measurements, example
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest
 
 PROBES_PER_SUITE = 12
 DEADLINE_SLACK_S = 0.25
@@ -62,7 +62,7 @@ class BatchingMeasurements(Measurements):
     finished_after_deadline: int
     """Requests that finished later than failure_policy.request_timeout_s plus the slack (requests)."""
     token_source: str = "engine"
-    """Where the candidate's output tokens came from (engine.interface.TokenSource: engine, remote, logprobs,
+    """Where the candidate's output tokens came from (runtime.types.TokenSource: engine, remote, logprobs,
     tokenizer; several joined by ', '); with `tokenizer` the texts alone decide equality."""
 
 

@@ -25,7 +25,8 @@ from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, generat
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements, Verdict, example
 from servegate.gates.timing_audits import TimingAudits, run_timing_audits
-from servegate.runtime.engine.interface import Engine, GenerationRequest
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"

@@ -16,9 +16,9 @@ from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import Suite
 from servegate.contracts.requests import parse_request
-from servegate.runtime.engine.interface import GenerationRequest
 from servegate.runtime.request_translator import engine_requests
 from servegate.runtime.tool_calls import read_tool_calls
+from servegate.runtime.types import GenerationRequest
 
 
 def _json_field(row: dict[str, Any], name: str, where: str) -> Any:

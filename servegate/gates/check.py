@@ -220,7 +220,7 @@ def _probe_remote(ctx: GateContext, planned: Sequence[PlannedGate]) -> Any:
     """Start a remote candidate's engine before any gate runs: its identity, or RemoteUnavailable at once."""
     if not on_remote(ctx.candidate) or not any(p.run for p in planned):
         return None
-    return getattr(ctx.engines.get(ctx.candidate), "identity", None)
+    return ctx.engines.get(ctx.candidate).identity  # the pool starts it
 
 
 def _identity(served: ServedModel, form: str, remote: Any = None) -> dict[str, Any]:

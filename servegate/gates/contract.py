@@ -57,7 +57,7 @@ from servegate.gates.result import OPTIONAL, GateResult, Measurements
 from servegate.gates.structured_load import StructuredUnderLoad, check_structured
 from servegate.gates.template_probe import check_template
 from servegate.gates.tool_load import check_tools
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 AppFactory = Callable[[ServedModel, Any], Any]
 
@@ -406,13 +406,13 @@ def remote_context(ctx: GateContext) -> FieldCheck | None:
     declared = served.runtime.max_model_len
     engine = ctx.engines.get(served)
     engine.start_sync()
-    identity = ctx.remote or getattr(engine, "identity", None)
+    identity = ctx.remote or engine.identity
     if identity is not None and identity.max_model_len is not None:
         return context_reported(declared, identity.max_model_len)
     if served.preprocess.task != "generate":
         why = "the remote reports none, and an embedding model's context is not probed"
         return FieldCheck(CONTEXT_FIELD, "not verified", why)
-    tokenizer = getattr(getattr(engine.contract, "preprocessor", None), "tokenizer", None)
+    tokenizer = engine.tokenizer
     if tokenizer is None:
         from servegate.runtime.model.weights import load_tokenizer
 

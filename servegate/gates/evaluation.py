@@ -14,7 +14,8 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import Suite
 from servegate.gates.chat_items import called, item_request, item_schema
-from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 Progress = Callable[[int], None]
 """Called with the number of items just finished."""
@@ -66,7 +67,7 @@ class ItemOutput:
     scores: dict[str, float] | None = None
     """Per-sample metric values lm-eval logged for this item (lm-eval suites only; others are scored here)."""
     token_source: str = "engine"
-    """Where token_ids come from (engine.interface.TokenSource): the engine's ids, a remote's, its logprobs'
+    """Where token_ids come from (runtime.types.TokenSource): the engine's ids, a remote's, its logprobs'
     token names, or its text re-tokenized."""
 
     @classmethod
@@ -257,44 +258,28 @@ def burst(engine: Engine, requests: Sequence[GenerationRequest], timeout_s: floa
 
     One entry per request, in order; None for a request that never ended (lost).
     """
-    if getattr(engine, "enqueue", None) is not None:  # the reference engine takes a sink: all land in one go
-        import threading
+    import threading
 
-        delivered: list[Delivered | None] = [None] * len(requests)
-        streamed = [False] * len(requests)
-        done = threading.Semaphore(0)
+    delivered: list[Delivered | None] = [None] * len(requests)
+    streamed = [False] * len(requests)
+    done = threading.Semaphore(0)
 
-        def sink_for(i: int) -> Callable[[Any], None]:
-            def sink(event: Any) -> None:
-                if isinstance(event, (FinishEvent, ErrorEvent)):
-                    delivered[i] = Delivered(event, streamed[i])
-                    done.release()
-                else:
-                    streamed[i] = True
-
-            return sink
-
-        for i, request in enumerate(requests):
-            engine.enqueue(request, sink_for(i))  # type: ignore[attr-defined]
-        for _ in requests:
-            if not done.acquire(timeout=timeout_s):
-                break
-        return delivered
-
-    import asyncio
-
-    async def one(request: GenerationRequest) -> Delivered | None:
-        tokens = False
-        async for event in engine.submit(request):
+    def sink_for(i: int) -> Callable[[Any], None]:
+        def sink(event: Any) -> None:
             if isinstance(event, (FinishEvent, ErrorEvent)):
-                return Delivered(event, tokens)
-            tokens = True
-        return None
+                delivered[i] = Delivered(event, streamed[i])
+                done.release()
+            else:
+                streamed[i] = True
 
-    async def everything() -> list[Delivered | None]:
-        return list(await asyncio.gather(*(one(r) for r in requests)))
+        return sink
 
-    return asyncio.run(everything())
+    for i, request in enumerate(requests):
+        engine.enqueue(request, sink_for(i))
+    for _ in requests:
+        if not done.acquire(timeout=timeout_s):
+            break
+    return delivered
 
 
 def run_items(

@@ -23,7 +23,7 @@ from servegate.gates.evaluation import SuiteRun, burst, make_suite_data, request
 from servegate.gates.registry import register_gate
 from servegate.gates.result import GateResult, Measurements, Verdict, worst
 from servegate.gates.statistics import BoundaryCheck, boundary_check
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent
+from servegate.runtime.types import ErrorEvent, FinishEvent
 
 FORCED_REQUESTS = 16
 

@@ -154,12 +154,15 @@ def _error_code(response: httpx.Response) -> str | None:
 
 
 @asynccontextmanager
-async def served_over_http(served: ServedModel, engine: Engine) -> AsyncIterator[HttpProbe]:
+async def served_over_http(
+    served: ServedModel, engine: Engine, *, owns_engine: bool = True
+) -> AsyncIterator[HttpProbe]:
     """Serve `served` on `engine` with servegate's app in this process (start-up, warm-up and shutdown as
-    `gate serve` runs them) and yield a probe that talks to it over an ASGI transport."""
+    `gate serve` runs them) and yield a probe that talks to it over an ASGI transport (`owns_engine=False`: the
+    engine is left running at the end, for its owner to close)."""
     from servegate.server.app import create_app
 
-    app = create_app(served, engine, grace_s=5.0)
+    app = create_app(served, engine, grace_s=5.0, owns_engine=owns_engine)
     async with app.router.lifespan_context(app):
         state = app.state.serving
         end = time.monotonic() + READY_TIMEOUT_S

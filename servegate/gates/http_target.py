@@ -24,7 +24,7 @@ import httpx
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext, GateSetupError, on_remote
 from servegate.gates.contract_probes import CHAT, COMPLETIONS, tenant_fields, tenant_headers
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+from servegate.runtime.types import GenerationRequest, SamplingParams
 
 READY_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 120.0
@@ -174,12 +174,12 @@ class HttpTarget:
         from servegate.runtime.contract_layer import admit
 
         request = GenerationRequest(id="load", prompt=prompt, params=SamplingParams(max_tokens=max_tokens))
-        admitted = admit(self.served, self._remote.contract.preprocessor, request)
+        admitted = admit(self.served, self._remote.preprocessor, request)
         body: dict[str, Any] = {"model": self._remote.model, "prompt": admitted.token_ids, **common,
                                 "seed": admitted.seed}  # fmt: skip
         if admitted.stop:
             body["stop"] = list(admitted.stop)
-        identity = getattr(self._remote, "identity", None)
+        identity = self._remote.identity
         if identity is not None and identity.engine == "vllm":
             body["return_token_ids"] = True
         return body

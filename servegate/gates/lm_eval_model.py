@@ -3,7 +3,7 @@
 The engine is the manifest's own (`servegate.runtime.build`): the reference engine with no HTTP, or the
 endpoint engine through the contract layer, so quantization, truncation, batching, stop strings and the
 response cache apply exactly as for servegate's JSONL suites. `generate_until` becomes greedy generation
-requests; `loglikelihood` scores prompt + continuation in one prefill (`PromptScorer.score`) and sums the
+requests; `loglikelihood` scores prompt + continuation in one prefill (`Engine.score`) and sums the
 continuation's token log-probabilities. Each request's result is kept by (task, doc id), so a suite run
 can report what the engine did per sample. Needs `pip install 'servegate[lm-eval]'`.
 """
@@ -19,15 +19,8 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from servegate.contracts.errors import ServegateError
-from servegate.runtime.engine.interface import (
-    Engine,
-    ErrorEvent,
-    FinishEvent,
-    GenerationRequest,
-    PromptLogprobs,
-    PromptScorer,
-    SamplingParams,
-)
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, PromptLogprobs, SamplingParams
 
 DEFAULT_MAX_GEN_TOKS = 256
 """lm-eval's own default output length when a task's generation_kwargs set none."""
@@ -76,23 +69,18 @@ class ServegateLM(LM):
         """Shut down the engine when this model built it."""
         if not self._owned:
             return
-        stop = getattr(self.engine, "shutdown_sync", None)
-        if stop is not None:
-            stop()
-        else:
-            import asyncio
-
-            asyncio.run(self.engine.shutdown())
+        self.engine.shutdown_sync()
 
     # --- pieces -----------------------------------------------------------------------------------
 
     def _tokenizer(self) -> Any:
-        """The manifest's tokenizer, as the engine's preprocessor holds it."""
-        self.engine.start_sync()  # type: ignore[attr-defined]
-        preprocessor = self.engine.preprocessor
-        if preprocessor is None:
-            raise ServegateError("this engine has no tokenizer to encode lm-eval's requests with")
-        return preprocessor.tokenizer
+        """The manifest's tokenizer, as the engine holds it."""
+        self.engine.start_sync()
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            why = self.engine.why_no_tokenizer
+            raise ServegateError(f"this engine has no tokenizer to encode lm-eval's requests with ({why})")
+        return tokenizer
 
     def _record(self, instance: Any, result: Any) -> None:
         self.results.setdefault(request_key(instance), []).append((int(instance.idx), result))
@@ -133,7 +121,7 @@ class ServegateLM(LM):
         return [int(bos)]
 
     def _score(self, requests: list[GenerationRequest]) -> list[Any]:
-        if not isinstance(self.engine, PromptScorer):
+        if not self.engine.scores_prompts:
             raise ServegateError(f"{type(self.engine).__name__} cannot score prompts (loglikelihood tasks)")
         out: list[Any] = []
         for start in range(0, len(requests), self.chunk):

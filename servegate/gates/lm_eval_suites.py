@@ -20,7 +20,8 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import LM_EVAL_INSTALL, LmEvalTask, Suite, lm_eval_installed
 from servegate.gates.evaluation import ItemOutput, Progress, SuiteData, SuiteItem, load_suite_data, run_items
-from servegate.runtime.engine.interface import Engine, FinishEvent, PromptLogprobs
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import FinishEvent, PromptLogprobs
 
 log = logging.getLogger("servegate.gates")
 

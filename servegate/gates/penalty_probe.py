@@ -26,7 +26,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
 from servegate.gates.contract_measure import FieldCheck
 from servegate.gates.http_target import Answer, open_target
-from servegate.runtime.engine.interface import token_id_of
+from servegate.runtime.types import token_id_of
 
 FIELD = "presence_penalty, frequency_penalty, logit_bias"
 PROMPTS = 6

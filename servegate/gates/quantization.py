@@ -14,8 +14,10 @@ from servegate.gates.comparison import SuiteScores, compare_on_suites
 from servegate.gates.divergence import next_token_report
 from servegate.gates.registry import register_gate
 from servegate.gates.result import OPTIONAL, GateResult, Measurements
+from servegate.runtime.model.checkpoint_scheme import CheckpointScheme
+from servegate.runtime.model.weights import served_scheme
 
-PRECISION_FIELDS = ("runtime.quantization", "runtime.dtype", "weights.dtype", "runtime.kv_cache.dtype")
+PRECISION_FIELDS: tuple[str, ...] = ("runtime.quantization", "runtime.dtype", "weights.dtype", "runtime.kv_cache.dtype")
 SIMULATED = frozenset({"int2-weight", "int3-weight"})
 """Schemes the runtime simulates by round-tripping weights (labelled as such in every report)."""
 
@@ -36,10 +38,19 @@ class QuantizationMeasurements(Measurements):
     """runtime.kv_cache.dtype; None without a paged KV cache."""
     calibration: dict[str, Any] | None
     """The calibration suite's name, split, item count and sha256 of its items; None when undeclared."""
+    checkpoint: CheckpointScheme | None = field(default=None, metadata=OPTIONAL)
+    """A toolchain checkpoint's own scheme (compressed-tensors, GGUF): what made it, its scheme, group size and
+    calibration as its files record them, and how the reference runtime ran it; absent for load-time schemes."""
+    parent: str | None = field(default=None, metadata=OPTIONAL)
+    """The weights the checkpoint is compared with (the baseline's source), when the candidate is a checkpoint."""
     suites: dict[str, SuiteScores] | None = field(default=None, metadata=OPTIONAL)
     """Suite name -> its items and per-metric paired tests."""
     next_token: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
     """Suite name -> next-token agreement (fraction) and KL divergence (nats), or {"unavailable": why}."""
+
+
+def _load_time_group(method: str, group_size: int) -> int | None:
+    return group_size if method not in ("none", "int8-weight", "int8-dynamic") else None
 
 
 def calibration_identity(served: ServedModel) -> dict[str, Any] | None:
@@ -69,16 +80,21 @@ class QuantizationGate(Gate):
     """Paired non-inferiority per suite, token agreement and mean KL, calibration identity, failure examples."""
 
     def run(self, ctx: GateContext) -> GateResult:
-        """Compare the baseline with only its precision fields taken from the candidate."""
-        candidate = ctx.isolated(PRECISION_FIELDS)
+        """Compare the baseline with only its precision fields (and a toolchain checkpoint's weights) taken from
+        the candidate."""
+        checkpoint = ctx.candidate.weights.quantized_checkpoint
+        candidate = ctx.isolated(PRECISION_FIELDS + (("weights",) if checkpoint else ()))
         quant = candidate.runtime.quantization
+        scheme = served_scheme(candidate) if checkpoint else None
         measurements = QuantizationMeasurements(
-            method=quant.method,
+            method=f"{scheme.format} {scheme.scheme}" if scheme else quant.method,
             simulated=quant.method in SIMULATED,
-            group_size=quant.group_size if quant.method not in ("none", "int8-weight", "int8-dynamic") else None,
+            group_size=scheme.group_size if scheme else _load_time_group(quant.method, quant.group_size),
             dtype=candidate.runtime.dtype,
             kv_cache_dtype=candidate.runtime.kv_cache.dtype if candidate.runtime.kv_cache else None,
-            calibration=calibration_identity(candidate),
+            calibration=scheme.calibration if scheme else calibration_identity(candidate),
+            checkpoint=scheme,
+            parent=ctx.baseline.weights.source if scheme else None,
         )
         if not ctx.candidate.quality.suites:
             return self.result(
@@ -91,4 +107,6 @@ class QuantizationGate(Gate):
         reason = comparison.reason()
         if measurements.simulated:
             reason = f"{reason} ({quant.method} simulated)"
+        if scheme is not None:
+            reason = f"{reason} ({scheme.format} {scheme.scheme} against {ctx.baseline.weights.source})"
         return self.result(comparison.verdict, reason, measurements, comparison.evidence)

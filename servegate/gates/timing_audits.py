@@ -19,27 +19,8 @@ from servegate.gates.http_probe import ProbeError, served_over_http
 from servegate.gates.result import Verdict
 from servegate.gates.tenant_audit import TenantTiming, audit_tenants
 from servegate.gates.unseen_prompts import UnseenPrompts
-from servegate.runtime.engine.interface import Engine
 
 AUDIT_TENANTS = ("servegate-audit-a", "servegate-audit-b")
-
-
-class _Borrowed:
-    """An engine the pool owns, served by the audit's app: the app's shutdown must not stop it (a vLLM server
-    other gates still use), the pool closes it."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def start(self) -> None:
-        """Started already (a second start does nothing)."""
-        await self._engine.start()
-
-    async def shutdown(self, grace_s: float = 10.0) -> None:
-        """Left to the pool."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +66,12 @@ def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[
     prompts = [(item.prompt, data.suite.max_tokens) for data, item in probes]
     steps = 2 if tenants else 1
     ctx.progress.start("caching: timing audits", steps)
-    engine = _Borrowed(ctx.engines.fresh(served))
+    engine = ctx.engines.fresh(served)  # the pool's: other gates may share its vLLM server, the pool closes it
 
     async def audits() -> TimingAudits:
         problems: list[str] = []
         unseen = UnseenPrompts(manifest_tokenizer(served))  # None: lengths matched in characters, and said so
-        async with served_over_http(served, engine) as probe:  # type: ignore[arg-type]
+        async with served_over_http(served, engine, owns_engine=False) as probe:
             repeats: RepeatTiming | None = None
             try:
                 repeats = await detect_response_cache(

@@ -79,7 +79,7 @@ class TruncationMeasurements(Measurements):
     suites: dict[str, SuiteScores]
     """Suite name -> the per-metric paired tests of the whole suite, the candidate's results spliced in."""
     token_source: str = "engine"
-    """Where the candidate's output tokens came from (engine.interface.TokenSource: engine, remote, logprobs,
+    """Where the candidate's output tokens came from (runtime.types.TokenSource: engine, remote, logprobs,
     tokenizer; several joined by ', '); with `tokenizer` the texts alone decide whether an item came back unchanged."""
     long_prompt_notes: list[str] | None = field(default=None, metadata=OPTIONAL)
     """Suites whose prompts over the limit fail on their own though the whole suite passes; absent on a failure."""

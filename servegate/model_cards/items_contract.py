@@ -9,7 +9,8 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
 from servegate.model_cards.evidence import missing
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_FORMAT_SUFFIXES = {"gguf": (".gguf",), "pickle": (".bin", ".pt", ".pth")}
+"""The weight files a format loads (any other: safetensors); a folder may hold more than one format's."""
 _TRUNCATION = {
     "reject": "over-long prompts are refused with input_too_long (400); nothing is cut",
     "left": "over-long prompts lose their oldest tokens (the start) until they fit",
@@ -84,10 +85,13 @@ def weight_checksums(served: ServedModel, *, hash_files: bool = True) -> tuple[d
     w = served.weights
     if w.sha256:
         return dict(sorted(w.sha256.items())), "declared in weights.sha256 and verified before load"
+    suffixes = _FORMAT_SUFFIXES.get(w.format, (".safetensors",))
     if w.source.startswith("zoo:"):
         name = w.source.removeprefix("zoo:")
         fetched = zoo_fetch_spec(name) is not None
-        weights = {f: d for f, d in _zoo_files(name, fetched).items() if f.endswith(_WEIGHT_SUFFIXES)}
+        weights = {f: d for f, d in _zoo_files(name, fetched).items() if f.endswith(suffixes)}
+        if w.gguf_file is not None:
+            weights = {f: d for f, d in weights.items() if f == w.gguf_file}
         if weights:
             made = "recorded when `gate zoo fetch` converted it" if fetched else "recorded in servegate's zoo catalogue"
             return dict(sorted(weights.items())), made
@@ -104,9 +108,7 @@ def weight_checksums(served: ServedModel, *, hash_files: bool = True) -> tuple[d
     from servegate.zoo.catalog import sha256_file
 
     root = served.resolve_path(w.source)
-    files = (
-        sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)) if root.is_dir() else []
-    )
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes)) if root.is_dir() else []
     if not files:
         raise missing(
             "model identity (weight checksums)",
@@ -141,6 +143,31 @@ def model_identity(served: ServedModel, *, hash_files: bool = True) -> dict[str,
         "license": card.license,
         "served_by": served_by(served),
         "weights_provenance": _provenance(served.weights.source),
+        "weights_checkpoint": checkpoint_identity(served),
+    }
+
+
+def checkpoint_identity(served: ServedModel) -> dict[str, Any] | None:
+    """A toolchain checkpoint's scheme, maker, calibration and parent as the note may publish them (local paths
+    left out); None for weights that are not a quantized checkpoint."""
+    from servegate.runtime.model.weights import served_scheme
+
+    scheme = served_scheme(served)
+    if scheme is None:
+        return None
+    calibration = scheme.calibration or {}
+    parent = None
+    if served.weights.derived_from is not None:
+        parent = _public_source(served.parent_weights()[0].source)
+    return {
+        "format": scheme.format,
+        "scheme": scheme.scheme,
+        "group_size": scheme.group_size,
+        "activations": scheme.activations,
+        "toolchain": scheme.toolchain,
+        "calibration": {k: calibration[k] for k in ("file", "sha256", "samples") if k in calibration} or None,
+        "executed_as": scheme.executed_as,
+        "derived_from": parent,
     }
 
 

@@ -17,7 +17,7 @@ _SERIES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "
 
 def exported_metrics() -> list[dict[str, str]]:
     """The server's Prometheus metrics (name, series as exported, type, help), read from its own registry."""
-    from servegate.runtime.engine.interface import EngineStats
+    from servegate.runtime.types import EngineStats
     from servegate.server.prometheus_metrics import ServerMetrics
 
     registry = ServerMetrics(lambda: EngineStats()).registry

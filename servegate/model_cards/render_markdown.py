@@ -66,13 +66,40 @@ def _identity(item: dict[str, Any], h: str) -> list[str]:
         out += [
             f"Weights from the registry package {code(provenance['package'] + '==' + provenance['version'])} "
             f"({provenance['upstream']}, license {provenance['license']}): {code(provenance['file'])}, sha256 "
-            f"{code(provenance['gguf_sha256'])}, {provenance['source_quantization']}, dequantized to float32 by "
-            "`gate zoo fetch`.",
+            f"{code(provenance['gguf_sha256'])}, {provenance['source_quantization']}, "
+            + (
+                "served from the GGUF file itself."
+                if item.get("weights_format") == "gguf"
+                else "dequantized to float32 by `gate zoo fetch`."
+            ),
             "",
         ]
+    out += _checkpoint_lines(item.get("weights_checkpoint"))
     out += [f"{h}# Weight checksums", "", f"sha256 of each weight file, {item['weight_checksums_origin']}.", ""]
     out += table(("File", "sha256"), ((Raw(code(f)), Raw(code(d))) for f, d in item["weight_checksums"].items()))
     return out
+
+
+def _checkpoint_lines(checkpoint: dict[str, Any] | None) -> list[str]:
+    """A quantized checkpoint's scheme, maker, calibration and parent, as one paragraph."""
+    if not checkpoint:
+        return []
+    scheme = f"{checkpoint['format']} {checkpoint['scheme']}"
+    if checkpoint.get("group_size"):
+        scheme += f", groups of {checkpoint['group_size']} weights"
+    if checkpoint.get("activations"):
+        scheme += f", activations {checkpoint['activations']}"
+    parts = [f"Quantized checkpoint: {scheme}"]
+    parts.append(f"made by {checkpoint['toolchain']}" if checkpoint.get("toolchain") else "maker not recorded")
+    calibration = checkpoint.get("calibration")
+    if calibration:
+        parts.append(
+            f"calibrated on {code(calibration.get('file', '?'))} ({calibration.get('samples', '?')} samples, sha256 "
+            f"{code(str(calibration.get('sha256', '?'))[:16])})"
+        )
+    if checkpoint.get("derived_from"):
+        parts.append(f"gated against its parent {code(checkpoint['derived_from'])}")
+    return ["; ".join(parts) + f". The reference runtime runs it with {checkpoint['executed_as']}.", ""]
 
 
 def _error_table(rows: list[dict[str, Any]]) -> list[str]:

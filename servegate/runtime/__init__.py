@@ -4,6 +4,7 @@ Where each of the six elements lives:
 
     model/weights.py, model/quantization.py   weights: resolve, verify, load, quantize
     preprocess.py                              preprocess: chat template, tokens, limits, truncation
+    types.py                                   the requests, events and results every part below imports
     engine/, model/                            runtime: the engine loop and the model it runs
     scheduling/                                batching: one scheduler per batching mode
     postprocess.py                             postprocess: detokenizing, stops, output schema

@@ -24,11 +24,10 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
-from servegate.runtime.engine.part_types import PromptEncoder
 from servegate.runtime.failure_policy.outcomes import on_arrival, overloaded, timeout_of
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
+from servegate.runtime.types import GenerationRequest, PromptEncoder, SamplingParams
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest, PromptOptions
+from servegate.runtime.types import GenerationRequest, PromptOptions
 
 
 @dataclass(frozen=True)

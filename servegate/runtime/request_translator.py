@@ -17,7 +17,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.request_fields import LOGIT_BIAS_LIMIT
 from servegate.contracts.requests import ChatCompletionRequest, CompletionRequest
 from servegate.contracts.tool_fields import tool_constraint, tool_use
-from servegate.runtime.engine.interface import GenerationRequest, PromptOptions, SamplingParams
+from servegate.runtime.types import GenerationRequest, PromptOptions, SamplingParams
 
 ApiRequest = CompletionRequest | ChatCompletionRequest
 

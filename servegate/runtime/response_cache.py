@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from servegate.contracts.sections import ResponseCache as ResponseCacheConfig
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, TokenEvent
+from servegate.runtime.types import FinishEvent, GenerationRequest, TokenEvent
 
 
 class ResponseCache:

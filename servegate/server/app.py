@@ -68,10 +68,13 @@ async def _bring_up(state: ServerState) -> None:
     log.info("ready: serving %s (fingerprint %s)", served.name, served.fingerprint[:16])
 
 
-def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: float | None = None) -> FastAPI:
+def create_app(
+    served: ServedModel, engine: Engine | None = None, *, grace_s: float | None = None, owns_engine: bool = True
+) -> FastAPI:
     """A FastAPI app serving `served` on `engine` (built from the manifest when None).
 
     grace_s is how long shutdown lets in-flight work finish (default: failure_policy.request_timeout_s).
+    owns_engine=False: the engine is the caller's (a gate's pool), and the app's shutdown leaves it running.
     """
     engine = engine if engine is not None else _build_engine(served)
     fail = served.failure_policy
@@ -94,7 +97,8 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
                 await starting
             await results.close()
             try:
-                await engine.shutdown(grace)
+                if owns_engine:
+                    await engine.shutdown(grace)
             except Exception as exc:  # shutdown must finish even when the engine misbehaves
                 log.error("engine shutdown failed: %s", type(exc).__name__)
 
@@ -117,8 +121,8 @@ def create_app(served: ServedModel, engine: Engine | None = None, *, grace_s: fl
     async def _openapi() -> JSONResponse:
         if document:
             return JSONResponse(document)
-        preprocessor = engine.preprocessor  # loaded: token ids are bounded by the vocabulary
-        vocab = len(preprocessor.tokenizer) if preprocessor is not None and preprocessor.tokenizer is not None else None
+        tokenizer = engine.tokenizer  # loaded: token ids are bounded by the vocabulary
+        vocab = len(tokenizer) if tokenizer is not None else None
         built = openapi_document(app, served, vocab)
         if vocab is not None or not state.starting:
             document.update(built)  # kept once nothing about it can change any more

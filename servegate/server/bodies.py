@@ -31,8 +31,8 @@ from servegate.contracts.responses import (
     UsageBody,
 )
 from servegate.contracts.tool_fields import ToolUse
-from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
 from servegate.runtime.tool_calls import ToolReading, read_tool_calls
+from servegate.runtime.types import FinishEvent, TokenEvent, Usage
 
 
 def finish_reason(event: FinishEvent, reading: ToolReading | None = None, tools: ToolUse | None = None) -> FinishReason:

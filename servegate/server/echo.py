@@ -15,12 +15,7 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.request_models import CompletionRequest
-from servegate.runtime.engine.interface import (
-    FinishEvent,
-    GenerationRequest,
-    PromptLogprobs,
-    Usage,
-)
+from servegate.runtime.types import FinishEvent, GenerationRequest, PromptLogprobs, Usage
 from servegate.server.bodies import BodyBuilder, completion_logprobs, finish_reason, total_usage, usage_body
 from servegate.server.generation import EngineRun, cache_state, run_all, token_strings
 from servegate.server.prompt_logprobs import (

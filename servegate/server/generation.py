@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.errors import ServingError
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
 from servegate.runtime.failure_policy.outcomes import deadline_exceeded, gateway_deadline
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, TokenEvent
 from servegate.server.bodies import BodyBuilder, token_texts
 from servegate.server.state import ServerState, internal_error, normalize
 
@@ -132,9 +132,8 @@ def cache_state(state: ServerState, finishes: list[bool]) -> str | None:
 
 
 def _tokenizer(state: ServerState) -> Any:
-    """The engine's tokenizer, None where it has none of its own."""
-    preprocessor = state.engine.preprocessor
-    return preprocessor.tokenizer if preprocessor is not None else None
+    """The engine's tokenizer, None where it has none."""
+    return state.engine.tokenizer
 
 
 def token_strings(state: ServerState, run: EngineRun, finish: FinishEvent) -> list[str]:

@@ -134,7 +134,7 @@ def _closed(schemas: _Schemas, model: type[BaseModel], served: ServedModel) -> d
 
 
 def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any], served: ServedModel, vocab: int | None) -> None:
-    refusals = {404: "not_found (model, or no local tokenizer)", 503: "model_unavailable (Retry-After)"}
+    refusals = {404: "not_found (model, or an engine without a tokenizer)", 503: "model_unavailable (Retry-After)"}
     posted = {400: "invalid_request, unknown_parameter or unsupported_parameter", 413: "payload_too_large"}
     posted |= {415: "unsupported_media", **refusals}
     tokenize = {

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from servegate.runtime.engine.interface import EngineStats, FinishEvent
+from servegate.runtime.types import EngineStats, FinishEvent
 
 # Latency buckets in seconds, from a cached tiny-model token (~1 ms) to a long CPU generation (~2 min).
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

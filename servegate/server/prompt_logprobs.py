@@ -18,33 +18,25 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.request_models import ChatCompletionRequest, CompletionRequest
-from servegate.runtime.engine.interface import (
-    ErrorEvent,
-    GenerationRequest,
-    PromptLogprobs,
-    PromptScorer,
-    ScoreResult,
-    token_id_name,
-)
+from servegate.runtime.types import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult, token_id_name
 from servegate.server.state import ServerState
 
 
 def engine_tokenizer(state: ServerState) -> Any:
     """The manifest's tokenizer as the engine holds it (None where it has none)."""
-    preprocessor = state.engine.preprocessor
-    return preprocessor.tokenizer if preprocessor is not None else None
+    return state.engine.tokenizer
 
 
 def check_prompt_logprobs(state: ServerState, param: str = "prompt_logprobs") -> None:
     """Refuse `param` where the engine cannot score prompts, or has no tokenizer to name their tokens with."""
-    if not isinstance(state.engine, PromptScorer) or engine_tokenizer(state) is None:
+    if not state.engine.scores_prompts or engine_tokenizer(state) is None:
         raise ServingError("unsupported_parameter", param=param, detail="this engine cannot score prompts")
 
 
 async def score_prompts(state: ServerState, requests: list[GenerationRequest], top: int) -> list[ScoreResult]:
     """Each request's prompt scored with `top` alternatives per position (at least 1)."""
     asks = [replace(r, params=replace(r.params, top_logprobs=max(1, top))) for r in requests]
-    return list(await asyncio.to_thread(state.engine.score, asks))  # type: ignore[attr-defined]
+    return list(await asyncio.to_thread(state.engine.score, asks))
 
 
 def first_error(scored: list[ScoreResult]) -> ErrorEvent | None:

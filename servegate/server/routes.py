@@ -73,8 +73,7 @@ async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any
 
 def _check_token_ids(state: ServerState, parsed: CompletionRequest) -> None:
     """Token-id prompts within the loaded vocabulary, before anything is queued (an async request included)."""
-    preprocessor = state.engine.preprocessor
-    tokenizer = preprocessor.tokenizer if preprocessor is not None else None
+    tokenizer = state.engine.tokenizer
     if tokenizer is None:
         return
     vocab = len(tokenizer)
@@ -171,10 +170,9 @@ async def _embed(state: ServerState, parsed: EmbeddingRequest, tenant: str | Non
 
 
 def _prompt_tokens(state: ServerState, texts: list[str]) -> int:
-    """Input tokens of an embeddings request, from the engine's own tokenizer (0 when it has none to ask)."""
-    counter = getattr(state.engine, "count_tokens", None)  # an endpoint engine has no tokenizer of its own
+    """Input tokens of an embeddings request, as the engine counts them (0 when it has no tokenizer to ask)."""
     try:
-        return sum(int(counter(text)) for text in texts) if callable(counter) else 0
+        return sum(state.engine.count_tokens(text) or 0 for text in texts)
     except Exception:  # counting is reporting only; it must not fail a request that already succeeded
         return 0
 

@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import Engine, EngineStats
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import EngineStats
 from servegate.server.async_results import AsyncResults
 from servegate.server.prometheus_metrics import ServerMetrics
 

@@ -20,8 +20,8 @@ from starlette.responses import StreamingResponse
 from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServingError
 from servegate.contracts.responses import ChatDelta
-from servegate.runtime.engine.interface import FinishEvent, TokenEvent, Usage
 from servegate.runtime.tool_calls import streamable_content
+from servegate.runtime.types import FinishEvent, TokenEvent, Usage
 from servegate.server.bodies import BodyBuilder, finish_reason
 from servegate.server.generation import EngineRun, cache_state, event_token_strings, first_failure
 from servegate.server.state import ServerState

@@ -1,7 +1,8 @@
 """POST /tokenize, POST /detokenize and GET /tokenizer_info as vLLM serves them (servegate.contracts.tokenizer_api).
 
-They answer from the engine's own tokenizer and chat template, so the ids are the ones a completion request
-would run on. An engine without a local tokenizer (backend: endpoint) answers 404 on all three.
+They answer from the engine's tokenizer and chat template, so the ids are the ones a completion request would
+run on: on every backend that loads the manifest's tokenizer, an endpoint's and vLLM's included. An engine
+without one (an embedding model's) answers 404 on all three, saying why.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from servegate.server.state import ServerState
 router = APIRouter()
 
 
-def _preprocessor(request: Request) -> tuple[ServerState, Any]:
+def _preprocessor(request: Request) -> tuple[ServerState, Any, Any]:
+    """The server state, the engine's preprocessor (chat template) and its tokenizer; not_found without one."""
     state: ServerState = request.app.state.serving
     state.refuse_unless_ready()
-    preprocessor = state.engine.preprocessor
-    if preprocessor is None or preprocessor.tokenizer is None:
-        detail = f"no route {request.url.path}: this deployment's engine has no local tokenizer; ask the backend's own"
+    engine = state.engine
+    if engine.tokenizer is None or engine.preprocessor is None:
+        why = engine.why_no_tokenizer or "it has no prompt encoder"
+        detail = f"no route {request.url.path}: this deployment's engine has no tokenizer ({why})"
         raise ServingError("not_found", detail=detail)
-    return state, preprocessor
+    return state, engine.preprocessor, engine.tokenizer
 
 
 def _parse(state: ServerState, model_cls: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -62,9 +65,8 @@ def _check_ids(ids: list[int], vocab_size: int) -> None:
 @router.post("/tokenize")
 async def tokenize(request: Request) -> Response:
     """Token ids of a prompt, or of chat messages rendered with the manifest's chat template (as vLLM)."""
-    state, preprocessor = _preprocessor(request)
+    state, preprocessor, tokenizer = _preprocessor(request)
     data = decode_body(await request.body())
-    tokenizer = preprocessor.tokenizer
     if "messages" in data:
         chat: TokenizeChatRequest = _parse(state, TokenizeChatRequest, data)
         messages = [{"role": m.role, "content": m.text()} for m in chat.messages]
@@ -85,18 +87,18 @@ async def tokenize(request: Request) -> Response:
 @router.post("/detokenize")
 async def detokenize(request: Request) -> Response:
     """The text of token ids (as vLLM)."""
-    state, preprocessor = _preprocessor(request)
+    state, _, tokenizer = _preprocessor(request)
     parsed: DetokenizeRequest = _parse(state, DetokenizeRequest, decode_body(await request.body()))
-    _check_ids(parsed.tokens, len(preprocessor.tokenizer))
-    return JSONResponse(DetokenizeResponse(prompt=preprocessor.tokenizer.decode(parsed.tokens)).model_dump())
+    _check_ids(parsed.tokens, len(tokenizer))
+    return JSONResponse(DetokenizeResponse(prompt=tokenizer.decode(parsed.tokens)).model_dump())
 
 
 @router.get("/tokenizer_info")
 async def get_tokenizer_info(request: Request) -> Response:
     """The tokenizer's configuration: special tokens, chat template, lengths (as vLLM)."""
-    state, preprocessor = _preprocessor(request)
+    state, preprocessor, tokenizer = _preprocessor(request)
     template = None
     if state.served.preprocess.chat_template != "none":
-        template = preprocessor.template_source or getattr(preprocessor.tokenizer, "chat_template", None)
-    info = tokenizer_info(preprocessor.tokenizer, state.served.runtime.max_model_len, template)
+        template = preprocessor.template_source or getattr(tokenizer, "chat_template", None)
+    info = tokenizer_info(tokenizer, state.served.runtime.max_model_len, template)
     return JSONResponse(info)

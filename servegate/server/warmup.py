@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import Engine, ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 log = logging.getLogger("servegate.server")
 

@@ -84,11 +84,14 @@ def fetch_model(
         staged = work / "out"
         log(f"converting {spec['file'].rsplit('/', 1)[-1]} to safetensors ({spec['source_quantization']} dequantized)")
         _convert(gguf, staged)
+        # the GGUF itself stays beside its conversion: a `weights.format: gguf` manifest loads it as llama.cpp would
+        shutil.copy2(gguf, staged / gguf.name)
         provenance: dict[str, Any] = {
             "model": name,
             "package": spec["package"],
             "version": spec["version"],
             "file": spec["file"],
+            "gguf_file": gguf.name,
             "gguf_sha256": spec["gguf_sha256"],
             "source_quantization": spec["source_quantization"],
             "dequantized_to": "float32",

@@ -28,8 +28,8 @@ from servegate.capacity.latency.step_timing import ProfileLimits, step_grid, tim
 from servegate.capacity.latency.terms import StepCost
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest, SeqChunk
 from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.types import GenerationRequest, SeqChunk
 
 TRUTH = LatencyModel(StepCost(c_step=0.004, c_prefill_token=0.00005, c_decode_seq=0.0006))
 VOCAB = 16

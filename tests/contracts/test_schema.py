@@ -11,7 +11,8 @@ from ruamel.yaml import YAML
 from servegate.contracts.loading import read_located
 from servegate.contracts.schema import manifest_json_schema
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").rglob("*.yaml"))
+# the manifests, not what `make checkpoints` builds under examples/smollm2/checkpoints (llm-compressor's recipes)
+EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "examples").rglob("*.yaml") if "checkpoints" not in p.parts)
 
 
 def _read(path: Path) -> dict:

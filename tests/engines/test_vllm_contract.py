@@ -22,8 +22,8 @@ from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import check_manifest, run_check
 from servegate.gates.output_cache import OutputCache
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.remote.vllm_process import VllmServer
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.engines
 

@@ -16,9 +16,9 @@ from servegate.contracts.quality_section import Suite
 from servegate.contracts.requests import parse_request
 from servegate.gates.evaluation import load_suite_data
 from servegate.runtime import build
-from servegate.runtime.engine.interface import FinishEvent
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.request_translator import engine_requests
+from servegate.runtime.types import FinishEvent
 
 pytestmark = pytest.mark.engines
 
@@ -83,7 +83,7 @@ def test_token_id_names_agree_through_the_endpoint_in_front_of_vllm(vllm_server:
                 requests += engine_requests(served, parse_request(served, "completions", body), f"r{i}", None)
             results = engine.generate(requests)
         finally:
-            engine.shutdown_sync() if hasattr(engine, "shutdown_sync") else None
+            engine.shutdown_sync()
         assert all(isinstance(r, FinishEvent) for r in results), results
         named[side] = [(r.tokens, tuple(sorted(t) for t in r.top_logprobs or ())) for r in results]  # type: ignore[union-attr]
         assert all(name.startswith("token_id:") for tokens, _ in named[side] for name in tokens or ()), side

@@ -19,9 +19,9 @@ from engines_support import endpoint_manifest, reference_manifest
 from servegate.contracts.quality_section import Suite
 from servegate.gates.evaluation import load_suite_data
 from servegate.runtime import build
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.model.weights import load_tokenizer
 from servegate.runtime.remote.vllm_process import VllmServer
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.engines
 

@@ -25,8 +25,8 @@ from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.quality_section import Suite
 from servegate.gates.evaluation import load_suite_data
 from servegate.runtime import build
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.remote.vllm_process import VllmServer
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 from servegate.server import create_app
 
 pytestmark = pytest.mark.engines

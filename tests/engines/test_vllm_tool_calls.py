@@ -25,10 +25,10 @@ from servegate.contracts.quality_section import Suite
 from servegate.contracts.requests import parse_request
 from servegate.gates.evaluation import load_suite_data
 from servegate.runtime import build
-from servegate.runtime.engine.interface import FinishEvent
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.request_translator import engine_requests
 from servegate.runtime.tool_calls import read_tool_calls
+from servegate.runtime.types import FinishEvent
 from servegate.server import create_app
 
 pytestmark = pytest.mark.engines

@@ -26,7 +26,7 @@ from servegate.gates.output_cache import OutputCache
 from servegate.gates.result import GateResult
 from servegate.gates.tenant_audit import detectable_shift_sd, judge_tenants, samples_per_side
 from servegate.gates.unseen_prompts import UnseenPrompts
-from servegate.runtime.engine.interface import Event, FinishEvent, GenerationRequest
+from servegate.runtime.types import Event, FinishEvent, GenerationRequest
 
 # --- the statistics on planted samples -------------------------------------------------------------------
 

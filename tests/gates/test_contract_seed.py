@@ -32,7 +32,7 @@ def contract_of(served: ServedModel) -> Any:
 def test_the_zoo_models_draws_differ_at_the_probe_temperature_and_repeat_with_their_seed() -> None:
     """The figures the probe rests on: on each probe prompt the two seeds give different text, a seed the same."""
     from servegate.runtime import build
-    from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+    from servegate.runtime.types import GenerationRequest, SamplingParams
 
     engine = build(ServedModel.model_validate(CACHED), fallback=False)
     for prompt in SEED_PROMPTS:

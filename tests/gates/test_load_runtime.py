@@ -39,7 +39,7 @@ class SharedBatchFault:
     async def submit(self, request: Any) -> Any:
         from dataclasses import replace
 
-        from servegate.runtime.engine.interface import FinishEvent
+        from servegate.runtime.types import FinishEvent
 
         self.inflight += 1
         try:

@@ -33,8 +33,8 @@ import pytest
 import torch
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 REHEARSAL = os.environ.get("SERVEGATE_GPU_REHEARSAL") == "1"
 DEVICE = "cpu" if REHEARSAL else "cuda"

@@ -24,7 +24,7 @@ from cuda_cases import (
     run_engine,
 )
 
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
+from servegate.runtime.types import GenerationRequest, SamplingParams
 
 pytestmark = gpu
 ROOT_MANIFEST = "examples/quickstart/manifest.yaml"

@@ -19,8 +19,8 @@ from cuda_cases import (
     run_engine,
 )
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.model_runner import PagedModelRunner, bytes_per_token_of
+from servegate.runtime.types import SeqChunk
 
 pytestmark = gpu
 

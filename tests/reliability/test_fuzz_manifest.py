@@ -216,7 +216,7 @@ def text_edit(text: str, draw: Callable[[st.SearchStrategy[Any]], Any]) -> str:
 def examples_copy(tmp_path: Path) -> Path:
     """A copy of examples/ (includes and fallbacks resolve inside it)."""
     target = tmp_path / "examples"
-    shutil.copytree(EXAMPLES, target)
+    shutil.copytree(EXAMPLES, target, ignore=shutil.ignore_patterns("checkpoints"))  # `make checkpoints` builds
     return target
 
 

@@ -23,7 +23,7 @@ from reliability_engine import MODEL_NAME, manifest_data, model_source, referenc
 from scipy.stats import mannwhitneyu
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 from servegate.server import create_app
 from servegate.server.app import bring_up
 

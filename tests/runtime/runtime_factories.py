@@ -20,13 +20,13 @@ import numpy as np
 import torch
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams, SeqChunk
 from servegate.runtime.engine.reference import ReferenceEngine
 from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, SchedulerOutput, make_scheduler
 from servegate.runtime.scheduling import Sequence as Seq
 from servegate.runtime.scheduling.base import Scheduler
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager
+from servegate.runtime.types import GenerationRequest, SamplingParams, SeqChunk
 
 TOY_VOCAB = 64
 TOY_EOS = 2

@@ -16,9 +16,9 @@ from test_model_runner import block_tables, random_prompts, reference_greedy, ru
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.sections import Runtime
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model import compiled_decode
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.types import SeqChunk
 
 needs_compiler = pytest.mark.skipif(
     shutil.which("g++") is None and shutil.which("c++") is None, reason="torch inductor needs a C++ compiler"

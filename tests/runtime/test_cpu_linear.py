@@ -131,8 +131,8 @@ def test_apply_gives_the_threads_to_blas_and_one_to_torch() -> None:
 
 def test_the_manifest_setting_decides_the_engines_kernel() -> None:
     from servegate.contracts.manifest import ServedModel
-    from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
     from servegate.runtime.engine.reference import ReferenceEngine
+    from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
     prompts = ["12+30=", "recall: apple kiwi plum; 2nd?", '{"name": "ada", "age":']
     outputs, routed = {}, {}

@@ -10,16 +10,10 @@ from support.synthetic_server import Delays, SyntheticServer
 from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.engine.interface import (
-    Engine,
-    ErrorEvent,
-    FinishEvent,
-    GenerationRequest,
-    SamplingParams,
-    TokenEvent,
-)
+from servegate.runtime.engine.interface import Engine
 from servegate.runtime.remote.completions_stream import error_from_status
 from servegate.runtime.remote.endpoint import EndpointEngine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 
 
 def served_at(url: str, timeout_s: float = 30.0) -> ServedModel:

@@ -16,8 +16,8 @@ from support.fake_remote import FakeRemote, RemoteBehaviour
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.remote.endpoint import EndpointEngine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 LONG_PROMPT = "1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20+21+22+23+24+25+26+27+28+29+30="
 
@@ -249,3 +249,30 @@ def test_tokenize_and_detokenize_answer_behind_the_endpoint_backend() -> None:
     assert tokens.json()["count"] == 5  # BOS + 4 characters, as the reference runtime counts them
     assert text.status_code == 200 and text.json()["prompt"].endswith("1+1=")
     assert info.status_code == 200, info.text
+
+
+def test_the_endpoint_engine_answers_what_callers_ask_without_being_probed() -> None:
+    """Tokenizer (or why not), token counts, remote, identity and enqueue from another thread: declared members."""
+    import threading
+
+    with FakeRemote() as remote:
+        engine = build(endpoint(remote.url))
+        assert engine.remote and engine.scores_prompts
+        assert engine.tokenizer is None and engine.why_no_tokenizer == "the engine has not started"
+        assert engine.count_tokens("1+1=") is None and engine.identity is None
+        engine.start_sync()
+        assert engine.tokenizer is not None and engine.why_no_tokenizer is None
+        assert engine.count_tokens("1+1=") == 5  # BOS + 4 characters, the ids the remote is sent
+        assert engine.identity is not None and engine.identity.engine == "vllm"
+        events: list[Any] = []
+        done = threading.Event()
+
+        def sink(event: Any) -> None:
+            events.append(event)
+            if isinstance(event, (FinishEvent, ErrorEvent)):
+                done.set()
+
+        engine.enqueue(GenerationRequest("q", prompt="1+1=", params=SamplingParams(2)), sink)
+        assert done.wait(30.0)
+        engine.shutdown_sync(grace_s=1.0)
+    assert isinstance(events[-1], FinishEvent) and events[-1].usage.completion_tokens == 2

@@ -8,8 +8,8 @@ from support.synthetic_server import Delays, SyntheticServer
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest
 from servegate.runtime.remote.endpoint_scoring import read_echo
+from servegate.runtime.types import ErrorEvent, GenerationRequest
 
 # vLLM 0.32's answer to echo: true, logprobs: 1, max_tokens: 1 on "ab" (docs/vllm-facts.md, section echo):
 # the prompt's tokens, then the one generated token; prompt_logprobs keyed by token id, the prompt's own first.

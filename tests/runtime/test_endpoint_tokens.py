@@ -17,8 +17,8 @@ from support.servegate_remote import ServegateRemote
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine.offline import run_file
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 PROMPTS = ["12+34=", "7+8=", "the code is 4417. recall: ", "503+96="]
 REMOTE: dict[str, Any] = {

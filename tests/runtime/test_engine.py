@@ -15,14 +15,8 @@ from runtime_factories import (
     toy_manifest,
 )
 
-from servegate.runtime.engine.interface import (
-    Engine,
-    ErrorEvent,
-    FinishEvent,
-    GenerationRequest,
-    SamplingParams,
-    TokenEvent,
-)
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 
 MODES = {
     "none": {"batching": {"mode": "none"}, "runtime": {"kv_cache": None}},
@@ -284,3 +278,19 @@ def test_a_model_that_fails_to_load_fails_start_with_its_error(monkeypatch: pyte
     # the engine refuses work instead of hanging
     [event] = collect(engine, GenerationRequest("after", prompt_token_ids=[3, 4], params=SamplingParams(max_tokens=2)))
     assert isinstance(event, ErrorEvent)
+
+
+def test_the_reference_engine_answers_what_callers_ask_without_being_probed() -> None:
+    """Tokenizer, token counts, remote, identity and scoring are declared members (a toy runner has no model)."""
+    from servegate.runtime.engine.reference import ReferenceEngine
+
+    assert ReferenceEngine(toy_manifest()).why_no_tokenizer == "the engine has not started"
+    engine = toy_engine()
+    try:
+        assert isinstance(engine, Engine) and not engine.remote and engine.identity is None
+        assert isinstance(engine.tokenizer, ToyTokenizer) and engine.why_no_tokenizer is None
+        assert engine.count_tokens("abc") == 3  # the toy preprocessor: one id per letter
+        [scored] = engine.score([GenerationRequest("s", prompt="abc")])
+        assert isinstance(scored, ErrorEvent) and "no causal model" in scored.error.message
+    finally:
+        engine.shutdown_sync()

@@ -15,8 +15,8 @@ import torch
 import transformers
 from runtime_factories import ToyPreprocessor, ToyTokenizer, toy_manifest
 
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 model_runner = pytest.importorskip("servegate.runtime.model.model_runner")
 

@@ -9,7 +9,6 @@ from runtime_factories import create_sequences, token_requests, toy_engine
 
 from servegate.contracts.errors import ServingError
 from servegate.runtime.engine.delivery import EventDelivery
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, TokenEvent, Usage
 from servegate.runtime.failure_policy.outcomes import (
     gateway_deadline,
     goes_to_fallback,
@@ -18,6 +17,7 @@ from servegate.runtime.failure_policy.outcomes import (
     timeout_of,
     trigger_of,
 )
+from servegate.runtime.types import ErrorEvent, FinishEvent, TokenEvent, Usage
 
 
 @dataclass(frozen=True)

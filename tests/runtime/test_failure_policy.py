@@ -8,8 +8,8 @@ import time
 
 from runtime_factories import GatedRunner, ToyPreprocessor, ToyTokenizer, toy_engine, toy_manifest, toy_sampler
 
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine.reference import ReferenceEngine
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 
 def request(rid: str, max_tokens: int = 4, **kw: object) -> GenerationRequest:

@@ -6,9 +6,9 @@ import pytest
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.model.kv_blocks import KVBlockManager, blocks_for_budget, pool_size
 from servegate.runtime.model.kv_memory import KVDims
 from servegate.runtime.scheduling import Sequence
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager, blocks_for_budget, pool_size
 
 
 def seq(seq_id: int, prompt: list[int], salt: str = "", max_tokens: int = 4) -> Sequence:

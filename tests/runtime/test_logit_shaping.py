@@ -18,11 +18,11 @@ from runtime_factories import ToyPreprocessor, ToyTokenizer, toy_manifest
 from support.manifests import BATCHING_MODES
 from test_engine_models import BLOCK, EOS, MAX_LEN, VOCAB, tiny_model
 
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.engine.reference import ReferenceEngine
 from servegate.runtime.model.logit_processors import TokenHistory, reshape_logits
 from servegate.runtime.model.sampling import apply_min_p, request_generator, sample_batch
 from servegate.runtime.postprocess import OutputStream
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 model_runner = pytest.importorskip("servegate.runtime.model.model_runner")
 

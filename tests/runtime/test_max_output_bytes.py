@@ -8,8 +8,8 @@ import pytest
 
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.schema import manifest_json_schema
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 from servegate.runtime.postprocess import OutputValidator
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams
 
 
 def served(policy: str = "error", **post: Any) -> ServedModel:

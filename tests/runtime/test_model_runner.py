@@ -13,10 +13,10 @@ import pytest
 import torch
 import transformers as hf
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.kv_memory import num_kv_blocks
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.paged_attention import ContextSource, PagedKVCache, PagedStep, SeqAttention
+from servegate.runtime.types import SeqChunk
 
 VOCAB = 101
 

@@ -8,8 +8,8 @@ import pytest
 
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest
 from servegate.runtime.preprocess import Preprocessor, truncate
+from servegate.runtime.types import GenerationRequest
 from servegate.zoo.tokenizer import BOS_ID, build_char_tokenizer
 
 TEMPLATE = (

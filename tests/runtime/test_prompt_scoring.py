@@ -10,7 +10,7 @@ import torch
 
 from servegate.contracts.loading import load_manifest
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, PromptScorer
+from servegate.runtime.types import ErrorEvent, GenerationRequest, PromptLogprobs
 
 MANIFEST = """\
 apiVersion: servegate/v1
@@ -55,7 +55,7 @@ def reference_logprobs(plain: Any, ids: list[int]) -> list[float]:
 def test_prompt_logprobs_equal_plain_transformers(tmp_path: Path, plain: Any) -> None:
     engine = engine_for(tmp_path)
     try:
-        assert isinstance(engine, PromptScorer)
+        assert engine.scores_prompts
         results = engine.score([GenerationRequest(id=str(i), prompt=t) for i, t in enumerate(TEXTS)])
     finally:
         engine.shutdown_sync()

@@ -10,10 +10,10 @@ import transformers as hf
 from support.models import tiny_llama
 
 from servegate.contracts.sections import Quantization
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model import quantization as quant
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.quantization import quantize_model, round_trip
+from servegate.runtime.types import SeqChunk
 
 METHODS = ["int8-weight", "int8-dynamic", "int4-weight", "fp8-weight", "int3-weight", "int2-weight"]
 LINEARS = 2 * 7  # 2 layers x (q, k, v, o, gate, up, down); lm_head excluded

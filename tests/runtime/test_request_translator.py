@@ -18,8 +18,8 @@ from support.manifests import fake_manifest
 from support.oracle_engine import OracleEngine
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import GenerationRequest, SamplingParams
 from servegate.runtime.engine.offline import run_file
+from servegate.runtime.types import GenerationRequest, SamplingParams
 from servegate.server import create_app
 
 SERVED = ServedModel.model_validate(

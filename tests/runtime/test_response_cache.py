@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from servegate.contracts.sections import ResponseCache as Config
-from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams, Usage
 from servegate.runtime.response_cache import ResponseCache
+from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams, Usage
 
 
 class Clock:

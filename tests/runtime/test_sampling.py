@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from servegate.runtime.engine.interface import SamplingParams
 from servegate.runtime.model.sampling import (
     apply_top_k,
     apply_top_p,
@@ -17,6 +16,7 @@ from servegate.runtime.model.sampling import (
     sample_batch,
     top_logprobs,
 )
+from servegate.runtime.types import SamplingParams
 
 
 def test_greedy_picks_the_argmax_and_reports_its_logprob() -> None:

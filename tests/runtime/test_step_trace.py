@@ -12,8 +12,8 @@ from runtime_factories import create_sequences, reference_outputs, token_request
 
 from servegate.contracts.errors import ServingError
 from servegate.runtime.engine.delivery import EventDelivery
-from servegate.runtime.engine.interface import ErrorEvent, TokenEvent
 from servegate.runtime.engine.step_trace import ENV, StepTrace, read_admissions, read_handoffs, read_step_trace
+from servegate.runtime.types import ErrorEvent, TokenEvent
 
 
 def test_a_traced_engine_records_every_step_it_ran(tmp_path: Path) -> None:

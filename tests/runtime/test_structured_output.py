@@ -17,8 +17,8 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import parse_request
 from servegate.runtime import build
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, Result
 from servegate.runtime.request_translator import engine_requests
+from servegate.runtime.types import ErrorEvent, FinishEvent, Result
 
 pytest.importorskip("llguidance")
 
@@ -70,7 +70,7 @@ def run(served: ServedModel, listed: list[dict[str, Any]]) -> list[Result]:
             requests += engine_requests(served, parse_request(served, "completions", body), f"r{i}", None)
         return engine.generate(requests)
     finally:
-        engine.shutdown_sync() if hasattr(engine, "shutdown_sync") else None
+        engine.shutdown_sync()
 
 
 def satisfies(body: dict[str, Any], text: str) -> bool:

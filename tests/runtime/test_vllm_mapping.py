@@ -72,3 +72,14 @@ def test_endpoint_url_and_vllm_settings_are_checked() -> None:
                                     "runtime": {"vllm": {"port": 1}}})  # fmt: skip
     with pytest.raises(ValueError, match="extra_args cannot set --port"):
         vllm_manifest(runtime={"vllm": {"extra_args": ["--port", "1"]}})
+
+
+def test_checkpoints_vllm_cannot_run_on_cpu_are_errors_with_vllms_reason() -> None:
+    gguf = {"source": "zoo:tiny-primary", "format": "gguf", "gguf_file": "model.gguf"}
+    with pytest.raises(ServegateError, match="no GGUF loader"):
+        vllm_arguments(vllm_manifest(weights=gguf), "model")
+    compressed = {"source": "zoo:tiny-primary", "format": "compressed-tensors"}
+    with pytest.raises(ServegateError, match="bfloat16 only"):
+        vllm_arguments(vllm_manifest(weights=compressed), "model")
+    args = vllm_arguments(vllm_manifest(weights=compressed, runtime={"dtype": "bfloat16"}), "model")
+    assert args.args["load-format"] == "safetensors" and args.args["dtype"] == "bfloat16"

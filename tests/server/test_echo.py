@@ -12,7 +12,7 @@ from support.servers import ServerProcess, start_fake_server, start_gate_serve
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime import build
-from servegate.runtime.engine.interface import GenerationRequest
+from servegate.runtime.types import GenerationRequest
 
 
 @pytest.fixture(scope="module")

@@ -100,3 +100,9 @@ def test_async_embeddings(server: ServerProcess) -> None:
     assert result.status_code == 200 and result.json()["object"] == "list"
     direct = httpx.post(server.url("/v1/embeddings"), json=body).json()
     assert result.json()["data"] == direct["data"]
+
+
+def test_tokenize_on_an_embedding_model_says_why_it_is_not_offered(server: ServerProcess) -> None:
+    answer = httpx.post(server.url("/tokenize"), json={"model": MODEL, "prompt": "a short text"}, timeout=30)
+    assert answer.status_code == 404
+    assert "embedding model" in answer.json()["error"]["message"]

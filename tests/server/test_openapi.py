@@ -21,6 +21,7 @@ class _NoEngine:
     """Only `served` is read while the document is built."""
 
     preprocessor = None  # nothing loaded: the document bounds no token ids
+    tokenizer = None
 
     def __init__(self, served: ServedModel) -> None:
         self.served = served

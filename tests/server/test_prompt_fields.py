@@ -16,8 +16,8 @@ from transformers import AutoTokenizer
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import PromptOptions
 from servegate.runtime.preprocess import Preprocessor
+from servegate.runtime.types import PromptOptions
 from servegate.zoo import zoo_model_path
 
 TEMPLATE = (

@@ -17,8 +17,8 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import parse_request
 from servegate.runtime import build
-from servegate.runtime.engine.interface import GenerationRequest
 from servegate.runtime.engine.offline import InputLine, to_generation_request
+from servegate.runtime.types import GenerationRequest
 
 TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}<assistant>"
 

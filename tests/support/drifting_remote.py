@@ -88,7 +88,7 @@ class DriftingRemote(FakeRemote):
         from servegate.contracts.constraint_fields import ConstraintFields
         from servegate.contracts.manifest import ServedModel
         from servegate.runtime import build
-        from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+        from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
         asked = body.get("structured_outputs") if self.honours_constraints else None
         constraint = ConstraintFields.model_validate({"structured_outputs": asked}).output_constraint()

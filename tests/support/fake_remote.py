@@ -195,7 +195,7 @@ def reference_answer(manifest: dict[str, Any]) -> Answer:
     """The reference engine's greedy text for the prompt ids: a remote that serves the same model."""
     from servegate.contracts.manifest import ServedModel
     from servegate.runtime import build
-    from servegate.runtime.engine.interface import FinishEvent, GenerationRequest, SamplingParams
+    from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
     engine = build(ServedModel.model_validate(manifest), fallback=False)
     lock = threading.Lock()

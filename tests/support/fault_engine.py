@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import (
+from servegate.runtime.types import (
     EngineStats,
     ErrorEvent,
     Event,
@@ -27,6 +27,7 @@ from servegate.runtime.engine.interface import (
     TokenEvent,
     Usage,
 )
+from support.fake_engine_base import FakeEngineBase
 
 ALPHABET = "abcdefghij klmnopqrstuvwxyz"
 
@@ -67,8 +68,9 @@ def fake_text(prompt: str, temperature: float, seed: int, length: int) -> str:
     return "".join(rng.choice(ALPHABET) for _ in range(length))
 
 
-class FaultEngine:
-    """A deterministic Engine with the manifest's queue, concurrency, deadline and input limits."""
+class FaultEngine(FakeEngineBase):
+    """A deterministic Engine with the manifest's queue, concurrency, deadline and input limits (the protocol's
+    other members: FakeEngineBase)."""
 
     preprocessor = None  # it has no tokenizer: token ids and logprob token names are not looked up
 
@@ -93,10 +95,6 @@ class FaultEngine:
     def stats(self) -> EngineStats:
         """Queue depth and running sequences."""
         return EngineStats(queue_depth=len(self._waiting), running=self._running)
-
-    def count_tokens(self, text: str) -> int:
-        """One token per character."""
-        return len(text)
 
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """A unit vector per text, derived from its hash."""

@@ -23,7 +23,7 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.loading import load_fallback
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.result import GateReport, GateResult
-from servegate.runtime.engine.interface import (
+from servegate.runtime.types import (
     EngineStats,
     ErrorEvent,
     Event,
@@ -33,6 +33,7 @@ from servegate.runtime.engine.interface import (
     TokenEvent,
     Usage,
 )
+from support.fake_engine_base import FakeEngineBase
 
 BLOCK = 16
 STEP_S = 0.002
@@ -85,8 +86,8 @@ def _corrupt(answer: str) -> str:
 
 
 @dataclass
-class OracleEngine:
-    """Implements the Engine protocol over the oracle."""
+class OracleEngine(FakeEngineBase):
+    """Implements the Engine protocol over the oracle (the members it shares with other fakes: FakeEngineBase)."""
 
     served: ServedModel
     faults: Faults = field(default_factory=Faults)

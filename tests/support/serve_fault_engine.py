@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))  # `support.` imports inside fault_engine
 
 from fault_engine import FakeBehaviour, FaultEngine  # noqa: E402
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling import SchedulerConfig, Sequence, make_scheduler
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager
 from support.synthetic_server import SyntheticServer
 
 

@@ -218,13 +218,7 @@ class EngineTarget:
 
     async def send(self, spec: RequestSpec, prompt: str, record: RequestRecord) -> None:
         """Submit one request and stamp each TokenEvent as it is received."""
-        from servegate.runtime.engine.interface import (
-            ErrorEvent,
-            FinishEvent,
-            GenerationRequest,
-            SamplingParams,
-            TokenEvent,
-        )
+        from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 
         self._next += 1
         request = GenerationRequest(

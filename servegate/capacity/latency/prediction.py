@@ -56,7 +56,7 @@ def load_profile(served: ServedModel) -> LatencyModel:
 
 def sim_setup(served: ServedModel) -> SimSetup:
     """The simulated engine for a manifest, with the KV pool the runtime would allocate."""
-    from servegate.runtime.model.kv_blocks import pool_size
+    from servegate.runtime.scheduling.kv_blocks import pool_size
 
     dims = kv_dims_from_config(read_config(model_config_path(served)))
     kv = served.runtime.kv_cache

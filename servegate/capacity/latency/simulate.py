@@ -168,8 +168,8 @@ class _Simulation:
         admission_delays: Sequence[float | None] | None = None,
         way_out: Sequence[tuple[float | None, float | None]] | None = None,
     ) -> None:
-        from servegate.runtime.model.kv_blocks import KVBlockManager
         from servegate.runtime.scheduling import SchedulerConfig, make_scheduler
+        from servegate.runtime.scheduling.kv_blocks import KVBlockManager
 
         cfg = SchedulerConfig(
             setup.max_batch_size, setup.max_wait_s, setup.max_num_batched_tokens, setup.chunked_prefill

@@ -80,7 +80,7 @@ def time_steps(
     runner: Any, grid: Sequence[tuple[Chunk, ...]], repeats: int = 5, tick: Tick | None = None
 ) -> list[StepSample]:
     """Execute every step of `grid` on the runner `repeats` times (after one warm-up); median seconds each."""
-    from servegate.runtime.engine.interface import SeqChunk
+    from servegate.runtime.types import SeqChunk
 
     bs, nb = runner.block_size, runner.num_blocks
     vocab = max(2, int(runner.vocab_size))

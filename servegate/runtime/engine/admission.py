@@ -11,12 +11,11 @@ import time
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.endings import deliver_failures
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, Sink
+from servegate.runtime.engine.fallback_route import FallbackRoute
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState, new_request_state
 from servegate.runtime.engine.request_table import Failure, RequestTable
 from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.failure_policy.fallback import FallbackRoute
 from servegate.runtime.failure_policy.outcomes import (
     deadline_exceeded,
     on_arrival,
@@ -25,6 +24,7 @@ from servegate.runtime.failure_policy.outcomes import (
     unavailable,
 )
 from servegate.runtime.response_cache import replay
+from servegate.runtime.types import ErrorEvent, GenerationRequest, Sink
 
 
 class Admission:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
-from servegate.runtime.engine.interface import Result, Sink, TokenEvent
 from servegate.runtime.engine.step_trace import StepTrace
+from servegate.runtime.types import Result, Sink, TokenEvent
 
 
 class EventDelivery:

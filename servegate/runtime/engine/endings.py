@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent
+from servegate.runtime.engine.fallback_route import FallbackRoute
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState
 from servegate.runtime.engine.request_table import Failure, RequestTable
-from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.types import ErrorEvent, FinishEvent
 
 
 def deliver_failures(failures: Iterable[Failure], route: FallbackRoute | None) -> None:

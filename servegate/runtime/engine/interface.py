@@ -1,280 +1,96 @@
 """The engine interface every caller uses: the HTTP server, the gates, the bench and `gate run`.
 
-Plain dataclasses so tests assert on plain data. An engine is built from a ServedModel by
-`servegate.runtime.build(served)`; the reference engine runs in process, the endpoint engine forwards
-to any OpenAI-compatible server. Both satisfy `Engine`.
+An engine is built from a ServedModel by `servegate.runtime.build(served)`; the reference engine runs in
+process, the endpoint engine forwards to any OpenAI-compatible server. Both satisfy `Engine`. The data it
+takes and gives (requests, sampling parameters, events, results, counters) is `servegate.runtime.types`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
-from servegate.contracts.constraint_fields import OutputConstraint
-from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.contracts.tool_fields import ToolUse
+from servegate.runtime.types import EngineStats, Event, GenerationRequest, Result, ScoreResult, Sink
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """How tokens are chosen for one request (temperature 0 is greedy)."""
-
-    max_tokens: int = 16
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    """0 disables top-k."""
-    seed: int | None = None
-    """Per-request seed: same seed, same output. None: the manifest's runtime.seed."""
-    stop: tuple[str, ...] = ()
-    logprobs: bool = False
-    """Return the log-probability of each chosen token."""
-    top_logprobs: int = 0
-    """Also return the top-N alternatives per position (0: none)."""
-    ignore_eos: bool = False
-    """Keep generating past EOS (benchmarks that need exact output lengths)."""
-    presence_penalty: float = 0.0
-    """Subtracted once from the logit of every token the output already holds (vLLM: output tokens only)."""
-    frequency_penalty: float = 0.0
-    """Subtracted from a token's logit once per time the output already holds it."""
-    repetition_penalty: float = 1.0
-    """Divides a positive logit (multiplies a negative one) of every token in the prompt or the output."""
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    """(token id, bias) pairs added to the logits before anything else reshapes them."""
-    min_p: float = 0.0
-    """Drop tokens whose probability is below min_p times the likeliest token's (after temperature)."""
-    min_tokens: int = 0
-    """Tokens generated before EOS, a stop token id or a stop string may end the output."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Token ids that end the output (kept in token_ids, not in the text), besides EOS."""
-    include_stop_str: bool = False
-    """Keep the stop string that ended the output at the end of the text (vLLM's include_stop_str_in_output)."""
-    skip_special_tokens: bool = True
-    """Leave special tokens out of the text (False: they are written; EOS and stop token ids never are)."""
-    tokens_as_ids: bool = False
-    """Name tokens in logprobs as `token_id:<id>` (vLLM's return_tokens_as_token_ids), not by their text."""
-    constraint: OutputConstraint | None = None
-    """The schema, regex, choice or grammar every output token is masked by (None: unconstrained)."""
-    tool_use: ToolUse | None = None
-    """The tool calls the output is read for (None: plain text, tool_choice none included)."""
-
-    def penalises(self) -> bool:
-        """Whether a presence, frequency or repetition penalty is asked for."""
-        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0)
-
-    def reshapes_logits(self) -> bool:
-        """Whether a penalty, a bias or min_tokens changes the logits before sampling (greedy included)."""
-        return self.penalises() or bool(self.logit_bias or self.min_tokens)
-
-
-_TOKEN_ID_NAME = re.compile(r"token_id:(\d+)")
-"""vLLM's `return_tokens_as_token_ids` names a token by its id."""
-
-
-def token_id_name(token: int) -> str:
-    """A token named by its id, as vLLM's return_tokens_as_token_ids writes it."""
-    return f"token_id:{token}"
-
-
-def token_id_of(name: str) -> int | None:
-    """The id a `token_id:<id>` name names (None: the name is a token's text)."""
-    found = _TOKEN_ID_NAME.fullmatch(name)
-    return None if found is None else int(found.group(1))
-
-
-@dataclass(frozen=True)
-class PromptOptions:
-    """How a request's prompt is rendered and cut, beyond the manifest's own rules (vLLM's request fields)."""
-
-    add_generation_prompt: bool = True
-    """End a chat prompt with the template's assistant header."""
-    continue_final_message: bool = False
-    """Leave the final chat message open, so the answer continues it."""
-    template_kwargs: tuple[tuple[str, Any], ...] = ()
-    """More variables for the chat template, as (name, value) pairs."""
-    chat_template: str | None = None
-    """The request's own Jinja chat template (None: the manifest's)."""
-    truncate_prompt_tokens: int | None = None
-    """Keep at most this many prompt tokens (None: no request truncation; the manifest's rule still applies)."""
-    truncation_side: Literal["left", "right"] | None = None
-    """Which tokens truncate_prompt_tokens keeps: `left` the last, `right` the first (None: left, as vLLM)."""
-
-
-@dataclass
-class GenerationRequest:
-    """One request as the engine sees it, after the HTTP layer or file reader has parsed it."""
-
-    id: str
-    prompt: str | None = None
-    """Completion prompt text (exactly one of prompt, messages, prompt_token_ids)."""
-    messages: list[dict[str, Any]] | None = None
-    """Chat messages [{"role", "content"}, plus "tool_calls" or "tool_call_id"], rendered with the manifest's
-    chat template."""
-    tools: list[dict[str, Any]] | None = None
-    """The functions offered ([{"type": "function", "function": {...}}]), rendered by the chat template."""
-    prompt_token_ids: list[int] | None = None
-    """Pre-tokenized prompt (bench and tests)."""
-    params: SamplingParams = field(default_factory=SamplingParams)
-    prompt_options: PromptOptions = field(default_factory=PromptOptions)
-    """The request's own rendering and truncation of its prompt."""
-    tenant: str | None = None
-    """Tenant id; scopes the prefix and response caches. Never logged."""
-    arrival_time: float | None = None
-    """time.monotonic() at arrival (None: when submitted); the deadline counts from it."""
-    timeout_s: float | None = None
-    """Overrides failure_policy.request_timeout_s for this request."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts of one request; truncated_tokens is never hidden."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    truncated_tokens: int = 0
-    """Prompt tokens dropped by the truncation policy."""
-    cached_tokens: int | None = None
-    """Prompt tokens read from the KV prefix cache; None where no prefix cache is declared (or the remote
-    does not say)."""
+class EngineIdentity(Protocol):
+    """What a remote engine reported itself to be at start (remote/identity.RemoteIdentity)."""
 
     @property
-    def total_tokens(self) -> int:
-        """prompt + completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
+    def engine(self) -> str:
+        """`vllm`, `servegate`, or what the server calls itself."""
 
+    @property
+    def version(self) -> str | None:
+        """The engine's version, when it reports one."""
 
-TokenSource = Literal["engine", "remote", "logprobs", "tokenizer"]
-"""Where a result's token ids come from: `engine`, the ids the engine generated; `remote`, a remote's own ids
-(vLLM's return_token_ids); `logprobs`, a remote's logprobs tokens read as ids with the manifest's tokenizer;
-`tokenizer`, a remote's text re-tokenized with the manifest's tokenizer (no EOS: the text decides equality)."""
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Model ids it serves."""
 
+    @property
+    def max_model_len(self) -> int | None:
+        """Context length it reports for the served model, else None."""
 
-@dataclass(frozen=True)
-class TokenEvent:
-    """New output text for a request (one or more tokens)."""
+    def as_engine(self) -> dict[str, Any]:
+        """The manifest's runtime.engine form of this identity."""
 
-    request_id: str
-    token_ids: tuple[int, ...]
-    text: str
-    """Text delta since the previous event (stop strings already trimmed)."""
-    logprobs: tuple[float, ...] | None = None
-    time: float = 0.0
-    """time.monotonic() when the tokens were produced."""
-    cached: bool = False
-    """The whole output, replayed from the response cache (its FinishEvent follows at once)."""
-    top_logprobs: tuple[dict[str, float], ...] | None = None
-    """Per token, its top alternatives (only when the request asks for top_logprobs)."""
-    tokens: tuple[str, ...] | None = None
-    """Each token's own text as the engine names it (a remote's logprobs tokens); None: the tokenizer names them."""
-
-
-@dataclass(frozen=True)
-class FinishEvent:
-    """A request's final result."""
-
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: Literal["stop", "length", "eos"]
-    usage: Usage
-    logprobs: tuple[float, ...] | None = None
-    top_logprobs: tuple[dict[str, float], ...] | None = None
-    tokens: tuple[str, ...] | None = None
-    """Each output token's own text as the engine names it (a remote's logprobs tokens), one per logprob;
-    None: the tokenizer names them from token_ids."""
-    token_source: TokenSource = "engine"
-    """Where token_ids come from (TokenSource)."""
-    fallback_used: bool = False
-    """Served by the fallback model."""
-    cached: bool = False
-    """Served from the response cache."""
-    output_valid: bool | None = None
-    """Whether the text satisfied output_schema (None: no schema declared)."""
-    ttft_s: float | None = None
-    """Seconds from arrival to first token."""
-    e2e_s: float | None = None
-    """Seconds from arrival to finish."""
-
-
-@dataclass(frozen=True)
-class ErrorEvent:
-    """A request's final catalogued error (it never also gets a FinishEvent)."""
-
-    request_id: str
-    error: ServingError
-
-
-Event = TokenEvent | FinishEvent | ErrorEvent
-Result = FinishEvent | ErrorEvent
-Sink = Callable[[Event], None]
-"""Receives one request's events, in order."""
-
-
-@dataclass(frozen=True)
-class PromptLogprobs:
-    """The log-probability of every prompt token given the tokens before it (one prefill, nothing sampled)."""
-
-    request_id: str
-    token_ids: tuple[int, ...]
-    """The prompt as the model saw it: after the chat template and the truncation policy."""
-    logprobs: tuple[float | None, ...]
-    """log p(token_i | tokens_<i) per token; None for the first token (nothing precedes it)."""
-    greedy: tuple[bool, ...]
-    """Whether each token was the most likely one at its position (the first token: True)."""
-    truncated_tokens: int = 0
-    """Prompt tokens dropped by the truncation policy (the kept ones are scored)."""
-    top: tuple[dict[int, float], ...] = ()
-    """Per position, the most likely tokens {token id: log-probability}, as many as the request's
-    params.top_logprobs (at least 1); empty for the first position, and where a remote did not say."""
-    ranks: tuple[int | None, ...] = ()
-    """Per position, the token's rank in the vocabulary there (1: the likeliest); None for the first token, and
-    where a remote did not say (empty: not known at all)."""
-
-
-ScoreResult = PromptLogprobs | ErrorEvent
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """Live counters, exported as metrics by the server."""
-
-    queue_depth: int = 0
-    running: int = 0
-    kv_blocks_used: int = 0
-    kv_blocks_free: int = 0
-    prefix_cache_hits: int = 0
-    prefix_cache_misses: int = 0
-    response_cache_hits: int = 0
-    fallback_uses: int = 0
-    preemptions: int = 0
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for reports."""
 
 
 @runtime_checkable
 class Engine(Protocol):
-    """What the server, gates and bench call. Every submitted request ends in exactly one Result."""
+    """What the server, gates and bench call: every member is declared here and every engine has it, so no
+    caller probes an engine (vLLM's EngineClient is the model). Every submitted request ends in one Result."""
 
     served: ServedModel
 
+    # --- lifecycle ------------------------------------------------------------------------------
+
     async def start(self) -> None:
-        """Load weights, allocate the KV pool and start the scheduling loop."""
+        """Load what the engine runs on (weights and KV pool, or the tokenizer and the remote's identity)."""
+
+    def start_sync(self) -> None:
+        """start() for synchronous callers; a second call does nothing."""
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
         """Stop accepting, finish in-flight work within grace_s, release resources."""
 
+    def shutdown_sync(self, grace_s: float = 10.0) -> None:
+        """shutdown() for synchronous callers (not from inside a running event loop's thread)."""
+
+    # --- requests -------------------------------------------------------------------------------
+
     def submit(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """Queue a request; iterate its TokenEvents, ending with one FinishEvent or ErrorEvent."""
+
+    def enqueue(self, request: GenerationRequest, sink: Sink) -> None:
+        """Queue a request from any thread; its events go to `sink`, in order, ending with one Result."""
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
         """Synchronous convenience: run all requests (batched per the manifest), results in input order."""
 
+    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
+        """Prompt-token log-probabilities of each request's prompt (sampling parameters are ignored), in order;
+        an ErrorEvent for each where the engine cannot score (`scores_prompts` is False)."""
+
     async def embed(self, texts: Sequence[str], tenant: str | None = None) -> list[list[float]]:
         """Embedding vectors (task: embed only)."""
 
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens `text` becomes as this engine's input (after the manifest's truncation), for usage reports;
+        None where the engine has no tokenizer to count with."""
+
     def stats(self) -> EngineStats:
         """Current counters."""
+
+    # --- what callers ask of it -----------------------------------------------------------------
+
+    @property
+    def scores_prompts(self) -> bool:
+        """Whether `score` gives prompt log-probabilities (lm-eval's log-likelihoods, echo, prompt_logprobs)."""
 
     @property
     def preprocessor(self) -> Any:
@@ -282,39 +98,19 @@ class Engine(Protocol):
         started, on every backend that loads the manifest's tokenizer; None before start() or where there is
         none (an embedding model's engine)."""
 
+    @property
+    def tokenizer(self) -> Any:
+        """The manifest's tokenizer the engine encodes and decodes with (on every backend that loads it, the
+        endpoint's included); None where it has none, and `why_no_tokenizer` says why."""
 
-@runtime_checkable
-class PromptScorer(Protocol):
-    """An engine that also scores prompts (log-likelihood evaluation: lm-eval's multiple-choice tasks)."""
+    @property
+    def why_no_tokenizer(self) -> str | None:
+        """Why `tokenizer` is None (not started, an embedding model, a fake without one); None when it is not."""
 
-    def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
-        """Prompt-token log-probabilities of each request's prompt (sampling parameters are ignored), in order."""
+    @property
+    def remote(self) -> bool:
+        """Whether the model runs outside this process (an endpoint, a vLLM server), not in servegate's engine."""
 
-
-# --- the model runner: what the engine's scheduler hands the model each step ------------------------
-
-
-@dataclass(frozen=True)
-class SeqChunk:
-    """The tokens of one sequence computed in one step (a prefill chunk, or one decode token)."""
-
-    seq_id: int
-    token_ids: tuple[int, ...]
-    """New tokens fed this step; token_ids[0] sits at position start_pos."""
-    start_pos: int
-    """Tokens of this sequence already in the KV cache (computed earlier, or prefix-cache hits)."""
-    block_table: tuple[int, ...]
-    """KV block ids covering positions [0, start_pos + len(token_ids)), in order."""
-
-
-class ModelRunner(Protocol):
-    """Runs one step of a model over a ragged batch, reading and writing the paged KV pool."""
-
-    block_size: int
-    num_blocks: int
-    vocab_size: int
-    eos_token_ids: frozenset[int]
-
-    def execute(self, chunks: Sequence[SeqChunk]) -> Any:
-        """Write the chunks' KV into their blocks and return float32 logits [len(chunks), vocab]
-        at each chunk's last token."""
+    @property
+    def identity(self) -> EngineIdentity | None:
+        """What a remote reported itself to be at start; None for servegate's own engine and before start()."""

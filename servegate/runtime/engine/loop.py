@@ -13,16 +13,16 @@ import time
 
 from servegate.contracts.errors import ServingError
 from servegate.runtime.engine.endings import deliver_failures, finish_requests
-from servegate.runtime.engine.interface import TokenEvent, token_id_name
+from servegate.runtime.engine.fallback_route import FallbackRoute
 from servegate.runtime.engine.loop_jobs import LoopJobs
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_state import RequestState
 from servegate.runtime.engine.request_table import Failure, RequestTable
 from servegate.runtime.engine.step_sampling import SampledTokens, sample_rows
 from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.failure_policy.fallback import FallbackRoute
 from servegate.runtime.failure_policy.outcomes import deadline_exceeded, past_deadline
 from servegate.runtime.scheduling import SchedulerOutput, Sequence
+from servegate.runtime.types import TokenEvent, token_id_name
 
 log = logging.getLogger("servegate.runtime")
 

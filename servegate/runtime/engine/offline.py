@@ -29,8 +29,9 @@ from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import parse_request
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, GenerationRequest
+from servegate.runtime.engine.interface import Engine
 from servegate.runtime.request_translator import engine_requests
+from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest
 
 RecordId = str | int
 
@@ -140,12 +141,11 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
     return request
 
 
-def token_names(engine: Any, event: FinishEvent) -> list[str]:
+def token_names(engine: Engine, event: FinishEvent) -> list[str]:
     """Each generated token's own text: as the engine named it (a remote), else as its tokenizer writes it."""
     if event.tokens is not None:
         return list(event.tokens)
-    preprocessor = engine.preprocessor
-    tokenizer = preprocessor.tokenizer if preprocessor is not None else None
+    tokenizer = engine.tokenizer
     if tokenizer is None:
         return []  # logprob_bodies names each entry "" rather than dropping it
     return [tokenizer.decode([int(token)]) for token in event.token_ids]

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import contract_parts
-from servegate.runtime.engine.interface import ModelRunner
-from servegate.runtime.engine.part_types import Embedder, PromptEncoder, Sampler
-from servegate.runtime.model.kv_blocks import KVBlockManager, pool_size
+from servegate.runtime.engine.part_types import Embedder, Sampler
 from servegate.runtime.postprocess import Detokenizer, OutputValidator
 from servegate.runtime.response_cache import ResponseCache
 from servegate.runtime.scheduling import Scheduler, SchedulerConfig, make_scheduler
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager, pool_size
+from servegate.runtime.types import ModelRunner, PromptEncoder
 
 if TYPE_CHECKING:
     from servegate.runtime.model.grammar_mask import GrammarMask
@@ -46,6 +46,8 @@ class EngineParts:
     quantization: QuantizationReport | None = None
     """What quantization did, when the manifest quantizes the model."""
     grammar: GrammarMask | None = None
+    model: Any = None
+    """The causal LM the runner runs, for prompt scoring (None for a runner given without one, or task: embed)."""
     """Compiles and enforces output constraints, when the manifest declares postprocess.structured_output."""
 
 
@@ -74,7 +76,7 @@ def build_parts(
         )
     report = None
     if runner is None:
-        runner, tokenizer, report = _load_runner(served, model, tokenizer)
+        runner, tokenizer, report, model = _load_runner(served, model, tokenizer)
     contract = contract_parts(served, tokenizer, preprocessor)  # the same pieces the endpoint engine uses
     kv = served.runtime.kv_cache
     block_manager = KVBlockManager(
@@ -91,6 +93,7 @@ def build_parts(
         response_cache=contract.response_cache,
         device=getattr(runner, "device", "cpu"),
         quantization=report,
+        model=model,
         grammar=_grammar_mask(served, tokenizer, runner),
     )
 
@@ -106,8 +109,9 @@ def _grammar_mask(served: ServedModel, tokenizer: Any, runner: ModelRunner) -> G
 
 def _load_runner(
     served: ServedModel, model: Any, tokenizer: Detokenizer | None
-) -> tuple[ModelRunner, Detokenizer, QuantizationReport | None]:
-    """The paged runner over the manifest's weights (quantized as declared) and the tokenizer."""
+) -> tuple[ModelRunner, Detokenizer, QuantizationReport | None, Any]:
+    """The paged runner over the manifest's weights (quantized as declared), the tokenizer, the quantization
+    report and the model."""
     from servegate.runtime.model.cpu_linear import apply_cpu_linear, use_torch_threads
     from servegate.runtime.model.kv_memory import kv_dims_from_config
     from servegate.runtime.model.model_runner import PagedModelRunner
@@ -141,7 +145,7 @@ def _load_runner(
         kv_dtype=kv_dtype,
         compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
     )
-    return runner, tokenizer, report
+    return runner, tokenizer, report, model
 
 
 def _default_sampler() -> Sampler:

@@ -15,9 +15,9 @@ from typing import Any
 
 from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
 from servegate.runtime.engine.parts import EngineParts
+from servegate.runtime.types import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 
 
 def token_logprobs(model: Any, token_ids: Sequence[int], top_k: int = 1) -> PromptLogprobs:
@@ -53,7 +53,7 @@ def score_on_engine(
 
 def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
     """Score each request's prompt as the manifest encodes it; a request the contract refuses gets its error."""
-    model = getattr(getattr(parts, "runner", None), "model", None)
+    model = parts.model
     if model is None:
         error = ServingError("invalid_request", detail="this engine has no causal model to score prompts with")
         return [ErrorEvent(r.id, error) for r in requests]

@@ -21,29 +21,30 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.admission import Admission
 from servegate.runtime.engine.embeddings import embed_texts, embedding_tokens
 from servegate.runtime.engine.endings import deliver_failures
-from servegate.runtime.engine.interface import (
-    Engine,
+from servegate.runtime.engine.fallback_route import FallbackRoute
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.engine.loop import EngineLoop
+from servegate.runtime.engine.loop_jobs import LoopJobs
+from servegate.runtime.engine.part_types import Sampler
+from servegate.runtime.engine.parts import EngineParts, build_parts
+from servegate.runtime.engine.prompt_scoring import score_on_engine
+from servegate.runtime.engine.request_table import Failure, RequestTable
+from servegate.runtime.engine.stats import engine_stats
+from servegate.runtime.engine.step_trace import StepTrace
+from servegate.runtime.failure_policy.outcomes import feed_window, unavailable
+from servegate.runtime.postprocess import Detokenizer
+from servegate.runtime.types import (
     EngineStats,
     ErrorEvent,
     Event,
     FinishEvent,
     GenerationRequest,
     ModelRunner,
+    PromptEncoder,
     Result,
     ScoreResult,
     Sink,
 )
-from servegate.runtime.engine.loop import EngineLoop
-from servegate.runtime.engine.loop_jobs import LoopJobs
-from servegate.runtime.engine.part_types import PromptEncoder, Sampler
-from servegate.runtime.engine.parts import EngineParts, build_parts
-from servegate.runtime.engine.prompt_scoring import score_on_engine
-from servegate.runtime.engine.request_table import Failure, RequestTable
-from servegate.runtime.engine.stats import engine_stats
-from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.failure_policy.fallback import FallbackRoute
-from servegate.runtime.failure_policy.outcomes import feed_window, unavailable
-from servegate.runtime.postprocess import Detokenizer
 
 
 class ReferenceEngine:
@@ -174,8 +175,12 @@ class ReferenceEngine:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def enqueue(self, request: GenerationRequest, sink: Sink) -> int | None:
-        """Accept a request whose events go to `sink`; returns its sequence id (None if it ended at once)."""
+    def enqueue(self, request: GenerationRequest, sink: Sink) -> None:
+        """Accept a request from any thread; `sink` gets its events on the loop thread, outside the engine lock."""
+        self._enqueue(request, sink)
+
+    def _enqueue(self, request: GenerationRequest, sink: Sink) -> int | None:
+        """enqueue(), returning the request's sequence id (None if it ended at once)."""
         if self.parts is None or not self._table.accepting:
             sink(ErrorEvent(request.id, unavailable("the engine is not running")))
             return None
@@ -195,7 +200,7 @@ class ReferenceEngine:
             except RuntimeError:  # the caller's loop is gone: nobody is listening any more
                 pass
 
-        seq_id = self.enqueue(request, sink)
+        seq_id = self._enqueue(request, sink)
         done = False
         try:
             while not done:
@@ -233,6 +238,11 @@ class ReferenceEngine:
             finished.acquire()
         return [r for r in results if r is not None]
 
+    @property
+    def scores_prompts(self) -> bool:
+        """A generation model scores prompts (one prefill); an embedding model does not."""
+        return self.served.preprocess.task == "generate"
+
     def score(self, requests: Seq[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities of each request (one prefill, nothing sampled), run between steps."""
         self.start_sync()
@@ -243,14 +253,43 @@ class ReferenceEngine:
         """Embedding vectors (task: embed only)."""
         return await embed_texts(self.served, self.parts, texts)
 
-    def count_tokens(self, text: str) -> int:
-        """Tokens an embedding input becomes (after the manifest's truncation), for the response's usage."""
-        return embedding_tokens(self.parts, text)
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens `text` becomes: an embedding input after the embedder's truncation, a prompt after the
+        preprocessor's (None before start())."""
+        if self.parts is None:
+            return None
+        if self.parts.preprocessor is None:
+            return embedding_tokens(self.parts, text)
+        return len(self.parts.preprocessor.encode(GenerationRequest(id="count", prompt=text)).token_ids)
 
     @property
     def preprocessor(self) -> PromptEncoder | None:
         """The loaded Preprocessor, with its tokenizer and chat template (None until start(), or for task: embed)."""
         return self.parts.preprocessor if self.parts is not None else None
+
+    @property
+    def tokenizer(self) -> Detokenizer | None:
+        """The model's tokenizer (None until start(), or for task: embed: the embedder keeps its own)."""
+        return self.parts.tokenizer if self.parts is not None else None
+
+    @property
+    def why_no_tokenizer(self) -> str | None:
+        """Why `tokenizer` is None: not started, or an embedding model's engine."""
+        if self.parts is None:
+            return "the engine has not started"
+        if self.parts.tokenizer is None:
+            return "an embedding model's tokenizer stays inside its embedder"
+        return None
+
+    @property
+    def remote(self) -> bool:
+        """servegate's own engine runs the model in this process."""
+        return False
+
+    @property
+    def identity(self) -> None:
+        """Nothing remote to report."""
+        return None
 
     def stats(self) -> EngineStats:
         """Current counters."""

@@ -9,7 +9,10 @@ from servegate.contracts.errors import ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import admit
 from servegate.runtime.engine.delivery import EventDelivery
-from servegate.runtime.engine.interface import (
+from servegate.runtime.engine.step_trace import StepTrace
+from servegate.runtime.postprocess import OutputStream, OutputValidator, output_problem
+from servegate.runtime.scheduling import Sequence
+from servegate.runtime.types import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -18,9 +21,6 @@ from servegate.runtime.engine.interface import (
     Usage,
     token_id_name,
 )
-from servegate.runtime.engine.step_trace import StepTrace
-from servegate.runtime.postprocess import OutputStream, OutputValidator, output_problem
-from servegate.runtime.scheduling import Sequence
 
 if TYPE_CHECKING:
     from servegate.runtime.engine.parts import EngineParts

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from servegate.runtime.engine.interface import EngineStats
+from servegate.runtime.engine.fallback_route import FallbackRoute
 from servegate.runtime.engine.parts import EngineParts
 from servegate.runtime.engine.request_table import RequestTable
-from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.types import EngineStats
 
 
 def engine_stats(table: RequestTable, parts: EngineParts | None, route: FallbackRoute | None) -> EngineStats:

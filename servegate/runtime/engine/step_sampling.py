@@ -93,8 +93,8 @@ def _long(tokens: Any, device: Any) -> Any:
 def _alternatives(logits: Any, n: int, tokenizer: Any) -> dict[str, float]:
     """The n most likely tokens at one position, as {token text: log-probability} (tokenizer None: named
     `token_id:<id>`)."""
-    from servegate.runtime.engine.interface import token_id_name
     from servegate.runtime.model.sampling import top_logprobs
+    from servegate.runtime.types import token_id_name
 
     values, ids = top_logprobs(logits[None], n)
     pairs = zip(values[0].tolist(), ids[0].tolist(), strict=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from servegate.runtime.engine.interface import SamplingParams
+from servegate.runtime.types import SamplingParams
 
 
 @dataclass(frozen=True)

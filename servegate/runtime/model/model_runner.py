@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.model.compiled_decode import CompiledDecode, check_compile_support
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.model.paged_attention import (
@@ -24,6 +23,7 @@ from servegate.runtime.model.paged_attention import (
     SeqAttention,
     register_paged_attention,
 )
+from servegate.runtime.types import SeqChunk
 
 log = logging.getLogger("servegate.runtime")
 
@@ -44,7 +44,7 @@ def eos_ids_of(model: Any) -> frozenset[int]:
 
 
 class PagedModelRunner:
-    """Runs a Hugging Face causal LM over paged KV blocks (implements `servegate.runtime.engine.interface.ModelRunner`).
+    """Runs a Hugging Face causal LM over paged KV blocks (implements `servegate.runtime.types.ModelRunner`).
 
     The model is switched to the `servegate_paged` attention implementation; outside `execute` it
     still runs `generate` as with SDPA.

@@ -249,3 +249,35 @@ def _simulate(module: nn.Module, q: Quantization) -> int:
     bits = 8 if q.method == "fp8-weight" else INT_BITS[q.method]
     groups = rows * (-(-cols // q.group_size) if q.method in GROUPED else 1)
     return (weight.numel() * bits + 7) // 8 + groups * weight.element_size()
+
+
+def _fp8_inputs(module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Forward pre-hook: inputs rounded through float8_e4m3fn per token (dynamic fp8 activations)."""
+    x = args[0]
+    scale = x.detach().abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / FP8_MAX
+    return ((x / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale, *args[1:])
+
+
+def simulate_activations(model: nn.Module, directory: Any, scheme: Any) -> int:
+    """For a compressed-tensors checkpoint dequantized at load whose scheme quantizes activations (W8A8),
+    round each quantized layer's inputs per token as its kernels would; returns the layers hooked.
+
+    The layers are the ones the checkpoint's own config groups target, less its `ignore` list, matched by
+    compressed-tensors itself (class names, module names and `re:` patterns).
+    """
+    if scheme.activations is None:
+        return 0
+    import json
+    from pathlib import Path
+
+    from compressed_tensors.utils.match import match_named_modules
+
+    quant = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))["quantization_config"]
+    targets = sorted({t for group in quant["config_groups"].values() for t in group.get("targets", [])})
+    hook = _int8_inputs if scheme.activations.startswith("int8") else _fp8_inputs
+    hooked = 0
+    for _, module in match_named_modules(model, targets, quant.get("ignore") or []):
+        if isinstance(module, nn.Linear):
+            module.register_forward_pre_hook(hook)
+            hooked += 1
+    return hooked

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from servegate.runtime.engine.interface import SamplingParams
+from servegate.runtime.types import SamplingParams
 
 
 def request_generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.model.checkpoint_scheme import CheckpointScheme, gguf_path, read_scheme
 from servegate.runtime.model.cpu_linear import use_torch_threads
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -129,8 +131,44 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)  # type: ignore[no-any-return]
 
 
+def served_scheme(served: ServedModel) -> CheckpointScheme | None:
+    """A manifest's toolchain checkpoint scheme as its files record it (None for plain weights, or for a hub
+    source, which would have to be downloaded first); a ServegateError when the runtime cannot run it."""
+    weights = served.weights
+    if not weights.quantized_checkpoint or weights.source.startswith("hf:"):
+        return None
+    return read_scheme(resolve_weights_dir(served), weights.format, weights.gguf_file)
+
+
+def _format_kwargs(served: ServedModel, directory: Path) -> dict[str, Any]:
+    """from_pretrained's arguments for the manifest's weights format (a checkpoint's scheme is checked first)."""
+    weights = served.weights
+    if weights.format == "gguf":
+        read_scheme(directory, "gguf", weights.gguf_file)  # refuses a tensor type with no dequantizer
+        return {"gguf_file": gguf_path(directory, weights.gguf_file).name}
+    if weights.format == "compressed-tensors":
+        read_scheme(directory, "compressed-tensors")
+        if _absent("compressed_tensors"):
+            raise ServegateError(
+                f"weights.format compressed-tensors ({directory}) needs the compressed-tensors package: "
+                "pip install 'servegate[real]'"
+            )
+        from transformers import CompressedTensorsConfig
+
+        # dense weights once at load: the runtime's own kernels (and the paged attention) then run them
+        return {"quantization_config": CompressedTensorsConfig(dequantize=True), "use_safetensors": True}
+    return {"use_safetensors": check_weight_format(directory, weights.allow_pickle)}
+
+
+def _absent(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
+
+
 def load_causal_lm(served: ServedModel) -> LoadedModel:
-    """Resolve, verify and load the manifest's causal LM and tokenizer (not quantized: see quantization.py)."""
+    """Resolve, verify and load the manifest's causal LM and tokenizer (not quantized: see quantization.py;
+    a quantized checkpoint is dequantized at load, see checkpoint_scheme.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from servegate.runtime.model.paged_attention import register_paged_attention
@@ -138,25 +176,39 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     weights, runtime = served.weights, served.runtime
     directory = resolve_weights_dir(served)
     verify_checksums(directory, weights.sha256)
-    use_safetensors = check_weight_format(directory, weights.allow_pickle)
+    kwargs = _format_kwargs(served, directory)
     use_torch_threads(runtime.threads)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, device)
     load_dtype = "auto" if weights.dtype == "auto" else getattr(torch, weights.dtype)
+    if weights.format == "gguf" and load_dtype == "auto":
+        load_dtype = torch.float32  # the GGUF reader dequantizes to float32; "auto" would keep its f16 tensors
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            directory,
-            dtype=load_dtype,
-            use_safetensors=use_safetensors,
-            attn_implementation=register_paged_attention(),
-            local_files_only=True,
-        )
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        with warnings.catch_warnings():
+            # transformers warns that the checkpoint's quantization_config wins: it does; only `dequantize` is ours
+            warnings.filterwarnings("ignore", message="You passed `quantization_config`")
+            model = AutoModelForCausalLM.from_pretrained(
+                directory,
+                dtype=load_dtype,
+                attn_implementation=register_paged_attention(),
+                local_files_only=True,
+                **kwargs,
+            )
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, **_tokenizer_kwargs(kwargs))
     except (OSError, ValueError, KeyError, pickle.UnpicklingError) as exc:  # unpickling: torch's weights_only refusal
         raise ServegateError(f"cannot load a causal LM from {directory}: {str(exc).splitlines()[0]}") from None
+    if weights.format == "compressed-tensors":
+        from servegate.runtime.model.quantization import simulate_activations
+
+        simulate_activations(model, directory, read_scheme(directory, "compressed-tensors"))
     # weights.dtype rounds the stored weights; runtime.dtype is what they compute in
     model = model.to(device=device, dtype=dtype).eval()
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, weights_dir=directory)
+
+
+def _tokenizer_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A GGUF carries its tokenizer inside; other formats keep theirs in the folder."""
+    return {"gguf_file": model_kwargs["gguf_file"]} if "gguf_file" in model_kwargs else {}
 
 
 def load_tokenizer(served: ServedModel) -> Any:
@@ -164,7 +216,10 @@ def load_tokenizer(served: ServedModel) -> Any:
     from transformers import AutoTokenizer
 
     directory = resolve_weights_dir(served)
+    extra: dict[str, Any] = {}
+    if served.weights.format == "gguf":
+        extra["gguf_file"] = gguf_path(directory, served.weights.gguf_file).name
     try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra)
     except (OSError, ValueError, KeyError) as exc:
         raise ServegateError(f"cannot load the tokenizer from {directory}: {str(exc).splitlines()[0]}") from None

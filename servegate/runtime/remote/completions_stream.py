@@ -14,9 +14,9 @@ from typing import Any
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import AdmittedRequest
-from servegate.runtime.engine.interface import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage, token_id_of
 from servegate.runtime.postprocess import OutputValidator, cut_at_stop, output_problem
 from servegate.runtime.remote.token_source import TokenReader, answer_tokens
+from servegate.runtime.types import ErrorEvent, FinishEvent, SamplingParams, TokenEvent, Usage, token_id_of
 
 
 def error_from_status(status: int, body: str) -> ServingError:

@@ -33,18 +33,9 @@ from servegate.runtime.contract_layer import (
     contract_parts,
     salt_token,
 )
-from servegate.runtime.engine.interface import (
-    Engine,
-    EngineStats,
-    ErrorEvent,
-    Event,
-    FinishEvent,
-    GenerationRequest,
-    Result,
-    ScoreResult,
-    TokenEvent,
-)
-from servegate.runtime.failure_policy.fallback import FallbackRoute
+from servegate.runtime.engine.fallback_route import FallbackRoute
+from servegate.runtime.engine.interface import Engine
+from servegate.runtime.engine.sink_relay import SinkRelay
 from servegate.runtime.failure_policy.outcomes import (
     deadline_exceeded,
     feed_window,
@@ -64,6 +55,17 @@ from servegate.runtime.remote.identity import RemoteIdentity, probe_identity
 from servegate.runtime.remote.own_loop import run_on_own_loop
 from servegate.runtime.remote.token_source import TokenReader
 from servegate.runtime.response_cache import replay
+from servegate.runtime.types import (
+    EngineStats,
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    Result,
+    ScoreResult,
+    Sink,
+    TokenEvent,
+)
 
 
 class EndpointEngine:
@@ -94,7 +96,8 @@ class EndpointEngine:
         self._fallback = (
             FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
         )
-        self._given_client = client
+        self.given_client = client
+        """The transport a test gave (used on every loop, never closed here); None: a pool per event loop."""
         self._tokenizer = tokenizer
         self._reader: TokenReader | None = None
         self.names_tokens = True
@@ -102,6 +105,8 @@ class EndpointEngine:
         """KV blocks the remote's usage says it read from its prefix cache (0 when it never says)."""
         """Whether to ask a remote other than vLLM for logprobs to learn its tokens (False once it refused them)."""
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._relay = SinkRelay("servegate-endpoint-relay")
+        """Where enqueue() streams requests from (its own event loop, started on first use)."""
         self._start_lock = threading.Lock()
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -129,21 +134,32 @@ class EndpointEngine:
                 self._fallback.start_sync()
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
-        """Wait up to grace_s for requests in flight, then close this loop's connection pool."""
+        """Wait up to grace_s for requests in flight, then close this loop's and the relay's connection pools."""
         end = time.monotonic() + grace_s
         while self._in_flight and time.monotonic() < end:
             await asyncio.sleep(0.05)
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None and client is not self._given_client:
-            await client.aclose()
+        await self._close_pool()
+        if self._relay.loop is not None:
+            await asyncio.to_thread(self._relay.run, self._close_pool)
+            self._relay.stop()
         if self._fallback is not None:
             await asyncio.to_thread(self._fallback.shutdown_sync, grace_s)
+
+    def shutdown_sync(self, grace_s: float = 10.0) -> None:
+        """shutdown() for synchronous callers."""
+        run_on_own_loop(lambda: self.shutdown(grace_s))
+
+    async def _close_pool(self) -> None:
+        """Close the running loop's connection pool (a given transport stays open)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None and client is not self.given_client:
+            await client.aclose()
 
     def _client(self) -> httpx.AsyncClient:
         """The connection pool of the running event loop (a pool cannot move between loops)."""
         loop = asyncio.get_running_loop()
         if loop not in self._clients:
-            self._clients[loop] = self._given_client or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+            self._clients[loop] = self.given_client or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
         return self._clients[loop]
 
     # --- requests -------------------------------------------------------------------------------
@@ -319,6 +335,10 @@ class EndpointEngine:
 
     # --- the rest of the Engine interface -------------------------------------------------------
 
+    def enqueue(self, request: GenerationRequest, sink: Sink) -> None:
+        """submit() on the engine's relay loop, from any thread; the events go to `sink`."""
+        self._relay.enqueue(self.submit, request, sink)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Result]:
         """Run all requests against the endpoint, at most feed_window() at once; results in input order."""
         self.start_sync()
@@ -337,11 +357,14 @@ class EndpointEngine:
             try:
                 return list(await asyncio.gather(*(one(r, window) for r in requests)))
             finally:
-                client = self._clients.pop(asyncio.get_running_loop(), None)  # the pool dies with this loop
-                if client is not None and client is not self._given_client:
-                    await client.aclose()
+                await self._close_pool()  # the pool dies with this loop
 
         return run_on_own_loop(all_of)
+
+    @property
+    def scores_prompts(self) -> bool:
+        """The remote scores prompts with `echo` and `logprobs` (a remote that refuses them answers an error)."""
+        return True
 
     def score(self, requests: Sequence[GenerationRequest]) -> list[ScoreResult]:
         """Prompt-token log-probabilities from the remote (`echo` with `logprobs`, endpoint_scoring.py), in order."""
@@ -363,10 +386,31 @@ class EndpointEngine:
             raise error_from_status(resp.status_code, resp.text)
         return [item["embedding"] for item in sorted(resp.json()["data"], key=lambda d: d["index"])]
 
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens `text` becomes under the manifest's tokenizer and preprocessor (None until start())."""
+        if self.contract is None:
+            return None
+        return len(self.contract.preprocessor.encode(GenerationRequest(id="count", prompt=text)).token_ids)
+
     @property
     def preprocessor(self) -> Any:
         """The manifest's Preprocessor servegate applies in front of the remote (None until start())."""
         return self.contract.preprocessor if self.contract is not None else None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The manifest's tokenizer, loaded at start to encode prompts for the remote (None until start())."""
+        return self._tokenizer if self.contract is not None else None
+
+    @property
+    def why_no_tokenizer(self) -> str | None:
+        """Why `tokenizer` is None: the engine has not started."""
+        return "the engine has not started" if self.contract is None else None
+
+    @property
+    def remote(self) -> bool:
+        """The model runs on the remote server."""
+        return True
 
     def stats(self) -> EngineStats:
         """The contract's own counters, and the prefix-cache hits the remote's usage reported (in blocks of the

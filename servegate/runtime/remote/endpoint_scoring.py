@@ -18,10 +18,10 @@ import httpx
 
 from servegate.contracts.errors import ServingError
 from servegate.runtime.contract_layer import admit
-from servegate.runtime.engine.interface import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 from servegate.runtime.failure_policy.outcomes import deadline_exceeded, unavailable
 from servegate.runtime.remote.completions_stream import error_from_status
 from servegate.runtime.remote.own_loop import run_on_own_loop
+from servegate.runtime.types import ErrorEvent, GenerationRequest, PromptLogprobs, ScoreResult
 
 
 def cannot_score(base_url: str, why: str) -> ServingError:
@@ -129,11 +129,11 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
 
 
 def score_on_remote(engine: Any, requests: Sequence[GenerationRequest], window: int) -> list[ScoreResult]:
-    """Score every request on the engine's remote, at most `window` at once; results in input order."""
+    """Score every request on the remote of `engine` (an EndpointEngine), `window` at once; results in order."""
 
     async def all_of() -> list[ScoreResult]:
         gate = asyncio.Semaphore(window)
-        given = getattr(engine, "_given_client", None)  # a test's transport
+        given = engine.given_client  # a test's transport
         client = given or httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
 
         async def one(request: GenerationRequest) -> ScoreResult:

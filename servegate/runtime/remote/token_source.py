@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servegate.runtime.engine.interface import TokenSource, token_id_of
+from servegate.runtime.types import TokenSource, token_id_of
 
 
 class TokenReader:

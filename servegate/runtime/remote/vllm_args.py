@@ -231,13 +231,40 @@ def _weights(served: ServedModel, out: EngineArgs, model: str, revision: str | N
     out.put("weights.source", "model", model)
     if revision:
         out.put("weights.source", "revision", revision)
-    out.put("weights.format", "load-format", "safetensors" if served.weights.format == "safetensors" else "pt")
+    if served.weights.format != "gguf":  # a GGUF's load format is decided with the device (_checkpoint)
+        load_format = "pt" if served.weights.format == "pickle" else "safetensors"
+        out.put("weights.format", "load-format", load_format)
     if served.weights.sha256:
         out.residual(
             "weights.sha256",
             dict(sorted(served.weights.sha256.items())),
             "checksum_file",
             "vLLM loads whatever the folder holds without checking digests",
+        )
+
+
+def _checkpoint(served: ServedModel, out: EngineArgs, device: str) -> None:
+    """A toolchain checkpoint: vLLM reads compressed-tensors' scheme from config.json itself; what its CPU build
+    cannot run is named with the reason vLLM 0.32 gave here (docs/vllm-facts.md)."""
+    weights = served.weights
+    if weights.format == "gguf":
+        if device == "cpu":
+            out.change(
+                "weights.format",
+                "gguf",
+                "vLLM 0.32's CPU build has no GGUF loader: serve the GGUF with llama.cpp, or gate a safetensors or "
+                "compressed-tensors build on vLLM",
+            )
+        else:
+            out.put("weights.format", "load-format", "gguf")
+        return
+    if weights.format == "compressed-tensors" and device == "cpu" and out.args.get("dtype") in ("float32", "float"):
+        out.change(
+            "weights.format",
+            "compressed-tensors",
+            "vLLM 0.32's CPU kernels for compressed-tensors run in bfloat16 only (float32 W8A8: "
+            "'int8_scaled_mm_with_quant: expect A to be bfloat16 or half'; W4A16: 'cpu_gemm_wna16 not implemented "
+            "for Float'): declare runtime.dtype: bfloat16, and gate that against the float32 reference",
         )
 
 
@@ -286,6 +313,7 @@ def engine_args(
     _weights(served, out, model, revision)
     _preprocess(served, out)
     _dtype(served, out, device)
+    _checkpoint(served, out, device)
     _runtime(served, out, device)
     _quantization(served, out)
     _kv_cache(served, out, device)

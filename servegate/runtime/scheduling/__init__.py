@@ -1,11 +1,15 @@
-"""One scheduler per batching mode; `make_scheduler(mode, config, block_manager)` picks it."""
+"""One scheduler per batching mode; `make_scheduler(mode, config, block_manager)` picks it.
+
+kv_blocks.py is the KV block manager every scheduler allocates from; sequence.py a request's tokens as both see
+them; output.py what a step hands the engine.
+"""
 
 from __future__ import annotations
 
-from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.base import Scheduler, SchedulerConfig
 from servegate.runtime.scheduling.continuous import ContinuousScheduler
 from servegate.runtime.scheduling.dynamic import DynamicScheduler
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.none import NoBatchingScheduler
 from servegate.runtime.scheduling.offline import OfflineScheduler
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput

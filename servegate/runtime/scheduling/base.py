@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.engine.interface import SeqChunk
-from servegate.runtime.model.kv_blocks import KVBlockManager
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput
 from servegate.runtime.scheduling.sequence import SeqStatus, Sequence
+from servegate.runtime.types import SeqChunk
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from servegate.runtime.engine.interface import SeqChunk
 from servegate.runtime.scheduling.base import Scheduler
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput
 from servegate.runtime.scheduling.sequence import Sequence
+from servegate.runtime.types import SeqChunk
 
 
 class ContinuousScheduler(Scheduler):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from servegate.runtime.model.kv_blocks import KVBlockManager
 from servegate.runtime.scheduling.base import SchedulerConfig
 from servegate.runtime.scheduling.continuous import ContinuousScheduler
+from servegate.runtime.scheduling.kv_blocks import KVBlockManager
 
 
 class OfflineScheduler(ContinuousScheduler):

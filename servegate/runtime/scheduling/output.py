@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servegate.runtime.engine.interface import SeqChunk
+from servegate.runtime.types import SeqChunk
 
 
 @dataclass(frozen=True)

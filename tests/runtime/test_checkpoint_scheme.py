@@ -1,0 +1,122 @@
+"""What a quantized checkpoint says about itself: compressed-tensors' config, a GGUF's header (the real SmolLM2
+file when `make fetch` has run), and how the reference runtime loads each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.checkpoints import build_compressed
+
+from servegate.contracts.errors import ServegateError
+from servegate.runtime.model.checkpoint_scheme import architecture_problems, read_scheme
+from servegate.zoo import zoo_model_path
+
+SMOLLM2 = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def w4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """zoo:tiny-primary quantized to 4-bit weights in groups of 16, written by compressed-tensors."""
+    return build_compressed(Path(zoo_model_path("tiny-primary")), tmp_path_factory.mktemp("w4") / "w4", bits=4,
+                            group_size=16)  # fmt: skip
+
+
+def test_a_compressed_tensors_scheme_is_read_from_its_config(w4: Path) -> None:
+    scheme = read_scheme(w4, "compressed-tensors")
+    assert (scheme.scheme, scheme.weight_bits, scheme.group_size, scheme.storage) == ("W4A16", 4, 16, "pack-quantized")
+    assert scheme.activations is None and scheme.ignored == ("lm_head",) and scheme.toolchain is None
+    assert scheme.summary() == "compressed-tensors W4A16, group 16"
+
+
+def test_a_build_record_names_the_toolchain_and_calibration(w4: Path, tmp_path: Path) -> None:
+    import shutil
+
+    built = tmp_path / "built"
+    shutil.copytree(w4, built)
+    record = {"toolchain": "llm-compressor", "toolchain_version": "0.14.0.1",
+              "calibration": {"file": "calibration.jsonl", "sha256": "ab" * 32, "samples": 64}}  # fmt: skip
+    (built / "servegate-build.json").write_text(json.dumps(record), encoding="utf-8")
+    scheme = read_scheme(built, "compressed-tensors")
+    assert scheme.toolchain == "llm-compressor 0.14.0.1"
+    assert "calibrated on calibration.jsonl (64 samples)" in scheme.summary()
+
+
+def test_static_activation_scales_are_refused_naming_the_file(w4: Path, tmp_path: Path) -> None:
+    import shutil
+
+    static = tmp_path / "static"
+    shutil.copytree(w4, static)
+    config = json.loads((static / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {
+        "num_bits": 8, "type": "int", "dynamic": False, "strategy": "tensor"}  # fmt: skip
+    (static / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ServegateError) as caught:
+        read_scheme(static, "compressed-tensors")
+    assert str(static / "config.json") in str(caught.value) and "static" in str(caught.value)
+
+
+def test_architecture_differences_are_named_key_by_key() -> None:
+    parent = {"num_hidden_layers": 30, "vocab_size": 49152, "hidden_size": 576}
+    problems = architecture_problems(parent, {**parent, "num_hidden_layers": 28}, "candidate")
+    assert problems == [problems[0]] and "num_hidden_layers is 28 but the parent's is 30" in problems[0]
+    assert architecture_problems(parent, dict(parent), "candidate") == []
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    """The fetched SmolLM2 folder with its GGUF kept beside the conversion."""
+    from servegate.zoo import ZooError
+
+    try:
+        folder = Path(zoo_model_path(SMOLLM2))
+    except ZooError:
+        pytest.skip(f"zoo:{SMOLLM2} is not fetched: run `make fetch`")
+    if not list(folder.glob("*.gguf")):
+        pytest.skip(f"zoo:{SMOLLM2} was fetched before its GGUF was kept: run `gate zoo fetch {SMOLLM2} --force`")
+    return folder
+
+
+def test_the_real_gguf_header_gives_its_quant_type(smollm2: Path) -> None:
+    scheme = read_scheme(smollm2, "gguf")
+    assert scheme.scheme == "Q4_1" and scheme.weight_bits == 4
+    assert "Q4_1 x210" in str(scheme.storage) and "llama" in str(scheme.toolchain)
+
+
+def test_the_gguf_runs_as_its_safetensors_conversion(smollm2: Path, tmp_path: Path) -> None:
+    import torch
+
+    from servegate.contracts.manifest import ServedModel
+    from servegate.runtime.model.weights import load_causal_lm
+
+    def load(weights: dict[str, str]):  # noqa: ANN202
+        return load_causal_lm(ServedModel.model_validate({"name": "m", "weights": weights, "runtime": {"threads": 1}}))
+
+    gguf = load({"source": f"zoo:{SMOLLM2}", "format": "gguf"})
+    plain = load({"source": f"zoo:{SMOLLM2}"})
+    ids = gguf.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    assert ids.tolist() == plain.tokenizer("The capital of France is", return_tensors="pt").input_ids.tolist()
+    with torch.no_grad():
+        gap = (gguf.model(ids).logits - plain.model(ids).logits).abs().max().item()
+    assert gap < 1e-3, gap  # the same Q4_1 dequantization: the conversion saved exactly these weights
+
+
+def test_gate_validate_shows_a_gguf_scheme_and_asks_for_its_parent(smollm2: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "gguf.yaml"
+    manifest.write_text(f"name: m\nweights: {{source: 'zoo:{SMOLLM2}', format: gguf}}\n", encoding="utf-8")
+    wide = {**os.environ, "COLUMNS": "300"}
+    done = subprocess.run([sys.executable, "-m", "servegate.cli", "validate", str(manifest), "--json", "-"],
+                          capture_output=True, text=True, timeout=300, env=wide)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "checkpoint: gguf Q4_1" in done.stderr and "no weights.derived_from" in done.stderr  # the table: stderr
+    assert json.loads(done.stdout)["checkpoint"]["scheme"] == "Q4_1"
+    (tmp_path / "two.yaml").write_text(
+        f"name: m\nweights: {{source: 'zoo:{SMOLLM2}', format: gguf, gguf_file: other.gguf}}\n", encoding="utf-8"
+    )
+    done = subprocess.run([sys.executable, "-m", "servegate.cli", "validate", str(tmp_path / "two.yaml")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "weights.gguf_file other.gguf: no such file" in done.stderr
