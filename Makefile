@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
 .PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv \
-	llmcompressor-venv checkpoints
+	llmcompressor-venv checkpoints toolchain
 
 install: $(VENV)/.installed
 
@@ -95,8 +95,9 @@ loadgen-venv: .venvs/loadgen/.installed
 	.venvs/loadgen/bin/pip install --quiet mlcommons-loadgen
 	touch $@
 
-# llm-compressor in a venv of its own (it pins transformers 5.17, ours is newer); torch first, so pip takes
-# the local CPU build. torchvision comes in as a dependency and is removed because it fails at import.
+# llm-compressor in a venv of its own (it pins transformers 5.17, ours is newer): 1.5 GB, 46 s (pip cache warm).
+# torch first, so pip takes the local CPU build; torchvision/torchaudio are removed should they come in (the
+# resolved torchvision fails at import; 0.14.0.1 brought neither).
 LLMC_VENV ?= .venvs/llmcompressor
 
 llmcompressor-venv: $(LLMC_VENV)/.installed
@@ -110,12 +111,19 @@ $(LLMC_VENV)/.installed:
 	touch $@
 
 # Real quantized checkpoints of zoo:smollm2-135m-instruct, as teams ship them (compressed-tensors), calibrated
-# on examples/smollm2/calibration.jsonl, written to examples/smollm2/checkpoints/<name>/ (skipped once built).
+# on examples/smollm2/calibration.jsonl, written to examples/smollm2/checkpoints/<name>/ (skipped once built,
+# 4 s). Measured on the 2-core VM while other jobs held it at load 3-5: w8a8 (round-to-nearest) 14 s, 214 MiB;
+# w4a16 (GPTQ) 341 s, 169 MiB (about 60 s idle); w2a16-bad (2-bit, broken on purpose) 13 s, 144 MiB.
 CHECKPOINTS ?= examples/smollm2/checkpoints
 
 checkpoints: fetch llmcompressor-venv
 	$(LLMC_VENV)/bin/python scripts/build_checkpoints.py --model "$$($(BIN)/gate zoo path smollm2-135m-instruct)" \
 		--calibration examples/smollm2/calibration.jsonl --out $(CHECKPOINTS)
+
+# llm-compressor's builds gated against their parent (tests/toolchain, marked toolchain): on the reference runtime,
+# and on vLLM where .venvs/vllm exists (`make vllm-venv`; skipped without it).
+toolchain: install checkpoints
+	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/pytest -q -m toolchain tests/toolchain
 
 clean:
 	rm -rf $(VENV) .venvs .servegate-cache

@@ -265,7 +265,7 @@ def _report(
     *,
     approximate: bool,
     plots: Path | None,
-    json_out: Path | None,
+    json_out: str | None,
     records_out: Path | None,
 ) -> None:
     """Print the bench's result and write what was asked for (plots, JSON, per-request records); exit 1 when

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from servegate.cli.common import JsonOption, SetOption, console_for, load
+from servegate.cli.common import JsonOption, SetOption, baseline_file, console_for, load
 from servegate.cli.tables import print_table
 from servegate.contracts.errors import ServegateError
-from servegate.gates.output_cache import OutputCache, cache_dir
+from servegate.gates.suites.output_cache import OutputCache, cache_dir
 
 
 def _list_gates(json_out: str | None) -> None:
     from servegate.cli.common import write_json
-    from servegate.gates.check import GATES, ORDER
+    from servegate.gates.check import ORDER
+    from servegate.gates.registry import GATES
 
     entries = sorted(GATES, key=lambda e: ORDER.index(e.name) if e.name in ORDER else len(ORDER))
     rows = [{"name": e.name, "watches": list(e.metadata["watches"]), "purpose": e.metadata["purpose"]} for e in entries]
@@ -31,7 +33,10 @@ def _list_gates(json_out: str | None) -> None:
 
 def check(
     manifest: Annotated[Path | None, typer.Argument(help="Manifest to check against its own reference form.")] = None,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="Baseline manifest of a change.")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", help="Baseline manifest of a change: a file, or git:REV[:PATH] (read from git)."),
+    ] = None,
     candidate: Annotated[Path | None, typer.Option("--candidate", help="Candidate manifest of a change.")] = None,
     gate: Annotated[list[str] | None, typer.Option("--gate", help="Run only this gate (repeatable).")] = None,
     list_gates: Annotated[bool, typer.Option("--list", help="List the gates, what they watch, and exit.")] = False,
@@ -51,12 +56,15 @@ def check(
     or when an engine a gate needed could not be reached (verdict `unavailable`).
 
     A single manifest is checked against its reference form (same weights and suites, every optimization
-    off); --baseline/--candidate checks a change, and the diff decides which gates run. Baseline outputs are
+    off); --baseline/--candidate checks a change, and the diff decides which gates run. --baseline git:REV reads
+    the candidate's file (or git:REV:PATH, relative to the repository root) and everything it names as they were
+    at that revision, the working tree untouched; the report records the commit and blob hashes. Baseline outputs are
     cached in $SERVEGATE_CACHE (default .servegate-cache/). --set applies to the manifest or the candidate.
 
     Examples:
       gate check examples/quickstart/manifest.yaml
       gate check --baseline old.yaml --candidate new.yaml --junit gates.xml --json report.json
+      gate check --baseline git:origin/main --candidate examples/quickstart/manifest.yaml
       gate check examples/quickstart/manifest.yaml --gate quantization
     """
     if list_gates:
@@ -87,10 +95,13 @@ def check(
             report = check_manifest(served, forced=forced, cache=cache, progress=progress)
     else:
         assert baseline is not None and candidate is not None
-        base, cand = load(baseline, None), load(candidate, set_)
-        check_before_gating(base, cand, mode="change", forced=forced, outputs=outputs, note=note)
-        with RichProgress(console) as progress:
-            report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
+        with baseline_file(baseline, candidate) as (baseline_path, from_git):
+            base, cand = load(baseline_path, None), load(candidate, set_)
+            check_before_gating(base, cand, mode="change", forced=forced, outputs=outputs, note=note)
+            with RichProgress(console) as progress:
+                report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
+        if from_git is not None:
+            report = replace(report, baseline_git=from_git, notes=[f"baseline: {from_git.summary()}", *report.notes])
     print_table(report, console)
     write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
     if note is not None:  # before the exit code, so a failing check still publishes its failing verdict

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +13,7 @@ import typer
 from rich.console import Console
 
 from servegate.contracts.files import write_atomic
+from servegate.contracts.git_revision import GitBaseline, is_git_spec, manifest_from_git
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 
@@ -35,6 +38,17 @@ def console_for(json_target: str | None) -> Console:
 def load(manifest: Path, sets: list[str] | None) -> ServedModel:
     """Load a manifest with the command's --set overrides (errors surface as ManifestError)."""
     return load_manifest(manifest, sets or [])
+
+
+@contextmanager
+def baseline_file(argument: str | Path, other: Path | None) -> Iterator[tuple[Path, GitBaseline | None]]:
+    """The manifest file an argument names: itself, or with `git:REV[:PATH]` the revision's copy (PATH defaulting
+    to `other`'s), kept until the block ends; the second item records what was read from git."""
+    if not is_git_spec(argument):
+        yield Path(argument), None
+        return
+    with manifest_from_git(str(argument), other) as (path, read):
+        yield path, read
 
 
 def write_json(target: str | None, payload: Any) -> None:

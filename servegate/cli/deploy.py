@@ -64,7 +64,7 @@ def export(
         raise ServegateError(f"--target must be one of {', '.join(TARGETS)} (got {target!r})")
     console = console_for(json_out)
     served = load(manifest, set_)
-    plan = export_manifest(served, target, Deployment(model=model, replicas=replicas, max_replicas=max_replicas))  # type: ignore[arg-type]
+    plan = export_manifest(served, target, Deployment(model=model, replicas=replicas, max_replicas=max_replicas))
     _print_residuals(plan, console)
     changes = plan.behaviour_changes
     if strict and changes:

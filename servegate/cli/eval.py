@@ -26,8 +26,8 @@ def evaluate(
     import difflib
 
     from servegate.gates.base import EnginePool, GateContext
+    from servegate.gates.quality.statistics import score_interval
     from servegate.gates.reports import RichProgress, quiet_libraries
-    from servegate.gates.statistics import score_interval
 
     quiet_libraries()
     served = load(manifest, set_)
@@ -64,7 +64,7 @@ def evaluate(
                     )  # fmt: skip
                 payload["suites"][data.name] = {"items": len(run.outputs), "errors": errors, "metrics": metrics}
                 if data.suite.lm_eval is not None:  # lm-eval's own figure, comparable with numbers published elsewhere
-                    from servegate.gates.lm_eval_suites import lm_eval_aggregate
+                    from servegate.gates.lm_eval.tasks import lm_eval_aggregate
 
                     payload["suites"][data.name]["lm_eval_aggregate"] = lm_eval_aggregate(served, data, run.scores)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -10,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.cli.common import JsonOption, ManifestArg, SetOption, baseline_file, console_for, load, write_json
 from servegate.cli.tables import print_table
 from servegate.contracts.diff import diff_report
+from servegate.contracts.git_revision import GitBaseline, is_git_spec
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
 from servegate.contracts.schema import manifest_json_schema
@@ -203,8 +205,8 @@ def _value(value: Any) -> str:
 
 
 def diff(
-    a: Annotated[Path, typer.Argument(help="Baseline manifest.")],
-    b: Annotated[Path, typer.Argument(help="Candidate manifest.")],
+    a: Annotated[str, typer.Argument(help="Baseline manifest: a file, or git:REV[:PATH] (B's path at REV).")],
+    b: Annotated[str, typer.Argument(help="Candidate manifest: a file, or git:REV[:PATH] (A's path at REV).")],
     set_: SetOption = None,
     json_out: JsonOption = None,
     exit_code: Annotated[
@@ -213,13 +215,34 @@ def diff(
 ) -> None:
     """Show what changed between two manifests, per element, and which gates the change triggers.
 
-    --set applies to the candidate. Example: gate diff base.yaml candidate.yaml --json -
+    --set applies to the candidate. A side written git:REV[:PATH] is read from that revision (PATH relative to the
+    repository root, defaulting to the other side's file), the working tree untouched.
+
+    Examples:
+      gate diff base.yaml candidate.yaml --json -
+      gate diff git:origin/main examples/quickstart/manifest.yaml
     """
+    with ExitStack() as files:
+        path_a, git_a = files.enter_context(baseline_file(a, None if is_git_spec(b) else Path(b)))
+        path_b, git_b = files.enter_context(baseline_file(b, None if is_git_spec(a) else Path(a)))
+        _show_diff(load(path_a, None), load(path_b, set_), {"baseline": git_a, "candidate": git_b}, json_out, exit_code)
+
+
+def _show_diff(
+    baseline: ServedModel,
+    candidate: ServedModel,
+    from_git: dict[str, GitBaseline | None],
+    json_out: str | None,
+    exit_code: bool,
+) -> None:
     from servegate.runtime.model.weights import served_scheme
 
-    baseline, candidate = load(a, None), load(b, set_)
     report = diff_report(baseline, candidate, gate_watches())
     console = console_for(json_out)
+    for side, read in from_git.items():
+        if read is not None:
+            report[f"{side}_git"] = read.to_dict()
+            console.print(f"{side}: {read.summary()}", highlight=False)
     if not report["changes"]:
         console.print("no differences")
     for element, changes in report["changes"].items():

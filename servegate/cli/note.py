@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
-from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
+from servegate.cli.common import JsonOption, SetOption, baseline_file, console_for, load, write_json
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.git_revision import GitBaseline
+from servegate.contracts.manifest import ServedModel
 
 ReportOption = Annotated[Path | None, typer.Option("--report", help="Check report from `gate check MANIFEST --json`.")]
 BenchOption = Annotated[Path | None, typer.Option("--bench", help="Bench result from `gate bench MANIFEST --json`.")]
@@ -28,8 +30,13 @@ CheckOption = Annotated[
 ]
 
 
+NoteManifestArg = Annotated[
+    str, typer.Argument(help="Manifest file, or git:REV:PATH (read from that revision).", show_default=False)
+]
+
+
 def note(
-    manifest: ManifestArg,
+    manifest: NoteManifestArg,
     report: ReportOption = None,
     bench: BenchOption = None,
     plan: PlanOption = None,
@@ -47,17 +54,39 @@ def note(
       gate note examples/quickstart/manifest.yaml --report check.json --bench bench.json -o SERVING.md
       gate note examples/quickstart/manifest.yaml --report check.json -o SERVING.md --model-card README.md
       gate note --check SERVING.md examples/quickstart/manifest.yaml    # exit 1 when the note is stale
+      gate note --check SERVING.md git:origin/main:examples/quickstart/manifest.yaml
+
+    MANIFEST written git:REV:PATH (PATH relative to the repository root) is read, with every file it names, as it
+    was at that revision; the working tree is untouched.
     """
-    served = load(manifest, set_)
+    with baseline_file(manifest, None) as (path, from_git):
+        _note(load(path, set_), from_git, report, bench, plan, out, model_card, check, json_out)
+
+
+def _note(
+    served: ServedModel,
+    from_git: GitBaseline | None,
+    report: Path | None,
+    bench: Path | None,
+    plan: Path | None,
+    out: Path | None,
+    model_card: Path | None,
+    check: Path | None,
+    json_out: str | None,
+) -> None:
     console = console_for(json_out)
+    if from_git is not None:
+        console.print(f"manifest: {from_git.summary()}", highlight=False)
+    manifest_git = {"manifest_git": from_git.to_dict()} if from_git is not None else {}
     if check is not None:
         from servegate.model_cards.stale import check_note
 
         reasons = check_note(check, served)
         write_json(
             json_out,
-            {"note": str(check), "fingerprint": served.fingerprint, "stale": bool(reasons), "reasons": reasons},
-        )
+            {"note": str(check), "fingerprint": served.fingerprint, "stale": bool(reasons), "reasons": reasons,
+             **manifest_git},
+        )  # fmt: skip
         if reasons:
             for reason in reasons:
                 console.print(f"[red]stale[/red] {check}: {reason}", highlight=False)
@@ -96,6 +125,7 @@ def note(
             "plots": [str(out.parent / p["path"]) for p in written.plots],
             "model_card": str(model_card) if model_card else None,
             "warnings": written.warnings,
+            **manifest_git,
         },
     )
     console.print(

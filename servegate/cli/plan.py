@@ -89,8 +89,8 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         profiled_at=model.provenance.profiled_at,
         bias=profile_lone_bias(model),
     )
-    measured = result.as_dict()
-    machine = machine_comparison(model, measured)
+    measured_report = result.as_dict()
+    machine = machine_comparison(model, measured_report)
     for line in [*check.lines(), *machine_comparison_lines(machine)]:
         console.print(line, highlight=False)
     rows = []
@@ -99,14 +99,14 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         table.add_column(col, justify="left" if col == "metric" else "right")
     for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
         for p in ("p50", "p95", "p99"):
-            pred, got = data["predicted"][key][p], measured[key][p]
+            pred, got = data["predicted"][key][p], measured_report[key][p]
             err = (pred - got) / got if got else float("nan")
             rows.append({"metric": f"{key}.{p}", "predicted": pred, "measured": got, "relative_error": err})
             table.add_row(f"{key} {p}", f"{pred:.2f}", f"{got:.2f}", f"{100 * err:+.1f}%")
-    pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured["throughput"]["requests_per_s"]
+    pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured_report["throughput"]["requests_per_s"]
     table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
     print_table(console, table)
-    return {"measured": measured, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
+    return {"measured": measured_report, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
 
 
 def _total_rate(served: Any, total_rate: float | None, trace: Path | None, window: float) -> tuple[float, str] | None:

@@ -103,6 +103,8 @@ def checkpoint_problems(baseline: ServedModel, candidate: ServedModel) -> list[s
 
     problems: list[str] = []
     folders: dict[str, Path] = {}
+    if not (baseline.weights.quantized_checkpoint or candidate.weights.quantized_checkpoint):
+        return problems  # plain weights: the loader checks them
     for side, served in (("baseline", baseline), ("candidate", candidate)):
         weights = served.weights
         if weights.source.startswith("hf:"):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from servegate.contracts.sections import Section
+from servegate.contracts.section_base import Section
 from servegate.contracts.units import ByteSize
 
 

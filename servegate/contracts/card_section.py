@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servegate.contracts.sections import Section
+from servegate.contracts.section_base import Section
 
 
 class Card(Section):

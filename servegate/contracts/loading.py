@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
@@ -186,6 +187,7 @@ def path_bases(located: Located, own_folder: Path) -> dict[str, Path]:
                     f"the relative path {value!r} is also written at {other} in a file of another folder, so it "
                     "would resolve to two places: write one of them as an absolute path"
                 )
+                # position is not None here: folder was found from it
                 raise ManifestError([_format(position, field, message)])  # type: ignore[arg-type]
             written[value] = field
             if folder != own_folder:
@@ -268,7 +270,7 @@ def _got(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
     loc = error["loc"]
     simple = {

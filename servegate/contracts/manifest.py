@@ -14,13 +14,13 @@ from servegate.contracts.capacity_section import Capacity
 from servegate.contracts.card_section import Card
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.quality_section import Quality
+from servegate.contracts.section_base import Section
 from servegate.contracts.sections import (
     Batching,
     FailurePolicy,
     Postprocess,
     Preprocess,
     Runtime,
-    Section,
     Weights,
 )
 

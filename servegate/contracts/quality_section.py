@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servegate.contracts.sections import Section
+from servegate.contracts.section_base import Section
 
 LM_EVAL_INSTALL = "pip install 'servegate[lm-eval]'"
 """The command that installs the optional lm-evaluation-harness extra (a tested lm-eval version)."""
@@ -16,13 +16,15 @@ LM_EVAL_INSTALL = "pip install 'servegate[lm-eval]'"
 _JSONL_ONLY = ("dataset", "split", "prompt_field", "reference_field", "max_tokens")
 """Suite fields that describe servegate's own JSONL suites; an lm-eval task's YAML says these itself."""
 
-SuiteKind = Literal["text", "extraction", "tools"]
-"""What a suite's items ask for: `text`, a completion of the prompt; `extraction`, a chat answer decoded under the
-item's JSON Schema (response_format json_schema, strict), its `reference` the object expected; `tools`, a chat
-answer under the item's `tools` and `tool_choice`, its `reference` the call expected ({"name", "arguments"})."""
+SuiteKind = Literal["text", "chat", "extraction", "tools"]
+"""What a suite's items ask for: `text`, a completion of the prompt; `chat`, a plain chat answer to the prompt as the
+user's message, scored on its text; `extraction`, a chat answer decoded under the item's JSON Schema
+(response_format json_schema, strict), its `reference` the object expected; `tools`, a chat answer under the item's
+`tools` and `tool_choice`, its `reference` the call expected ({"name", "arguments"})."""
 
 KIND_METRICS: dict[str, list[str]] = {
     "text": ["exact_match"],
+    "chat": ["contains_answer"],
     "extraction": ["json_schema_valid", "field_accuracy"],
     "tools": ["tool_name_match", "tool_arguments_match"],
 }
@@ -70,8 +72,8 @@ class Suite(Section):
     """Run an lm-evaluation-harness task instead of a JSONL suite (needs `pip install 'servegate[lm-eval]'`);
     `metrics` then names the task's metrics to gate on (left out: all the task reports per sample)."""
     kind: SuiteKind = "text"
-    """What each item asks for (see SuiteKind): `extraction` and `tools` items are chat requests, so they need a
-    chat template, and postprocess.structured_output or postprocess.tools."""
+    """What each item asks for (see SuiteKind): `chat`, `extraction` and `tools` items are chat requests, so they
+    need a chat template (and extraction postprocess.structured_output, tools postprocess.tools)."""
     split: str = "test"
     """Split to evaluate (zoo suites have `test` and `calibration`)."""
     metrics: list[str] = Field(default_factory=lambda: ["exact_match"], min_length=1)

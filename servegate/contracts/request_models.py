@@ -259,9 +259,9 @@ class EmbeddingRequest(_ApiRequest):
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
-REQUEST_MODELS: dict[str, type[_ApiRequest]] = {
+ApiRequest = CompletionRequest | ChatCompletionRequest | EmbeddingRequest
+REQUEST_MODELS: dict[Endpoint, type[ApiRequest]] = {
     "completions": CompletionRequest,
     "chat": ChatCompletionRequest,
     "embeddings": EmbeddingRequest,
 }
-ApiRequest = CompletionRequest | ChatCompletionRequest | EmbeddingRequest

@@ -11,10 +11,11 @@ in `servegate.contracts.responses`.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal, overload
 
 import jsonschema
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from servegate.contracts.constraint_fields import check_constraint, check_unended
 from servegate.contracts.errors import ServingError
@@ -128,7 +129,7 @@ def _as_sent(data: dict[str, Any], loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return loc
 
 
-def _message(error: dict[str, Any], param: str) -> str:
+def _message(error: ErrorDetails, param: str) -> str:
     msg = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "missing":
         return f"'{param}' is required"
@@ -255,6 +256,16 @@ def _check_choices(served: ServedModel, request: CompletionRequest | ChatComplet
     raise ServingError("invalid_request", param=param, detail=detail)
 
 
+@overload
+def parse_request(
+    served: ServedModel, endpoint: Literal["completions", "chat"], data: dict[str, Any]
+) -> CompletionRequest | ChatCompletionRequest: ...
+
+
+@overload
+def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any]) -> ApiRequest: ...
+
+
 def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any]) -> ApiRequest:
     """Validate a decoded body against the contract and the manifest; a ServingError names what to change."""
     model_cls = REQUEST_MODELS[endpoint]
@@ -265,12 +276,12 @@ def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any])
     allowed = set((served.preprocess.input_schema or {}).get("properties", {}))
     dropped = judge_extras(list(extra_fields(request)), endpoint, served.preprocess.unknown_fields, allowed)
     request._dropped = dropped
-    _check_limits(served, endpoint, request)  # type: ignore[arg-type]
+    _check_limits(served, endpoint, request)
     if isinstance(request, CompletionRequest | ChatCompletionRequest):
         _check_choices(served, request)
     if served.preprocess.input_schema:
         _check_input_schema(served.preprocess.input_schema, data)
-    return request  # type: ignore[return-value]
+    return request
 
 
 def _close_objects(schema: dict[str, Any], open_objects: bool) -> None:

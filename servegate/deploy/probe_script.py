@@ -74,7 +74,9 @@ if __name__ == "__main__":
 
 def probe_checks(served: ServedModel) -> list[dict[str, object]]:
     """The probe's checks: the manifest's warm-up prompts, or one completion that must succeed when it has none."""
-    checks = [{"prompt": w.prompt, "expect": w.expect, "max_tokens": w.max_tokens} for w in served.runtime.warmup]
+    checks: list[dict[str, object]] = [
+        {"prompt": w.prompt, "expect": w.expect, "max_tokens": w.max_tokens} for w in served.runtime.warmup
+    ]
     return checks or [{"prompt": "1", "expect": None, "max_tokens": 1}]
 
 

@@ -19,12 +19,12 @@ from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.deploy import deployment_facts as facts
-from servegate.gates.constraint_load import MAX_TOKENS, PROBE_SCHEMA
-from servegate.gates.contract_probes import probes_for, tenant_fields, tenant_headers
-from servegate.gates.http_target import Answer, read_plain
-from servegate.gates.result import GateReport, GateResult, Measurements
-from servegate.gates.tool_load import MAX_TOKENS as TOOL_TOKENS
-from servegate.gates.tool_load import PROBE_CHOICES, PROBE_TOOL, call_problem
+from servegate.gates.probes.constraint_load import MAX_TOKENS, PROBE_SCHEMA
+from servegate.gates.probes.contract_probes import probes_for, tenant_fields, tenant_headers
+from servegate.gates.probes.http_target import Answer, read_plain
+from servegate.gates.probes.tool_load import MAX_TOKENS as TOOL_TOKENS
+from servegate.gates.probes.tool_load import PROBE_CHOICES, PROBE_TOOL, call_problem
+from servegate.gates.result import GateReport, GateResult, Measurements, Verdict
 from servegate.runtime.postprocess import constraint_problem
 
 _PROBE_FIELDS = {"unknown_parameter": "preprocess.unknown_fields", "input_too_long": "preprocess.truncation"}
@@ -85,9 +85,9 @@ class VerifyReport:
 
 
 def _result(path: str, ok: bool | None, reason: str, source: str, declared: Any, observed: Any) -> GateResult:
-    verdict = "skipped" if ok is None else ("pass" if ok else "fail")
+    verdict: Verdict = "skipped" if ok is None else ("pass" if ok else "fail")
     measurements = FieldDrift(declared=declared, observed=observed)
-    return GateResult(path, verdict, reason, measurements=measurements, triggered_by=[source])  # type: ignore[arg-type]
+    return GateResult(path, verdict, reason, measurements=measurements, triggered_by=[source])
 
 
 def _compare(path: str, declared: Any, observed: Any, source: str, what: str = "") -> GateResult:

@@ -16,10 +16,10 @@ from pydantic import ValidationError
 
 from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
-from servegate.gates.lm_eval_suites import load_any_suite, run_any_items
-from servegate.gates.output_cache import OutputCache, cache_key
+from servegate.gates.lm_eval.tasks import load_any_suite, run_any_items
 from servegate.gates.result import GateResult, Measurements, Verdict
+from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
+from servegate.gates.suites.output_cache import OutputCache, cache_key
 from servegate.runtime.engine.interface import Engine
 
 EngineFactory = Callable[[ServedModel], Engine]
@@ -67,7 +67,7 @@ class EnginePool:
 
             backup = load_fallback(served)
             fallback = build(backup, fallback=False) if backup is not None else None
-            return attach(served, running, fallback)  # type: ignore[arg-type]
+            return attach(served, running, fallback)  # type: ignore[arg-type]  # _vllm holds only vLLM launches
         engine = self._factory(served)
         self._vllm[key] = engine
         return engine

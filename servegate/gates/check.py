@@ -17,10 +17,11 @@ from typing import Any, Literal
 from servegate.contracts.diff import diff_manifests, gates_for_changes
 from servegate.contracts.errors import RemoteUnavailable
 from servegate.contracts.manifest import ServedModel
-from servegate.gates import (  # noqa: F401 - importing a gate module registers its gates
+from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, on_remote, remote_label, timed
+from servegate.gates.checks import (  # noqa: F401 - importing a gate module registers its gates
     batching,
     caching,
-    capacity_gate,
+    capacity,
     contract,
     fallback,
     load,
@@ -28,10 +29,9 @@ from servegate.gates import (  # noqa: F401 - importing a gate module registers 
     quantization,
     truncation,
 )
-from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, on_remote, remote_label, timed
-from servegate.gates.output_cache import OutputCache
 from servegate.gates.registry import GATES, gate_watches
 from servegate.gates.result import GateReport, GateResult
+from servegate.gates.suites.output_cache import OutputCache
 
 ORDER = ("contract", "quantization", "truncation", "caching", "batching", "load", "fallback", "quality", "capacity")
 """Built-in gates in the order they run and are reported (cheap and widely shared baselines first)."""
@@ -238,6 +238,6 @@ def _identity(served: ServedModel, form: str, remote: Any = None) -> dict[str, A
     return out
 
 
-def check_manifest(served: ServedModel, **kwargs: object) -> GateReport:
-    """`gate check MANIFEST`: the manifest against its own reference form."""
-    return run_check(served.reference_form(), served, mode="reference", **kwargs)  # type: ignore[arg-type]
+def check_manifest(served: ServedModel, **kwargs: Any) -> GateReport:
+    """`gate check MANIFEST`: the manifest against its own reference form (`kwargs`: run_check's options)."""
+    return run_check(served.reference_form(), served, mode="reference", **kwargs)

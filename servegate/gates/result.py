@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from servegate.contracts.git_revision import GitBaseline
+
 Verdict = Literal["pass", "fail", "warn", "skipped", "unavailable"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "skipped", "unavailable")
 """`unavailable`: the engine the gate needed could not be reached or failed too many requests; nothing was
@@ -112,6 +114,8 @@ class GateReport:
     notes: list[str] = field(default_factory=list)
     created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     """When the gates ran (UTC, ISO 8601); `gate note --check` compares it with the manifest's age."""
+    baseline_git: GitBaseline | None = None
+    """With `--baseline git:REV[:PATH]`: the commit the baseline was read from and the blob of every file read."""
 
     @property
     def verdict(self) -> Literal["pass", "fail", "unavailable"]:
@@ -138,6 +142,7 @@ class GateReport:
             "created_at": self.created_at,
             "mode": self.mode,
             "baseline": self.baseline,
+            "baseline_git": self.baseline_git.to_dict() if self.baseline_git is not None else None,
             "candidate": self.candidate,
             "counts": self.counts(),
             "duration_s": round(self.duration_s, 3),

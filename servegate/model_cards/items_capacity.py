@@ -156,7 +156,8 @@ def _ms_words(ms: float) -> str:
 def capacity_sentence(plan: dict[str, Any] | None) -> str | None:
     """The plan in one plain sentence: what one replica holds under which target, with its interval, the replicas
     for the total rate, and which constraint binds (None without a plan's per-replica figures)."""
-    per = (plan or {}).get("per_replica")
+    plan = plan or {}
+    per = plan.get("per_replica")
     if not isinstance(per, dict) or _number(per.get("rate_rps")) is None:
         return None
     rate, low, high = float(per["rate_rps"]), _number(per.get("low_rps")), _number(per.get("high_rps"))
@@ -207,9 +208,9 @@ def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
 def _bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
     if not bench:
         return None
-    requests = bench.get("requests") if isinstance(bench.get("requests"), dict) else {}
-    goodput = bench.get("goodput") if isinstance(bench.get("goodput"), dict) else {}
-    runs = bench.get("runs") if isinstance(bench.get("runs"), list) else []
+    requests = sent if isinstance(sent := bench.get("requests"), dict) else {}
+    goodput = good if isinstance(good := bench.get("goodput"), dict) else {}
+    runs = found if isinstance(found := bench.get("runs"), list) else []
     return {
         "requests_sent": _number(requests.get("sent")),
         "requests_failed": _number(requests.get("failed")),

@@ -7,6 +7,7 @@ from typing import Any
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
+from servegate.contracts.request_models import Endpoint
 from servegate.model_cards.evidence import missing
 
 _FORMAT_SUFFIXES = {"gguf": (".gguf",), "pickle": (".bin", ".pt", ".pth")}
@@ -34,7 +35,7 @@ _WHEN = {
 }
 
 
-def endpoints(served: ServedModel) -> dict[str, str]:
+def endpoints(served: ServedModel) -> dict[Endpoint, str]:
     """Request kind -> HTTP path served for this manifest's task."""
     if served.preprocess.task == "embed":
         return {"embeddings": "/v1/embeddings"}
@@ -223,7 +224,7 @@ def input_contract(served: ServedModel) -> dict[str, Any]:
     return {
         "task": pre.task,
         "endpoints": endpoints(served),
-        "request_schemas": {kind: request_json_schema(served, kind) for kind in endpoints(served)},  # type: ignore[arg-type]
+        "request_schemas": {kind: request_json_schema(served, kind) for kind in endpoints(served)},
         "limits": {
             "max_input_tokens": pre.max_input_tokens,
             "max_payload_bytes": pre.max_payload_bytes,

@@ -15,7 +15,7 @@ _NOT_LOGGED = re.compile(r"\b(not|never)\b[^.;]*\blogged\b|\bno\b[^.;]*\b(is|are
 _SERIES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
 
 
-def exported_metrics() -> list[dict[str, str]]:
+def exported_metrics() -> list[dict[str, Any]]:
     """The server's Prometheus metrics (name, series as exported, type, help), read from its own registry."""
     from servegate.runtime.types import EngineStats
     from servegate.server.prometheus_metrics import ServerMetrics

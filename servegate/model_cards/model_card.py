@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from servegate.contracts.manifest import ServedModel
 from servegate.model_cards.evidence import NoteError
@@ -125,7 +125,7 @@ def update_model_card_text(
     card_text: str, note: ServingNote, served: ServedModel, note_path: Path, card_dir: Path
 ) -> str:
     """The card with its Serving section inserted or replaced and servegate's eval results in model-index."""
-    from huggingface_hub import ModelCard
+    from huggingface_hub import ModelCard, ModelCardData
 
     logging.getLogger("huggingface_hub.repocard").setLevel(logging.ERROR)  # "no metadata block" is expected here
     try:
@@ -136,10 +136,11 @@ def update_model_card_text(
     prefix = "" if prefix == "." else prefix + "/"
     note_link = f"{prefix}{note_path.name}"
     card.text = _replace_section(card.text, serving_section(note, prefix, note_link))
-    results = [r for r in card.data.eval_results or [] if not _is_ours(r)] + eval_results(note, served)
-    card.data.eval_results = results or None
-    if results and not card.data.model_name:
-        card.data.model_name = note.title
+    data = cast(ModelCardData, card.data)  # a ModelCard reads its metadata block as ModelCardData
+    results = [r for r in data.eval_results or [] if not _is_ours(r)] + eval_results(note, served)
+    data.eval_results = results or None
+    if results and not data.model_name:
+        data.model_name = note.title
     out = str(card)
     try:
         ModelCard(out, ignore_metadata_errors=False)

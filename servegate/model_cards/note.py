@@ -89,7 +89,7 @@ class ServingNote:
 
     def metadata(self) -> dict[str, Any]:
         """The fields `gate note --check` needs (also embedded in the Markdown)."""
-        keys = ("format", "name", "version", "fingerprint", "manifest_sha256", "section_sha256")
+        keys: tuple[str, ...] = ("format", "name", "version", "fingerprint", "manifest_sha256", "section_sha256")
         keys += ("gate_results_at", "manifest_modified_at", "written_at", "verdict")
         data = asdict(self)
         return {k: data[k] for k in keys}

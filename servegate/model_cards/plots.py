@@ -31,6 +31,11 @@ def _finite(value: Any) -> float | None:
     return None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def _png(draw: Callable[[Any], None]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -62,7 +67,7 @@ def draw_latency_cdf(bench: dict[str, Any]) -> bytes:
                 n = len(samples)
                 ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=label)
                 continue
-            stats = bench.get(key) if isinstance(bench.get(key), dict) else {}
+            stats = _object(bench.get(key))
             points = [(v, q) for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)) if (v := _finite(stats.get(p)))]
             if points:
                 from_percentiles = True
@@ -82,13 +87,12 @@ def _load_points(bench: dict[str, Any]) -> tuple[str, list[tuple[float, float | 
     """(x label, [(offered load, requests/s achieved, p99 E2E ms)]) from the bench's runs."""
     runs = [r for r in bench.get("runs") or [] if isinstance(r, dict)] or [bench]
     closed = all(_finite(r.get("rate_rps")) is None for r in runs)
-    workload = bench.get("workload") if isinstance(bench.get("workload"), dict) else {}
+    workload = _object(bench.get("workload"))
     points = []
     for run in runs:
         load = _finite(run.get("concurrency" if closed else "rate_rps"))
         load = load if load is not None else _finite(workload.get("concurrency" if closed else "rate_rps"))
-        throughput = run.get("throughput") if isinstance(run.get("throughput"), dict) else {}
-        e2e = run.get("e2el_ms") if isinstance(run.get("e2el_ms"), dict) else {}
+        throughput, e2e = _object(run.get("throughput")), _object(run.get("e2el_ms"))
         if load is not None:
             points.append((load, _finite(throughput.get("requests_per_s")), _finite(e2e.get("p99"))))
     return ("concurrency (requests in flight)" if closed else "offered load (requests/s)"), sorted(points)

@@ -56,7 +56,7 @@ def _shaping_fields(request: ApiRequest) -> dict[str, Any]:
 
 def _prompt_options(served: ServedModel, request: ApiRequest) -> PromptOptions:
     """The request's own rendering (chat) and truncation of its prompt."""
-    cut = {
+    cut: dict[str, Any] = {
         "truncate_prompt_tokens": request.truncation_limit(served.preprocess.max_input_tokens),
         "truncation_side": request.truncation_side,
     }
@@ -126,9 +126,9 @@ def engine_requests(
     constraint = served_constraint(post.structured_output, post.output_schema, request)
     options = _prompt_options(served, request)
     tools = tool_use(post.tools, request) if isinstance(request, ChatCompletionRequest) else None
-    if tools is not None and tools.mode != "auto":
+    if tools is not None and tools.mode != "auto" and isinstance(request, ChatCompletionRequest):
         compact = post.structured_output is not None and post.structured_output.whitespace == "compact"
-        constraint = tool_constraint(request, compact)  # type: ignore[arg-type]
+        constraint = tool_constraint(request, compact)
     return [
         GenerationRequest(
             id=f"{request_id}-{index}" if several else request_id,

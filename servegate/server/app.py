@@ -36,7 +36,7 @@ def _build_engine(served: ServedModel) -> Engine:
     from servegate.runtime import build  # the reference runtime is imported only when no engine is given
     from servegate.runtime.engine.step_trace import open_step_trace
 
-    return build(served, step_trace=open_step_trace())  # type: ignore[no-any-return]
+    return build(served, step_trace=open_step_trace())
 
 
 async def bring_up(state: ServerState) -> None:
@@ -113,7 +113,7 @@ def create_app(
     app.state.serving = state
     app.include_router(router)
     app.include_router(tokenizer_router)
-    app.add_middleware(BodyGuard, state=state)  # type: ignore[arg-type]
+    app.add_middleware(BodyGuard, state=state)
 
     document: dict[str, object] = {}
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.request_models import Endpoint
 
 
 @dataclass
@@ -20,7 +21,7 @@ class AsyncJob:
     """One asynchronous request and, once it has finished, its HTTP status and body."""
 
     id: str
-    endpoint: str
+    endpoint: Endpoint
     tenant: str | None
     status_code: int | None = None
     body: dict[str, Any] | None = None
@@ -52,7 +53,9 @@ class AsyncResults:
         """Requests accepted but not finished."""
         return sum(1 for job in self._jobs.values() if not job.done)
 
-    def submit(self, job_id: str, endpoint: str, tenant: str | None, run: Callable[[], Awaitable[Outcome]]) -> AsyncJob:
+    def submit(
+        self, job_id: str, endpoint: Endpoint, tenant: str | None, run: Callable[[], Awaitable[Outcome]]
+    ) -> AsyncJob:
         """Start `run` in the background under `job_id`; overloaded when max_pending requests are running."""
         self._sweep()
         if self.pending() >= self.max_pending:

@@ -53,8 +53,8 @@ async def echo_completion(
             done = await run_all(runs)
         except ServingError as error:
             return error.status, error.to_body(), {**error.headers(), **headers}
-        for run, finish in zip(runs, done, strict=True):
-            run.record("completions", finish)
+        for run, event in zip(runs, done, strict=True):
+            run.record("completions", event)
         finishes = list(done)
         builder.cache = cache_state(state, [f.cached for f in done])
         if builder.cache is not None:
@@ -73,6 +73,7 @@ async def echo_completion(
     body = builder.completion([])
     body["choices"] = choices
     body["usage"] = usage_body(total_usage(usages, builder.n)).model_dump(mode="json")
+    # first_error found none, so every item is a PromptLogprobs
     attach_prompt_logprobs(parsed, body, scored[:: parsed.n], tokenizer)  # type: ignore[arg-type]
     return 200, body, headers
 

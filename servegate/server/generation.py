@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +57,10 @@ class EngineRun:
         except Exception as exc:
             raise internal_error(exc) from None
         if isinstance(event, ErrorEvent):
-            error = normalize(event.error, self.state.served)
-            if error.code == "input_too_long" and error.param is None:
-                error.param = "messages" if self.request.messages is not None else "prompt"
-            raise error
+            refusal = normalize(event.error, self.state.served)
+            if refusal.code == "input_too_long" and refusal.param is None:
+                refusal.param = "messages" if self.request.messages is not None else "prompt"
+            raise refusal
         if isinstance(event, TokenEvent):
             if self.first_token_at is None:
                 self.first_token_at = time.monotonic()
@@ -102,7 +102,7 @@ async def run_to_finish(run: EngineRun) -> FinishEvent:
         await run.close()
 
 
-async def first_failure(tasks: list[asyncio.Future[Any]]) -> BaseException | None:
+async def first_failure(tasks: Sequence[asyncio.Future[Any]]) -> BaseException | None:
     """Wait for every task, or until one fails (the rest are then cancelled); the first failure by position."""
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -143,7 +142,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     """A receive() that hands the already-read body once, then defers to the connection (disconnects)."""
     sent = False
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> Message:
         nonlocal sent
         if not sent:
             sent = True

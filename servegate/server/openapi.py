@@ -14,8 +14,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.request_models import Endpoint
 from servegate.contracts.requests import request_json_schema
 from servegate.contracts.responses import (
     AsyncStatus,
@@ -34,7 +36,11 @@ from servegate.contracts.tokenizer_api import (
     TokenizerInfo,
 )
 
-_API = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
+_API: dict[str, Endpoint] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+}
 _STREAMED = {"/v1/completions", "/v1/chat/completions"}
 _POLL_ID = "poll_async_result"
 
@@ -52,11 +58,11 @@ class _Schemas:
         moved = json.loads(json.dumps(defs).replace('"#/$defs/', '"#/components/schemas/'))
         for name, definition in moved.items():
             self.components.setdefault(name, definition)  # the request contract's (policy-closed) version wins
-        return json.loads(json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/'))  # type: ignore[no-any-return]
+        return json.loads(json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/'))
 
-    def model(self, model: type[BaseModel], mode: str = "serialization") -> dict[str, Any]:
+    def model(self, model: type[BaseModel], mode: JsonSchemaMode = "serialization") -> dict[str, Any]:
         """A reference to a pydantic model's schema, added to the components."""
-        schema = self.add(model.model_json_schema(mode=mode, ref_template="#/components/schemas/{model}"))  # type: ignore[arg-type]
+        schema = self.add(model.model_json_schema(mode=mode, ref_template="#/components/schemas/{model}"))
         self.components.setdefault(model.__name__, schema)
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
@@ -91,9 +97,13 @@ def _api_errors(served: ServedModel) -> dict[int, str]:
 
 def _api_operation(served: ServedModel, schemas: _Schemas, path: str, operation: dict[str, Any]) -> None:
     endpoint = _API[path]
-    body = schemas.add(request_json_schema(served, endpoint))  # type: ignore[arg-type]
+    body = schemas.add(request_json_schema(served, endpoint))
     operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
-    response = {"completions": CompletionResponse, "chat": ChatCompletionResponse, "embeddings": EmbeddingResponse}
+    response: dict[str, type[BaseModel]] = {
+        "completions": CompletionResponse,
+        "chat": ChatCompletionResponse,
+        "embeddings": EmbeddingResponse,
+    }
     ok = _json(schemas.model(response[endpoint]), "The answer")
     if path in _STREAMED:
         event = {
@@ -143,7 +153,7 @@ def _tokenizer_operations(schemas: _Schemas, paths: dict[str, Any], served: Serv
     detokenize = _closed(schemas, DetokenizeRequest, served)
     if vocab is not None:
         schemas.components["DetokenizeRequest"]["properties"]["tokens"]["items"]["maximum"] = vocab - 1
-    routes = {
+    routes: dict[str, tuple[dict[str, Any], type[BaseModel], dict[int, str]]] = {
         "/tokenize": (tokenize, TokenizeResponse, posted),
         "/detokenize": (detokenize, DetokenizeResponse, posted),
     }
@@ -171,7 +181,7 @@ def _plain_operations(schemas: _Schemas, paths: dict[str, Any], served: ServedMo
     }
     text = {"description": "Prometheus exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}
     paths["/metrics"]["get"]["responses"] = {"200": text}
-    answer = {"description": "The finished request's answer or error, as the request would have had it"}
+    answer: dict[str, Any] = {"description": "The finished request's answer or error, as the request would have had it"}
     answer["content"] = {"application/json": {"schema": {"type": "object"}}}
     poll = paths["/v1/requests/{request_id}"]["get"]
     poll["operationId"] = _POLL_ID

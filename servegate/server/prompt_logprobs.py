@@ -79,6 +79,7 @@ async def with_prompt_logprobs(
     failed = first_error(scored)
     if failed is not None:
         return failed.error.status, failed.error.to_body(), {**failed.error.headers(), **headers}
+    # first_error found none, so every item is a PromptLogprobs
     attach_prompt_logprobs(parsed, body, scored, engine_tokenizer(state))  # type: ignore[arg-type]
     return status, body, headers
 

@@ -36,7 +36,7 @@ _ID_PREFIX: dict[str, str] = {"completions": "cmpl", "chat": "chatcmpl", "embedd
 
 
 def _state(request: Request) -> ServerState:
-    return request.app.state.serving  # type: ignore[no-any-return]
+    return request.app.state.serving
 
 
 def tenant_of(state: ServerState, request: Request, user: str | None) -> str | None:
@@ -122,7 +122,7 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
 
     async def answer() -> tuple[int, dict[str, Any], dict[str, str]]:
         done = await complete(state, endpoint, chat, generations, builder)
-        return await with_prompt_logprobs(state, parsed, generations, done)  # type: ignore[arg-type]
+        return await with_prompt_logprobs(state, parsed, generations, done)
 
     if _wants_async(request):
         if parsed.stream:
@@ -211,7 +211,7 @@ async def poll(request: Request, request_id: str) -> Response:
         detail = f"no request '{request_id[:64]}': unknown, or its result expired ({ttl:g} s after it finished)"
         return error_response(ServingError("not_found", param="id", detail=detail))
     if not job.done:
-        body = AsyncStatus(id=job.id, status="in_progress", endpoint=job.endpoint).model_dump(mode="json")  # type: ignore[arg-type]
+        body = AsyncStatus(id=job.id, status="in_progress", endpoint=job.endpoint).model_dump(mode="json")
         return JSONResponse(body, status_code=202, headers={"Retry-After": "1"})
     return JSONResponse(job.body, status_code=job.status_code or 500, headers=job.headers)
 

@@ -148,7 +148,7 @@ async def _chunks(
 async def _first_events(runs: list[EngineRun]) -> list[TokenEvent | FinishEvent]:
     """Every choice's first event; the first refusal (by index) closes them all and is raised."""
     tasks = [asyncio.ensure_future(run.next()) for run in runs]
-    error = await first_failure(tasks)  # type: ignore[arg-type]
+    error = await first_failure(tasks)
     if error is not None or any(task.cancelled() for task in tasks):
         for run in runs:
             await run.close()

@@ -17,6 +17,10 @@ SUITES: tuple[str, ...] = ("arith", "recall", "json", "similarity")
 SPLITS: tuple[str, ...] = ("test", "calibration")
 CHAT_SUITES: tuple[str, ...] = ("extraction", "tools")
 """Suites for instruct models, with a `test` split only (their items and generator: zoo/chat_suites.py)."""
+WRITTEN_SUITES: tuple[str, ...] = ("facts", "format")
+"""Hand-written `kind: chat` suites for instruct models, `test` split only: `facts`, short factual questions with a
+one-word or number answer (`contains_answer`); `format`, instructions whose rule each answer must obey, the rule
+as the item's reference (`format_followed`; rules in zoo/answer_checks.py)."""
 
 REQUIRED_FIELDS: tuple[str, ...] = ("id", "prompt", "reference")
 JSON_SCHEMA_PATH = SUITES_DIR / "json.schema.json"
@@ -26,8 +30,8 @@ BUILDERS: dict[str, str] = {".jsonl": "json", ".json": "json", ".csv": "csv", ".
 
 def suite_path(name: str, split: str = "test") -> Path:
     """The JSONL file of split ``split`` (``test`` or ``calibration``) of zoo suite ``name``."""
-    check_name("suite", name, SUITES + CHAT_SUITES)
-    check_name("split", split, ("test",) if name in CHAT_SUITES else SPLITS)
+    check_name("suite", name, SUITES + CHAT_SUITES + WRITTEN_SUITES)
+    check_name("split", split, SPLITS if name in SUITES else ("test",))
     return inside(SUITES_DIR, SUITES_DIR / f"{name}.{split}.jsonl")
 
 
@@ -40,12 +44,12 @@ def json_output_schema() -> dict[str, Any]:
 def resolve_suite(name_or_path: str, split: str = "test") -> Path:
     """A zoo suite name (``arith`` or ``zoo:arith``) or a local file, as a path to read."""
     name = name_or_path.removeprefix("zoo:")
-    if name_or_path.startswith("zoo:") or name in SUITES + CHAT_SUITES:
+    if name_or_path.startswith("zoo:") or name in SUITES + CHAT_SUITES + WRITTEN_SUITES:
         return suite_path(name, split)
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() not in BUILDERS:
         raise ZooError(
-            f"suite {name_or_path!r} is neither a zoo suite ({', '.join(SUITES + CHAT_SUITES)}) "
+            f"suite {name_or_path!r} is neither a zoo suite ({', '.join(SUITES + CHAT_SUITES + WRITTEN_SUITES)}) "
             f"nor a {'/'.join(BUILDERS)} file"
         )
     if not path.is_file():

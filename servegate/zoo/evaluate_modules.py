@@ -23,6 +23,8 @@ METRICS: tuple[str, ...] = (
     "tool_name_match",
     "tool_arguments_match",
     "text_similarity",
+    "contains_answer",
+    "format_followed",
 )
 
 

@@ -8,7 +8,6 @@ takes the first metric class in a module's namespace as the module's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import datasets
@@ -27,7 +26,7 @@ class JsonComparison(evaluate.Metric):
     """evaluate's description."""
     usage: ClassVar[str]
     """evaluate's inputs description (arguments, returns, an example)."""
-    compare: ClassVar[Callable[[Any, Any], float]]
+    compare: ClassVar[staticmethod[[Any, Any], float]]
     """The per-item comparison (a staticmethod of servegate.zoo.json_fields)."""
 
     def _info(self) -> evaluate.MetricInfo:

@@ -42,7 +42,8 @@ def _int4() -> object:
     from torchao.quantization import IntxWeightOnlyConfig
     from torchao.quantization.granularity import PerGroup
 
-    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(GROUP_SIZE))
+    # torch.int4 exists at run time, but torch's stubs do not declare it
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(GROUP_SIZE))  # type: ignore[attr-defined]
 
 
 def _fp8() -> object:

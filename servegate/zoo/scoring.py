@@ -8,6 +8,7 @@ plain so the datasheet does not depend on it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,7 +47,8 @@ def greedy_completions(
         for r, row in enumerate(rows):
             ids[r, width - len(row) :] = torch.tensor(row)
             mask[r, width - len(row) :] = 1
-        out = model.generate(
+        # transformers' stubs resolve `generate` through nn.Module.__getattr__ (a Tensor), not GenerationMixin
+        out = model.generate(  # type: ignore[operator]
             input_ids=ids,
             attention_mask=mask,
             do_sample=False,
@@ -55,7 +57,7 @@ def greedy_completions(
             eos_token_id=tokenizer.eos_token_id,
         )
         for i, row in zip(chunk, out[:, width:].tolist(), strict=True):
-            by_index[i] = tokenizer.decode(row, skip_special_tokens=True)
+            by_index[i] = cast(str, tokenizer.decode(row, skip_special_tokens=True))  # one row decodes to one str
     return [by_index[i] for i in range(len(prompts))]
 
 

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from support.manifests import manifest_file
 
 from servegate.gates.check import check_manifest
-from servegate.gates.output_cache import OutputCache
+from servegate.gates.suites.output_cache import OutputCache
 from servegate.runtime.remote.vllm_process import VllmServer, free_port
 
 pytestmark = pytest.mark.engines

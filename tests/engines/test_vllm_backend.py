@@ -15,7 +15,7 @@ from support.manifests import manifest_file
 from servegate.capacity.bench.local_server import LocalServer
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
+from servegate.gates.suites.output_cache import OutputCache
 from servegate.runtime.remote.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines

@@ -20,7 +20,7 @@ from support.manifests import manifest_file
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import check_manifest, run_check
-from servegate.gates.output_cache import OutputCache
+from servegate.gates.suites.output_cache import OutputCache
 from servegate.runtime import build
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest, SamplingParams

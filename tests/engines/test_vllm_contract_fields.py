@@ -14,8 +14,8 @@ from support.manifests import manifest_file
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
-from servegate.gates.contract_measure import measure_context
-from servegate.gates.output_cache import OutputCache
+from servegate.gates.probes.contract_measure import measure_context
+from servegate.gates.suites.output_cache import OutputCache
 from servegate.runtime.model.weights import load_tokenizer
 from servegate.runtime.remote.vllm_process import VllmServer
 

@@ -16,7 +16,7 @@ from engines_support import MAX_MODEL_LEN, endpoint_manifest, reference_manifest
 from transformers import AutoTokenizer
 
 from servegate.contracts.quality_section import Suite
-from servegate.gates.evaluation import ItemOutput, SuiteItem, generate, load_suite_data, requests_for
+from servegate.gates.suites.evaluation import ItemOutput, SuiteItem, generate, load_suite_data, requests_for
 from servegate.runtime import build
 from servegate.runtime.engine.interface import Engine
 from servegate.runtime.remote.vllm_process import VllmServer

@@ -13,7 +13,7 @@ from engines_support import SERVED_NAME, endpoint_manifest, reference_manifest
 from support.servers import ready_app
 
 from servegate.contracts.quality_section import Suite
-from servegate.gates.evaluation import load_suite_data
+from servegate.gates.suites.evaluation import load_suite_data
 from servegate.runtime.remote.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines

@@ -14,7 +14,7 @@ from engines_support import SERVED_NAME, endpoint_manifest, reference_manifest
 
 from servegate.contracts.quality_section import Suite
 from servegate.contracts.requests import parse_request
-from servegate.gates.evaluation import load_suite_data
+from servegate.gates.suites.evaluation import load_suite_data
 from servegate.runtime import build
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.request_translator import engine_requests

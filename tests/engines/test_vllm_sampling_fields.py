@@ -17,7 +17,7 @@ import pytest
 from engines_support import endpoint_manifest, reference_manifest
 
 from servegate.contracts.quality_section import Suite
-from servegate.gates.evaluation import load_suite_data
+from servegate.gates.suites.evaluation import load_suite_data
 from servegate.runtime import build
 from servegate.runtime.model.weights import load_tokenizer
 from servegate.runtime.remote.vllm_process import VllmServer

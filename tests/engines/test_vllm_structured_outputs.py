@@ -23,7 +23,7 @@ from support.drifting_remote import serve_app
 
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.quality_section import Suite
-from servegate.gates.evaluation import load_suite_data
+from servegate.gates.suites.evaluation import load_suite_data
 from servegate.runtime import build
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams

@@ -23,7 +23,7 @@ from support.drifting_remote import serve_app
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import Suite
 from servegate.contracts.requests import parse_request
-from servegate.gates.evaluation import load_suite_data
+from servegate.gates.suites.evaluation import load_suite_data
 from servegate.runtime import build
 from servegate.runtime.remote.vllm_process import VllmServer
 from servegate.runtime.request_translator import engine_requests

@@ -16,8 +16,8 @@ from support.oracle_engine import Faults, fake_factory
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
 from servegate.gates.result import GateReport
+from servegate.gates.suites.output_cache import OutputCache
 
 BASE = """\
 apiVersion: servegate/v1

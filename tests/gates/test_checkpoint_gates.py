@@ -182,3 +182,20 @@ def test_manifest_rules_for_checkpoints(folder: Path) -> None:
         with pytest.raises(Exception) as caught:
             load_manifest(path).reference_form()
         assert message in str(caught.value), (extra, caught.value)
+
+
+def test_the_notes_model_identity_says_what_made_the_build_and_its_parent(folder: Path) -> None:
+    from servegate.contracts.loading import load_manifest
+    from servegate.model_cards.items_contract import model_identity
+    from servegate.model_cards.render_markdown import _identity
+
+    path = folder / "w4-note.yaml"
+    path.write_text("include: w2.yaml\ncard: {public_name: tiny-w2, license: Apache-2.0}\n", encoding="utf-8")
+    item = model_identity(load_manifest(path))
+    checkpoint = item["weights_checkpoint"]
+    assert checkpoint["scheme"] == "W2A16" and checkpoint["group_size"] == 16
+    assert checkpoint["derived_from"] == "zoo:tiny-primary"  # the parent's public source, not a local path
+    text = "\n".join(_identity(item, "#"))
+    assert "Quantized checkpoint: compressed-tensors W2A16, groups of 16 weights" in text
+    assert "gated against its parent `zoo:tiny-primary`" in text
+    assert item["weights_source"] == "local checkpoint (path not published)"

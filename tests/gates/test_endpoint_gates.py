@@ -16,7 +16,7 @@ from support.servegate_remote import ServegateRemote
 from servegate.capacity.bench.local_server import free_port
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.check import run_check
-from servegate.gates.output_cache import OutputCache
+from servegate.gates.suites.output_cache import OutputCache
 
 SUITES = [
     {"name": "arith", "dataset": "zoo:arith", "limit": 80, "public": True},

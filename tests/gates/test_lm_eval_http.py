@@ -21,8 +21,8 @@ from test_lm_eval_suites import write_manifests  # noqa: E402
 from servegate.capacity.bench.local_server import free_port  # noqa: E402
 from servegate.contracts.loading import load_manifest  # noqa: E402
 from servegate.gates.base import GateContext  # noqa: E402
-from servegate.gates.lm_eval_suites import task_manager  # noqa: E402
-from servegate.gates.output_cache import OutputCache  # noqa: E402
+from servegate.gates.lm_eval.tasks import task_manager  # noqa: E402
+from servegate.gates.suites.output_cache import OutputCache  # noqa: E402
 from servegate.zoo.catalog import zoo_model_path  # noqa: E402
 from servegate.zoo.lm_eval_tasks import task_dir  # noqa: E402
 

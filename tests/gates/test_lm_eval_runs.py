@@ -17,8 +17,8 @@ from test_lm_eval_suites import write_manifests  # noqa: E402
 
 from servegate.contracts.loading import load_manifest  # noqa: E402
 from servegate.gates.base import GateContext  # noqa: E402
-from servegate.gates.comparison import compare_on_suites  # noqa: E402
-from servegate.gates.output_cache import OutputCache  # noqa: E402
+from servegate.gates.quality.comparison import compare_on_suites  # noqa: E402
+from servegate.gates.suites.output_cache import OutputCache  # noqa: E402
 
 LIMIT = 80
 """Items per task: the smallest n at which an exact non-inferiority test can pass at a 5-point margin is 72."""
@@ -42,8 +42,8 @@ def base_runs(manifests: dict[str, Path]) -> Any:
 def test_per_sample_scores_equal_lm_eval_logged_samples(base_runs: Any) -> None:
     from lm_eval import simple_evaluate
 
-    from servegate.gates.lm_eval_model import ServegateLM
-    from servegate.gates.lm_eval_suites import include_dir, task_manager
+    from servegate.gates.lm_eval.model import ServegateLM
+    from servegate.gates.lm_eval.tasks import include_dir, task_manager
 
     served, ctx, runs = base_runs
     engine = ctx.engines.get(served)
@@ -124,8 +124,8 @@ def test_lm_eval_finds_the_servegate_model_by_name(manifests: dict[str, Path]) -
     from lm_eval import simple_evaluate
     from lm_eval.api.registry import get_model
 
-    from servegate.gates.lm_eval_model import ServegateLM
-    from servegate.gates.lm_eval_suites import task_manager
+    from servegate.gates.lm_eval.model import ServegateLM
+    from servegate.gates.lm_eval.tasks import task_manager
     from servegate.zoo.lm_eval_tasks import task_dir
 
     assert get_model("servegate") is ServegateLM
@@ -146,7 +146,7 @@ def test_lm_eval_finds_the_servegate_model_by_name(manifests: dict[str, Path]) -
 
 def test_chosen_items_in_any_order_get_their_own_outputs(base_runs: Any) -> None:
     """What the truncation gate does: re-run some items, in its own order; each keeps its own answer."""
-    from servegate.gates.lm_eval_suites import run_lm_eval
+    from servegate.gates.lm_eval.tasks import run_lm_eval
 
     served, ctx, runs = base_runs
     for data in ctx.suites():

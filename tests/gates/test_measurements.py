@@ -8,11 +8,11 @@ import inspect
 import textwrap
 
 from servegate.gates import check  # noqa: F401 - registers every built-in gate
-from servegate.gates.batching import BatchingMeasurements
-from servegate.gates.caching import CachingMeasurements
-from servegate.gates.comparison import SuiteScores
+from servegate.gates.checks.batching import BatchingMeasurements
+from servegate.gates.checks.caching import CachingMeasurements
+from servegate.gates.quality.comparison import SuiteScores
+from servegate.gates.quality.statistics import paired_noninferiority
 from servegate.gates.result import GateResult, Measurements, to_json
-from servegate.gates.statistics import paired_noninferiority
 
 
 def _all_subclasses(cls: type) -> list[type]:

@@ -94,8 +94,8 @@ def test_a_move_to_another_engine_runs_the_gates_of_what_it_replaces(load) -> No
 
 def test_the_built_in_gates_watch_the_one_trigger_table() -> None:
     from servegate.contracts.diff import GATE_WATCHES
-    from servegate.gates.quantization import PRECISION_FIELDS
-    from servegate.gates.truncation import TRUNCATION_FIELDS
+    from servegate.gates.checks.quantization import PRECISION_FIELDS
+    from servegate.gates.checks.truncation import TRUNCATION_FIELDS
 
     assert {name: GATES.entry(name).metadata["watches"] for name in GATE_WATCHES} == GATE_WATCHES
     assert set(PRECISION_FIELDS) <= set(GATE_WATCHES["quantization"])  # what the gate isolates, it watches

@@ -107,7 +107,7 @@ def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tm
 
 
 def test_write_note_takes_a_gate_report_object(served: ServedModel, tmp_path: Path) -> None:
-    from servegate.gates.caching import CachingMeasurements
+    from servegate.gates.checks.caching import CachingMeasurements
     from servegate.gates.result import GateReport, GateResult
 
     measured = CachingMeasurements(caches=["prefix cache"], tenants_identified=True, shared_across_tenants=[])

@@ -47,7 +47,7 @@ def test_note_from_a_real_check_report_keeps_private_text_out(
     int2_with_private_suite: ServedModel, tmp_path: Path
 ) -> None:
     from servegate.gates.check import run_check
-    from servegate.gates.output_cache import OutputCache
+    from servegate.gates.suites.output_cache import OutputCache
 
     served = int2_with_private_suite
     report = run_check(

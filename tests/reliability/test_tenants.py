@@ -222,7 +222,7 @@ def test_the_caching_gate_on_the_real_engine(
     """Global scope with identified tenants fails (tenant B measurably got A's entries); with a single tenant
     it warns; per-tenant scope passes with zero cross-tenant hits."""
     from servegate.gates.check import run_check
-    from servegate.gates.output_cache import OutputCache
+    from servegate.gates.suites.output_cache import OutputCache
 
     suites = [{"name": name, "dataset": f"zoo:{name}", "limit": 8, "public": True} for name in ("arith", "recall")]
     data = cache_manifest(tmp_path, tenant_from, scope=scope, quality={"suites": suites})

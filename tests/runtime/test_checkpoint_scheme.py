@@ -120,3 +120,14 @@ def test_gate_validate_shows_a_gguf_scheme_and_asks_for_its_parent(smollm2: Path
     done = subprocess.run([sys.executable, "-m", "servegate.cli", "validate", str(tmp_path / "two.yaml")],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 2 and "weights.gguf_file other.gguf: no such file" in done.stderr
+
+
+def test_a_gptq_folder_in_its_own_layout_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "quantization_config": {"quant_method": "gptq", "bits": 4}}),
+        encoding="utf-8",
+    )
+    with pytest.raises(ServegateError) as caught:
+        read_scheme(tmp_path, "safetensors")
+    assert "quantized with gptq" in str(caught.value) and "compressed-tensors" in str(caught.value)
+    assert read_scheme(Path(zoo_model_path("tiny-primary")), "safetensors").scheme == "none"

@@ -269,7 +269,7 @@ def reference_gate(served: ServedModel, cache_dir: Path, name: str = "contract")
     """One gate forced on a manifest against its own reference form, on the real engines, outputs cached in
     `cache_dir`."""
     from servegate.gates.check import run_check
-    from servegate.gates.output_cache import OutputCache
+    from servegate.gates.suites.output_cache import OutputCache
 
     report = run_check(served.reference_form(), served, mode="reference", forced=(name,), cache=OutputCache(cache_dir))
     return gate_result(report, name)

@@ -34,5 +34,17 @@ def test_text_similarity_is_difflibs_ratio_per_item() -> None:
 def test_the_real_examples_manifests_validate() -> None:
     parent = load_manifest(EXAMPLE / "manifest.yaml")
     candidate = load_manifest(EXAMPLE / "int8.yaml")
-    assert [s.name for s in parent.quality.suites] == ["extraction", "tools", "humaneval"]
+    assert [s.name for s in parent.quality.suites] == ["extraction", "tools", "facts", "format", "humaneval"]
     assert candidate.runtime.quantization.method == "int8-weight" and candidate.quality == parent.quality
+
+
+def test_the_checkpoint_manifests_name_their_parent() -> None:
+    parent = load_manifest(EXAMPLE / "manifest.yaml")
+    for name in ("w8a8", "w4a16", "w2a16-bad"):
+        build = load_manifest(EXAMPLE / f"{name}.yaml")
+        assert build.weights.format == "compressed-tensors" and build.weights.derived_from == "manifest.yaml"
+        reference = build.reference_form()
+        assert reference.weights == parent.weights  # the single-manifest check runs the parent's weights
+        assert build.quality == parent.quality
+    gguf = load_manifest(EXAMPLE / "gguf.yaml")
+    assert gguf.weights.format == "gguf" and gguf.weights.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -151,7 +151,7 @@ def records_jsonl(result: BenchResult) -> str:
     lines = []
     for i, run in enumerate(result.runs):
         for r in run.records:
-            line = {"run": i, "ok": r.ok, "dispatch_delay_ms": ms(r.dispatch_delay)}
+            line: dict[str, object] = {"run": i, "ok": r.ok, "dispatch_delay_ms": ms(r.dispatch_delay)}
             line.update(ttft_ms=ms(r.ttft) if r.ok else None, tpot_ms=ms(r.tpot) if r.ok else None)
             line.update(e2el_ms=ms(r.e2el) if r.ok else None, error=r.error, chunks=r.chunks)
             line.update(requested_prompt_tokens=r.requested_prompt_tokens, usage_prompt_tokens=r.usage_prompt_tokens)

@@ -183,7 +183,7 @@ def bench_url(
         )
 
     try:
-        return against_server(url, served, run, headers, model_name)  # type: ignore[no-any-return]
+        return against_server(url, served, run, headers, model_name)
     except ConnectionError as exc:
         raise ServegateError(str(exc)) from None
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servegate.capacity.bench.load_generator import BenchResult
 from servegate.contracts.files import write_atomic
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-def _pyplot():  # noqa: ANN202 - matplotlib's module
+
+def _pyplot() -> Any:  # matplotlib.pyplot, imported on first use
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -20,9 +25,9 @@ def _pyplot():  # noqa: ANN202 - matplotlib's module
     return plt
 
 
-def _save(fig: object, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     return write_atomic(path, buffer.getvalue())
 
 
@@ -49,14 +54,14 @@ def latency_cdf(result: BenchResult, path: Path) -> Path:
     return path
 
 
-def _interval_bars(ax: object, stats: dict, color: str) -> None:
+def _interval_bars(ax: Axes, stats: dict[str, Any], color: str) -> None:
     """Horizontal bars at p50, p95 and p99 spanning each percentile's 95% interval, where it could be formed."""
     for q in (50, 95, 99):
         ci = stats.get(f"p{q}_ci")
         if ci is not None:
             value = stats[f"p{q}"]
             err = [[max(value - ci[0], 0.0)], [max(ci[1] - value, 0.0)]]
-            ax.errorbar([value], [q / 100], xerr=err, fmt="|", color=color, capsize=3, lw=1)  # type: ignore[attr-defined]
+            ax.errorbar([value], [q / 100], xerr=err, fmt="|", color=color, capsize=3, lw=1)
 
 
 def rate_curves(result: BenchResult, path: Path) -> Path:

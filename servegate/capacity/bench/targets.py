@@ -28,7 +28,7 @@ class PromptFactory:
     """
 
     def __init__(self, tokenizer: Any | None = None, chars_per_token: float = 4.0, seed: int | None = None) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer: Any = tokenizer  # a Hugging Face tokenizer (untyped), or None
         self.chars_per_token = chars_per_token
         # No seed: fresh text on every run, so a server's response or prefix cache that outlives one bench
         # run never answers the next (arrivals and lengths stay reproducible through the workload's seed).

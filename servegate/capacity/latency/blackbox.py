@@ -310,6 +310,6 @@ def profile_endpoint(
             return profile_target(target, served, prompts, repeats=repeats, sweep_seconds=sweep_seconds, stage=stage)
 
         try:
-            return against_server(server.url, served, action)  # type: ignore[no-any-return]
+            return against_server(server.url, served, action)
         except ConnectionError as exc:
             raise ServegateError(f"cannot profile {server.url}: {exc}") from None

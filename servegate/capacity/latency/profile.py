@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from servegate.capacity.bench.machine_speed import MachineSpeedMonitor
 from servegate.capacity.bench.own_server import against_server
@@ -59,6 +59,9 @@ from servegate.capacity.latency.terms import StepJitter, StepSample
 from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+
+if TYPE_CHECKING:
+    from servegate.runtime.model.model_runner import PagedModelRunner
 
 PROFILING_WAIT_MS = 50.0
 """Batching window of the calibration server, so that a burst's requests are batched together."""
@@ -164,7 +167,8 @@ def _model_steps(served: ServedModel, repeats: int, tick: Tick | None, stage: St
         torch.set_num_threads(served.runtime.threads)
     variant = profiling_variant(served, PROFILE_BATCH)
     parts = build_parts(variant)
-    runner = parts.runner
+    # a generate-task variant always gets the paged runner (None is for task: embed)
+    runner = cast("PagedModelRunner", parts.runner)
     limits = ProfileLimits(
         max_prompt_tokens=served.preprocess.max_input_tokens,
         max_batch_size=PROFILE_BATCH,

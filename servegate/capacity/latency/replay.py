@@ -59,7 +59,7 @@ def replay_durations(steps: Sequence[dict[str, Any]]) -> list[float]:
     for i, step in enumerate(steps):
         nxt = steps[i + 1] if i + 1 < len(steps) else None
         gap = nxt["began"] - step["ended"] if nxt is not None else None
-        end = nxt["began"] if gap is not None and 0 <= gap < BACK_TO_BACK_S else step["ended"]
+        end = nxt["began"] if nxt is not None and gap is not None and 0 <= gap < BACK_TO_BACK_S else step["ended"]
         out.append(end - step["began"])
     return out
 

@@ -13,6 +13,8 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +86,8 @@ def _lag1_correlation(log_ratios: np.ndarray, steps: Sequence[ServingStep]) -> f
     """Correlation of consecutive back-to-back steps' log slowdowns (0 when too few or undefined)."""
     pairs = [
         (log_ratios[i], log_ratios[i + 1])
-        for i in range(len(steps) - 1)
-        if steps[i].ended is not None
-        and steps[i + 1].began is not None
-        and 0 <= steps[i + 1].began - steps[i].ended < BACK_TO_BACK_S
+        for i, (step, following) in enumerate(pairwise(steps))
+        if step.ended is not None and following.began is not None and 0 <= following.began - step.ended < BACK_TO_BACK_S
     ]
     if len(pairs) < 10:
         return 0.0
@@ -166,7 +166,7 @@ def trace_serving(
             workload = with_rate(shape, rate).model_copy(update={"num_requests": count})
             specs = make_requests(workload, seed=11 + i)
             began = time.time()
-            records = against_server(server.url, served, lambda t, specs=specs: run_open_loop(t, specs, prompts))
+            records = against_server(server.url, served, partial(run_open_loop, specs=specs, prompts=prompts))
             runs.append(TracedRun(specs, records, rate, began_at=began, ended_at=time.time()))
         steps = serving_steps(read_step_trace(trace))  # read now: the lone requests' steps stay out of the fit
         lone = against_server(server.url, served, lambda t: run_once(t, lone_workload(shape), prompts, seed=0))

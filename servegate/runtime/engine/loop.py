@@ -68,6 +68,7 @@ class EngineLoop:
         if scheduled is None:
             return False
         plan, rows = scheduled
+        # a generating engine's parts have a runner and a scheduler (None only for task: embed, which never steps)
         logits = self.parts.runner.execute(plan.model_inputs)  # type: ignore[union-attr]
         sampled = sample_rows(self.parts, logits, rows)
         self._postprocess(self._advance(plan, sampled), sampled)
@@ -115,7 +116,7 @@ class EngineLoop:
     def _advance(self, plan: SchedulerOutput, sampled: SampledTokens) -> list[tuple[Sequence, RequestState]]:
         """Advance the scheduler by the step; the sequences that got a token, with their requests."""
         with self.table.lock:
-            grown = self.table.scheduler.update(plan, sampled.tokens)  # type: ignore[union-attr]
+            grown = self.table.scheduler.update(plan, sampled.tokens)  # type: ignore[union-attr]  # see step()
             return [(seq, self.table.requests[seq.seq_id]) for seq in grown]
 
     def _postprocess(self, grown: list[tuple[Sequence, RequestState]], sampled: SampledTokens) -> None:

@@ -129,11 +129,11 @@ def to_generation_request(served: ServedModel, item: InputLine) -> GenerationReq
     """The engine request of an input line, validated as the API validates it (ServingError if bad)."""
     chat = "messages" in item.data
     body = parse_request(served, "chat" if chat else "completions", {"model": served.name, **item.data})
-    if body.n > 1 or body.prompt_count() > 1:  # type: ignore[union-attr]
-        param = "n" if body.n > 1 else "prompt"  # type: ignore[union-attr]
+    if body.n > 1 or body.prompt_count() > 1:
+        param = "n" if body.n > 1 else "prompt"
         detail = f"{param}: an input line is one request with one answer; write one line per prompt and choice"
         raise ServingError("invalid_request", param=param, detail=detail)
-    if body.prompt_logprobs is not None:  # type: ignore[union-attr]
+    if body.prompt_logprobs is not None:
         detail = "prompt_logprobs: a result line holds the answer only; score prompts over HTTP (gate serve)"
         raise ServingError("unsupported_parameter", param="prompt_logprobs", detail=detail)
     tenant = body.user if served.preprocess.tenant_from == "user" else None

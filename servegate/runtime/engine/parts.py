@@ -109,7 +109,7 @@ def _grammar_mask(served: ServedModel, tokenizer: Any, runner: ModelRunner) -> G
 
 def _load_runner(
     served: ServedModel, model: Any, tokenizer: Detokenizer | None
-) -> tuple[ModelRunner, Detokenizer, QuantizationReport | None, Any]:
+) -> tuple[ModelRunner, Detokenizer | None, QuantizationReport | None, Any]:
     """The paged runner over the manifest's weights (quantized as declared), the tokenizer, the quantization
     report and the model."""
     from servegate.runtime.model.cpu_linear import apply_cpu_linear, use_torch_threads
@@ -151,4 +151,4 @@ def _load_runner(
 def _default_sampler() -> Sampler:
     from servegate.runtime.model.sampling import sample_batch
 
-    return sample_batch  # type: ignore[no-any-return]
+    return sample_batch

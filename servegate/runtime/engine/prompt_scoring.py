@@ -58,6 +58,7 @@ def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[G
         error = ServingError("invalid_request", detail="this engine has no causal model to score prompts with")
         return [ErrorEvent(r.id, error) for r in requests]
     preprocessor = parts.preprocessor
+    assert preprocessor is not None  # a causal model comes with its preprocessor (None only for task: embed)
     results: list[ScoreResult] = []
     for request in requests:
         try:

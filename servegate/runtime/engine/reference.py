@@ -67,8 +67,11 @@ class ReferenceEngine:
         otherwise load, for tests and benchmarks."""
         self.served = served
         self.parts: EngineParts | None = None
+        # a fallback engine is built only for a manifest that declares failure_policy.fallback
         self.fallback_route = (
-            FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+            FallbackRoute(fallback, served.failure_policy.fallback.triggers)  # type: ignore[union-attr]
+            if fallback is not None
+            else None
         )
         self.step_trace = step_trace
         self._given: dict[str, Any] = {

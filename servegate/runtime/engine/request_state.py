@@ -105,6 +105,8 @@ def new_request_state(
     records when its first token and final event go to `sink`."""
     from servegate.runtime.model.sampling import request_generator
 
+    # a generating engine has all three (they are None only for task: embed)
+    assert parts.preprocessor is not None and parts.tokenizer is not None and parts.runner is not None
     admitted = admit(served, parts.preprocessor, request)
     matcher = _constraint_matcher(parts, request)
     prompt = admitted.token_ids

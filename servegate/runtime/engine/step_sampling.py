@@ -52,6 +52,7 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
     for i in constrained:
         state = states[i]
         token = sampled.tokens[state.seq.seq_id]
+        # a constrained row exists only where the manifest declares structured output, so parts.grammar is set
         if not parts.grammar.advance(state.matcher, token):  # type: ignore[union-attr]
             # the rest goes unconstrained; the final event reports the broken constraint as the policy says
             log.warning("request %s: the grammar engine refused token %d its mask allowed", state.request.id, token)

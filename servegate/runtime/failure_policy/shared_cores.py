@@ -19,7 +19,7 @@ from servegate.contracts.manifest import ServedModel
 
 log = logging.getLogger("servegate.runtime")
 
-_said: set[tuple[str, int, str]] = set()
+_said: set[tuple[str, int | None, str]] = set()
 """Fallbacks whose lowered threads were already reported at WARNING in this process."""
 
 

@@ -91,7 +91,27 @@ def read_scheme(directory: Path, weights_format: str, gguf_file: str | None = No
         return _compressed_tensors_scheme(directory)
     if weights_format == "gguf":
         return _gguf_scheme(gguf_path(directory, gguf_file))
+    _no_other_quantization(directory, weights_format)
     return CheckpointScheme(format=weights_format, scheme="none")
+
+
+def _no_other_quantization(directory: Path, weights_format: str) -> None:
+    """A plain folder whose config.json declares a quantization servegate does not run (AutoGPTQ, AutoAWQ,
+    bitsandbytes, ...) is refused by name, instead of failing inside transformers for want of a kernel package."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return
+    quant = _read_config(directory).get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method is None:
+        return
+    if method == "compressed-tensors":
+        raise ServegateError(f"{path}: the checkpoint is compressed-tensors: set weights.format: compressed-tensors")
+    raise ServegateError(
+        f"{path}: weights.format is {weights_format} but the checkpoint is quantized with {method}, which servegate's "
+        "runtime does not load (it runs compressed-tensors and GGUF checkpoints): export it as compressed-tensors "
+        "(llm-compressor writes GPTQ and AWQ schemes in that format) and set weights.format: compressed-tensors"
+    )
 
 
 # --- compressed-tensors ------------------------------------------------------------------------------------
@@ -112,7 +132,7 @@ def _read_config(directory: Path) -> dict[str, Any]:
 
 def _compressed_tensors_scheme(directory: Path) -> CheckpointScheme:
     config_path = directory / "config.json"
-    quant = _read_config(directory).get("quantization_config")
+    quant: Any = _read_config(directory).get("quantization_config")  # a dict once quant_method is checked
     method = quant.get("quant_method") if isinstance(quant, dict) else None
     if method != "compressed-tensors":
         raise ServegateError(
@@ -218,10 +238,10 @@ def gguf_path(directory: Path, gguf_file: str | None) -> Path:
     if gguf_file is not None:
         path = directory / gguf_file
         if not path.is_file():
-            found = sorted(p.name for p in directory.glob("*.gguf"))
+            present = sorted(p.name for p in directory.glob("*.gguf"))
             raise ServegateError(
                 f"weights.gguf_file {gguf_file}: no such file in {directory} (it holds "
-                f"{', '.join(found) if found else 'no .gguf file'}); for the zoo's SmolLM2, run "
+                f"{', '.join(present) if present else 'no .gguf file'}); for the zoo's SmolLM2, run "
                 "`gate zoo fetch smollm2-135m-instruct --force` to keep its GGUF beside the conversion"
             )
         return path

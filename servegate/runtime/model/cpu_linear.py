@@ -133,9 +133,10 @@ def _blas_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         or not _is_plain_float(weight)
     ):
         return F.linear(x, weight, self.bias)
-    cached = self._servegate_blas
+    # _servegate_blas is a plain attribute route_linears adds; nn.Module types undeclared ones as Tensor | Module
+    cached: tuple[int, Any] = self._servegate_blas  # type: ignore[assignment]
     if cached[0] != weight.data_ptr():  # weight replaced or moved since routing: take the new one
-        cached = self._servegate_blas = (weight.data_ptr(), weight.detach().numpy().T)
+        cached = self._servegate_blas = (weight.data_ptr(), weight.detach().numpy().T)  # type: ignore[assignment]
     rows = x.reshape(-1, x.shape[-1])
     out = np.matmul(rows.detach().numpy(), cached[1])
     result = torch.from_numpy(out).view(*x.shape[:-1], out.shape[-1])
@@ -158,8 +159,8 @@ def route_linears(model: torch.nn.Module) -> int:
     """Send every plain float32/float64 CPU `nn.Linear` of `model` through OpenBLAS; returns how many were."""
     linears = _plain_linears(model)
     for module in linears:
-        module._servegate_blas = (-1, None)  # filled on first call
-        module.forward = types.MethodType(_blas_forward, module)
+        module._servegate_blas = (-1, None)  # type: ignore[assignment]  # filled on first call
+        module.forward = types.MethodType(_blas_forward, module)  # type: ignore[method-assign]  # this instance only
     return len(linears)
 
 

@@ -167,4 +167,4 @@ class EmbeddingModel:
         input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids in batch], device=self.device)
         mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in batch], device=self.device)
         states = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-        return pool(states.float(), mask, self.pooling).cpu().tolist()  # type: ignore[no-any-return]
+        return pool(states.float(), mask, self.pooling).cpu().tolist()

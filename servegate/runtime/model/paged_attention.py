@@ -245,7 +245,7 @@ class PagedStep:
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
         keys.index_copy_(1, self.slot_mapping, key[0])
         values.index_copy_(1, self.slot_mapping, value[0])
-        start, length = self.lone_decode  # type: ignore[misc]
+        start, length = self.lone_decode  # type: ignore[misc]  # attend() calls this only when it is set
         lo = start + self.seqs[0].source.first_visible(window)
         # the query heads sharing a KV head become that head's query rows, K/V never repeated
         q = query.reshape(1, kv_heads, num_heads // kv_heads, head_dim)
@@ -309,7 +309,8 @@ def paged_attention_forward(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if query.shape[0] != 1:
         raise ValueError(f"paged attention takes one flattened sequence per step (got batch {query.shape[0]})")
-    out = step.attend(module.layer_idx, query, key, value, scaling, window, kwargs.get("softcap"))
+    # transformers' attention modules hold an int layer_idx; nn.Module types undeclared attributes as Tensor | Module
+    out = step.attend(module.layer_idx, query, key, value, scaling, window, kwargs.get("softcap"))  # type: ignore[arg-type]
     return out, None
 
 

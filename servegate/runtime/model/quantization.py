@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from servegate.contracts.sections import Quantization
+from servegate.contracts.sections import Quantization, QuantMethod
 
 INT_BITS = {"int8-weight": 8, "int8-dynamic": 8, "int4-weight": 4, "int3-weight": 3, "int2-weight": 2}
 """Bits per weight of the integer methods."""
@@ -93,8 +93,8 @@ def quantize_model(model: nn.Module, q: Quantization) -> QuantizationReport:
         if name not in torchao_names:
             after += _simulate(module, q)
             simulated += 1
-    for module in embeddings.values():
-        after += _simulate(module, q)
+    for embedding in embeddings.values():
+        after += _simulate(embedding, q)
         simulated += 1
     return QuantizationReport(
         method=q.method,
@@ -114,7 +114,8 @@ def quantize_model(model: nn.Module, q: Quantization) -> QuantizationReport:
 
 def _selected_linears(model: nn.Module, q: Quantization) -> dict[str, nn.Linear]:
     """name -> nn.Linear to quantize (lm_head only with include_lm_head)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    # nn.Module types every attribute it does not declare as Tensor | Module: hasattr found a method here
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
     return {
         name: module
         for name, module in model.named_modules()
@@ -130,8 +131,9 @@ def _selected_embeddings(model: nn.Module, q: Quantization) -> dict[str, nn.Embe
 
 def _untie_partially_selected(model: nn.Module, linears: dict[str, nn.Linear], embeddings: dict[str, Any]) -> None:
     """Give lm_head its own weight when it is tied to the embeddings but only one of them is quantized."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    # nn.Module types every attribute it does not declare as Tensor | Module: hasattr found a method here
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None  # type: ignore[operator]
     if head is None or emb is None or head.weight is not emb.weight:
         return
     if (head in linears.values()) != (emb in embeddings.values()):
@@ -142,7 +144,7 @@ def _nbytes(tensor: torch.Tensor) -> int:
     """Bytes a (possibly torchao-subclassed) tensor really holds."""
     flatten = getattr(type(tensor), "__tensor_flatten__", None)
     if flatten is not None and type(tensor) not in (torch.Tensor, nn.Parameter):
-        names, _ = tensor.__tensor_flatten__()
+        names, _ = flatten(tensor)
         return sum(_nbytes(getattr(tensor, n)) for n in names if isinstance(getattr(tensor, n), torch.Tensor))
     return tensor.numel() * tensor.element_size()
 
@@ -174,11 +176,14 @@ def _torchao_config(q: Quantization, name: str) -> Any:
     if name == "Int4WeightOnlyConfig":
         return factory(group_size=q.group_size, int4_packing_format="tile_packed_to_4d")
     if name == "IntxWeightOnlyConfig":
-        return factory(weight_dtype=torch.int4, granularity=PerGroup(q.group_size))
+        # torch.int4 exists at run time, but torch's stubs do not declare it
+        return factory(weight_dtype=torch.int4, granularity=PerGroup(q.group_size))  # type: ignore[attr-defined]
     return factory()
 
 
-def _working_torchao_config(method: str, group_size: int, device: torch.device, dtype: torch.dtype) -> str | None:
+def _working_torchao_config(
+    method: QuantMethod, group_size: int, device: torch.device, dtype: torch.dtype
+) -> str | None:
     """The first of the method's torchao configs that quantizes and runs a small layer here, else None."""
     for name in TORCHAO_CONFIGS.get(method, ()):
         if name in CUDA_ONLY_CONFIGS and device.type != "cuda":
@@ -189,11 +194,11 @@ def _working_torchao_config(method: str, group_size: int, device: torch.device, 
 
 
 @functools.cache
-def _torchao_runs(method: str, group_size: int, device: torch.device, dtype: torch.dtype, name: str) -> bool:
+def _torchao_runs(method: QuantMethod, group_size: int, device: torch.device, dtype: torch.dtype, name: str) -> bool:
     """Whether torchao's config `name` for `method` quantizes and runs a small linear layer here."""
     from servegate.contracts.sections import Quantization as Q
 
-    config = _torchao_config(Q(method=method, group_size=group_size), name)  # type: ignore[arg-type]
+    config = _torchao_config(Q(method=method, group_size=group_size), name)
     if config is None:
         return False
     try:
@@ -238,7 +243,7 @@ def _int8_inputs(module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[tor
     return (torch.clamp(torch.round(x / scale), -128, 127) * scale, *args[1:])
 
 
-def _simulate(module: nn.Module, q: Quantization) -> int:
+def _simulate(module: nn.Linear | nn.Embedding, q: Quantization) -> int:
     """Round-trip the module's weight in place; returns the bytes the real format would take."""
     weight = module.weight
     with torch.no_grad():

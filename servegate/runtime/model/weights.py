@@ -128,7 +128,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """Compute dtype: `auto` is float32 on CPU and bfloat16 on CUDA."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)  # type: ignore[no-any-return]
+    return getattr(torch, name)
 
 
 def served_scheme(served: ServedModel) -> CheckpointScheme | None:
@@ -157,6 +157,7 @@ def _format_kwargs(served: ServedModel, directory: Path) -> dict[str, Any]:
 
         # dense weights once at load: the runtime's own kernels (and the paged attention) then run them
         return {"quantization_config": CompressedTensorsConfig(dequantize=True), "use_safetensors": True}
+    read_scheme(directory, weights.format)  # a GPTQ/AWQ/bitsandbytes folder is refused by name
     return {"use_safetensors": check_weight_format(directory, weights.allow_pickle)}
 
 
@@ -201,8 +202,9 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
         from servegate.runtime.model.quantization import simulate_activations
 
         simulate_activations(model, directory, read_scheme(directory, "compressed-tensors"))
-    # weights.dtype rounds the stored weights; runtime.dtype is what they compute in
-    model = model.to(device=device, dtype=dtype).eval()
+    # weights.dtype rounds the stored weights; runtime.dtype is what they compute in (transformers wraps
+    # PreTrainedModel.to in a decorator whose stub loses `self`)
+    model = model.to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, weights_dir=directory)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 from servegate.contracts.errors import CATALOGUE, ServingError
 from servegate.contracts.manifest import ServedModel
@@ -192,6 +192,7 @@ def final_event(
                                                    detail=detail))  # fmt: skip
     token_ids, source = answer_tokens(reader, reply.token_ids, reply.tokens, text)
     # vLLM names what stopped it: a stop string (str), a stop token id (int; EOS is None)
+    reason: Literal["stop", "length", "eos"]
     if stopped or isinstance(reply.stop_reason, str) or reply.stop_reason in params.stop_token_ids:
         reason = "stop"
     elif reply.finish == "stop":
@@ -206,7 +207,7 @@ def final_event(
         request_id=request.id,
         text=text,
         token_ids=tuple(token_ids),
-        finish_reason=reason,  # type: ignore[arg-type]
+        finish_reason=reason,
         usage=Usage(
             len(admitted.token_ids),
             int(usage.get("completion_tokens") or len(token_ids)),

@@ -93,8 +93,11 @@ class EndpointEngine:
         """What the remote reported at start: engine, version, models, context length."""
         self.contract: ContractParts | None = None
         self.admission = AdmissionQueue(served)
+        # a fallback engine is built only for a manifest that declares failure_policy.fallback
         self._fallback = (
-            FallbackRoute(fallback, served.failure_policy.fallback.triggers) if fallback is not None else None
+            FallbackRoute(fallback, served.failure_policy.fallback.triggers)  # type: ignore[union-attr]
+            if fallback is not None
+            else None
         )
         self.given_client = client
         """The transport a test gave (used on every loop, never closed here); None: a pool per event loop."""
@@ -181,8 +184,8 @@ class EndpointEngine:
         cache = self.contract.response_cache
         hit = cache.get(request) if cache is not None else None
         if hit is not None:
-            for event in replay(hit):
-                yield event
+            for cached in replay(hit):
+                yield cached
             return
         reply = RemoteReply()
         with self._lock:
@@ -326,7 +329,11 @@ class EndpointEngine:
         assert self._fallback is not None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._fallback.forward(request, lambda event: loop.call_soon_threadsafe(queue.put_nowait, event))
+
+        def sink(event: Event) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        self._fallback.forward(request, sink)
         while True:
             event = await queue.get()
             yield event

@@ -49,7 +49,7 @@ def read_echo(
     if isinstance(ranked, list) and len(ranked) >= n:
         greedy = [True] + [_top_by_rank(entry) for entry in ranked[1:n]]
         top = [{}] + [_by_id(entry) for entry in ranked[1:n]]
-        ranks = [None] + [_own_rank(entry) for entry in ranked[1:n]]
+        ranks = [None, *(_own_rank(entry) for entry in ranked[1:n])]
     else:
         tops = logprobs.get("top_logprobs") or []
         greedy = [True] + [_top_by_value(tops[i] if i < len(tops) else None, prompt[i]) for i in range(1, n)]
@@ -105,10 +105,10 @@ async def _score_one(engine: Any, client: httpx.AsyncClient, request: Generation
         remaining = max(0.0, admitted.deadline - time.monotonic())
         resp = await asyncio.wait_for(client.post(engine.base_url + "/completions", json=body), timeout=remaining)
         if resp.status_code != 200:
-            error = error_from_status(resp.status_code, resp.text)
-            if error.code in ("invalid_request", "unsupported_parameter", "unknown_parameter"):
-                error = cannot_score(engine.base_url, error.message)
-            return ErrorEvent(request.id, error)
+            refusal = error_from_status(resp.status_code, resp.text)
+            if refusal.code in ("invalid_request", "unsupported_parameter", "unknown_parameter"):
+                refusal = cannot_score(engine.base_url, refusal.message)
+            return ErrorEvent(request.id, refusal)
         try:
             choice = (resp.json().get("choices") or [{}])[0]
         except (ValueError, AttributeError, TypeError):

@@ -7,6 +7,8 @@ flight. The modes differ only in when a batch starts and whether a finished memb
 
 from __future__ import annotations
 
+from typing import Any
+
 from servegate.runtime.scheduling.base import Scheduler
 from servegate.runtime.scheduling.output import SchedulerOutput
 from servegate.runtime.scheduling.sequence import Sequence
@@ -20,8 +22,8 @@ class RequestLevelScheduler(Scheduler):
     waits_to_fill = False
     """True for static and dynamic batching: a batch waits up to max_wait_s for max_batch_size members."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.batch: list[Sequence] = []
         """Members of the batch in flight, finished ones included."""
         self._held: list[Sequence] = []

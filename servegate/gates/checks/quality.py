@@ -1,0 +1,50 @@
+"""The `quality` gate: a change to the weights (or anything else that changes outputs) must stay non-inferior."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servegate.contracts.diff import GATE_WATCHES
+from servegate.gates.base import Gate, GateContext
+from servegate.gates.quality.comparison import SuiteScores, compare_on_suites
+from servegate.gates.quality.divergence import next_token_report
+from servegate.gates.registry import register_gate
+from servegate.gates.result import GateResult, Measurements
+
+
+@dataclass(frozen=True)
+class QualityMeasurements(Measurements):
+    """What the quality gate compared: the fields taken from the candidate, each suite's tests, divergence."""
+
+    compared_fields: list[str]
+    """The changed fields the isolated candidate took from the candidate (`(whole candidate)` when forced)."""
+    suites: dict[str, SuiteScores]
+    """Suite name -> its items and per-metric paired tests."""
+    next_token: dict[str, Any]
+    """Suite name -> next-token agreement (fraction) and KL divergence (nats), or {"unavailable": why}."""
+
+
+@register_gate(
+    "quality",
+    watches=GATE_WATCHES["quality"],
+    purpose="New weights, templates or backends keep every suite metric within its non-inferiority margin.",
+)
+class QualityGate(Gate):
+    """Paired non-inferiority of the candidate against the baseline on every declared suite and metric."""
+
+    def run(self, ctx: GateContext) -> GateResult:
+        """Compare the baseline with the changed fields taken from the candidate (all of it when forced)."""
+        paths = [p for p in ctx.changed_paths if not p.startswith(("quality", "capacity", "card"))]
+        if not ctx.candidate.quality.suites:
+            return self.result("warn", "no eval suites declared (quality.suites): quality cannot be compared")
+        if not paths and not ctx.forced:
+            return self.result("pass", "only quality settings changed: no served behaviour to compare")
+        candidate = ctx.isolated(paths) if paths else ctx.candidate
+        comparison = compare_on_suites(ctx, ctx.baseline, candidate)
+        measurements = QualityMeasurements(
+            compared_fields=paths or ["(whole candidate)"],
+            suites=comparison.suite_scores(),
+            next_token=next_token_report(ctx, candidate),
+        )
+        return self.result(comparison.verdict, comparison.reason(), measurements, comparison.evidence)

@@ -1,0 +1,115 @@
+"""Probes sent alone and under load, streamed and not, for the contract gate's checks that hold on every answer
+or not at all (output constraints, forced tool calls): the phases they run in, their counts and their verdict.
+
+Each probe (a constraint kind, a tool_choice mode) is sent with the suites' prompts at concurrency 1 and at the
+declared concurrency (`http_target.load_concurrency`), streamed and not: max(MIN_REQUESTS, 2 x concurrency)
+requests per probe and phase. A judge says of each answer whether it ended (so can be judged) and why it is
+broken, if it is; one broken answer fails the check, and a probe none of whose answers ended is not verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from servegate.gates.base import GateContext
+from servegate.gates.probes.contract_measure import FieldCheck
+from servegate.gates.probes.http_target import Answer, HttpTarget, load_concurrency
+
+MIN_REQUESTS = 8
+"""Requests per probe and phase at least (and at least twice the concurrency, so the server stays full)."""
+
+Send = Callable[[HttpTarget, str, str, bool], Awaitable[Answer]]
+"""(target, probe, prompt, stream) -> the answer."""
+Judge = Callable[[str, Answer], tuple[bool, str | None]]
+"""(probe, answer) -> (whether it ended, so is judged; why it is broken, or None)."""
+
+
+@dataclass(frozen=True)
+class ProbePhase:
+    """The answers of one probe in one phase."""
+
+    probe: str
+    """What was probed: a constraint kind, a tool_choice mode."""
+    concurrency: int
+    """Requests in flight during the phase (1: alone)."""
+    stream: bool
+    """Whether the answers were streamed."""
+    answers: int
+    """Answers received (refusals included)."""
+    ended: int
+    """Answers that ended, so could be judged."""
+    broken: int
+    """Ended answers that are broken, and answers the server refused as invalid_output."""
+
+
+@dataclass(frozen=True)
+class ProbesUnderLoad:
+    """Every probe at concurrency 1 and at the declared concurrency, streamed and not."""
+
+    target: str
+    """Where the answers came from (servegate's server in process, or the remote directly)."""
+    phases: tuple[ProbePhase, ...]
+    """Four phases per probe."""
+    first_broken: str | None
+    """The first broken answer, as the judge described it (None when none broke)."""
+
+
+async def run_phases(
+    ctx: GateContext, target: HttpTarget, probes: list[str], prompts: list[str], send: Send, judge: Judge, what: str
+) -> ProbesUnderLoad:
+    """Every probe in its four phases over `target`, with a progress bar named `what`."""
+    concurrency, _ = load_concurrency(ctx.candidate)
+    n = max(MIN_REQUESTS, 2 * concurrency)
+    chosen = [prompts[k % len(prompts)] for k in range(n)]
+    phases: list[ProbePhase] = []
+    first: str | None = None
+    ctx.progress.start(f"contract: {what} at 1 and {concurrency}", 4 * n * len(probes))
+    for probe in probes:
+        for level in (1, concurrency):
+            for stream in (False, True):
+                phase, broken = await _phase(ctx, target, (probe, level, stream), chosen, send, judge)
+                phases.append(phase)
+                first = first or broken
+    return ProbesUnderLoad(target.label, tuple(phases), first)
+
+
+async def _phase(
+    ctx: GateContext, target: HttpTarget, where: tuple[str, int, bool], prompts: list[str], send: Send, judge: Judge
+) -> tuple[ProbePhase, str | None]:
+    """One probe at one concurrency, streamed or not: the phase's counts, and its first broken answer."""
+    probe, level, stream = where
+    window = asyncio.Semaphore(level)
+
+    async def one(prompt: str) -> Answer:
+        async with window:
+            answer = await send(target, probe, prompt, stream)
+        ctx.progress.advance()
+        return answer
+
+    answers = list(await asyncio.gather(*(one(p) for p in prompts)))
+    judged = [judge(probe, a) for a in answers]
+    ended, broken = sum(e for e, _ in judged), sum(why is not None for _, why in judged)
+    first = next((why for _, why in judged if why), None)
+    return ProbePhase(probe, level, stream, len(answers), ended, broken), first
+
+
+def phases_check(field: str, measured: ProbesUnderLoad, broken_as: str, silent_as: str, held_as: str) -> FieldCheck:
+    """The field check of a probe run: a problem when any answer broke (`broken_as`: what they broke), not
+    verified when some probe's answers never ended (`silent_as`: why none could be judged), else measured
+    (`held_as`: what every judged answer did)."""
+    requests = sum(p.answers for p in measured.phases)
+    broken = sum(p.broken for p in measured.phases)
+    ended: dict[str, int] = {}
+    for phase in measured.phases:
+        ended[phase.probe] = ended.get(phase.probe, 0) + phase.ended
+    if broken:
+        where = sorted({f"{p.probe} at concurrency {p.concurrency}" for p in measured.phases if p.broken})
+        problem = f"{broken} answer(s) {broken_as} ({', '.join(where)}); first: {measured.first_broken}"
+        return FieldCheck(field, "measured", f"{broken} of {requests} answers broken", problem, requests)
+    silent = [probe for probe, count in ended.items() if count == 0]
+    if silent:
+        return FieldCheck(field, "not verified", f"no {', '.join(silent)} answer {silent_as}", None, requests)
+    detail = f"all {sum(ended.values())} ended answers {held_as} ({', '.join(ended)}, alone and under load)"
+    return FieldCheck(field, "measured", detail, None, requests)
