@@ -131,3 +131,20 @@ def test_a_gptq_folder_in_its_own_layout_is_refused_with_the_way_out(tmp_path: P
         read_scheme(tmp_path, "safetensors")
     assert "quantized with gptq" in str(caught.value) and "compressed-tensors" in str(caught.value)
     assert read_scheme(Path(zoo_model_path("tiny-primary")), "safetensors").scheme == "none"
+
+
+def test_a_gguf_tensor_type_without_a_dequantizer_is_refused_by_name(tmp_path: Path) -> None:
+    import gguf
+    import numpy as np
+
+    kind = gguf.GGMLQuantizationType.Q8_1  # llama.cpp's activation type: the gguf package cannot dequantize it
+    _, size = gguf.GGML_QUANT_SIZES[kind]  # (weights per block, bytes per block)
+    writer = gguf.GGUFWriter(str(tmp_path / "odd.gguf"), "llama")
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 2 * size), dtype=np.uint8), raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ServegateError) as caught:
+        read_scheme(tmp_path, "gguf")
+    assert "GGUF tensor type Q8_1 has no dequantizer" in str(caught.value) and "odd.gguf" in str(caught.value)

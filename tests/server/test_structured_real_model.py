@@ -55,6 +55,7 @@ def client(module_dir: Path) -> Iterator[openai.OpenAI]:
         postprocess={"max_output_tokens": 64, "structured_output": {"whitespace": "compact"}, "tools": {}},
     )
     manifest["name"] = "smol"
+    manifest["failure_policy"]["request_timeout_s"] = 300  # what is tested is the answer, not the deadline
     process: ServerProcess = start_gate_serve(module_dir, manifest)
     process.wait_until("/ready", 200, timeout_s=240)
     yield openai.OpenAI(base_url=process.url("/v1"), api_key="unused", max_retries=0)
