@@ -56,6 +56,8 @@ class CheckpointScheme:
     """How activations are quantized ("int8 dynamic per token"), or None when they stay in the compute dtype."""
     storage: str | None = None
     """The on-disk encoding: a compressed-tensors format (pack-quantized, ...) or the GGUF tensor types with counts."""
+    targets: tuple[str, ...] = ()
+    """What the quantized config groups name: layer classes, module names or `re:` patterns (compressed-tensors)."""
     ignored: tuple[str, ...] = ()
     """Layers the scheme leaves unquantized (e.g. lm_head)."""
     toolchain: str | None = None
@@ -188,6 +190,7 @@ def _compressed_tensors_scheme(directory: Path) -> CheckpointScheme:
         strategy=weights.get("strategy"),
         activations=activations,
         storage=storage or ", ".join(sorted(formats)),
+        targets=tuple(sorted({t for group in groups.values() for t in group.get("targets", [])})),
         ignored=tuple(quant.get("ignore") or ()),
         toolchain=toolchain,
         calibration=build.get("calibration"),

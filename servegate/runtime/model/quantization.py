@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from servegate.contracts.sections import Quantization, QuantMethod
+from servegate.runtime.model.checkpoint_scheme import CheckpointScheme
 
 INT_BITS = {"int8-weight": 8, "int8-dynamic": 8, "int4-weight": 4, "int3-weight": 3, "int2-weight": 2}
 """Bits per weight of the integer methods."""
@@ -263,7 +264,7 @@ def _fp8_inputs(module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torc
     return ((x / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale, *args[1:])
 
 
-def simulate_activations(model: nn.Module, directory: Any, scheme: Any) -> int:
+def simulate_activations(model: nn.Module, scheme: CheckpointScheme) -> int:
     """For a compressed-tensors checkpoint dequantized at load whose scheme quantizes activations (W8A8),
     round each quantized layer's inputs per token as its kernels would; returns the layers hooked.
 
@@ -272,16 +273,11 @@ def simulate_activations(model: nn.Module, directory: Any, scheme: Any) -> int:
     """
     if scheme.activations is None:
         return 0
-    import json
-    from pathlib import Path
-
     from compressed_tensors.utils.match import match_named_modules
 
-    quant = json.loads((Path(directory) / "config.json").read_text(encoding="utf-8"))["quantization_config"]
-    targets = sorted({t for group in quant["config_groups"].values() for t in group.get("targets", [])})
     hook = _int8_inputs if scheme.activations.startswith("int8") else _fp8_inputs
     hooked = 0
-    for _, module in match_named_modules(model, targets, quant.get("ignore") or []):
+    for _, module in match_named_modules(model, scheme.targets, scheme.ignored):
         if isinstance(module, nn.Linear):
             module.register_forward_pre_hook(hook)
             hooked += 1

@@ -140,14 +140,14 @@ def served_scheme(served: ServedModel) -> CheckpointScheme | None:
     return read_scheme(resolve_weights_dir(served), weights.format, weights.gguf_file)
 
 
-def _format_kwargs(served: ServedModel, directory: Path) -> dict[str, Any]:
-    """from_pretrained's arguments for the manifest's weights format (a checkpoint's scheme is checked first)."""
+def _format_kwargs(served: ServedModel, directory: Path) -> tuple[dict[str, Any], CheckpointScheme]:
+    """from_pretrained's arguments for the manifest's weights format, and the checkpoint's scheme (read first, so
+    a scheme the runtime cannot run, or a GPTQ/AWQ/bitsandbytes folder, is refused by name before loading)."""
     weights = served.weights
+    scheme = read_scheme(directory, weights.format, weights.gguf_file)
     if weights.format == "gguf":
-        read_scheme(directory, "gguf", weights.gguf_file)  # refuses a tensor type with no dequantizer
-        return {"gguf_file": gguf_path(directory, weights.gguf_file).name}
+        return {"gguf_file": gguf_path(directory, weights.gguf_file).name}, scheme
     if weights.format == "compressed-tensors":
-        read_scheme(directory, "compressed-tensors")
         if _absent("compressed_tensors"):
             raise ServegateError(
                 f"weights.format compressed-tensors ({directory}) needs the compressed-tensors package: "
@@ -156,9 +156,8 @@ def _format_kwargs(served: ServedModel, directory: Path) -> dict[str, Any]:
         from transformers import CompressedTensorsConfig
 
         # dense weights once at load: the runtime's own kernels (and the paged attention) then run them
-        return {"quantization_config": CompressedTensorsConfig(dequantize=True), "use_safetensors": True}
-    read_scheme(directory, weights.format)  # a GPTQ/AWQ/bitsandbytes folder is refused by name
-    return {"use_safetensors": check_weight_format(directory, weights.allow_pickle)}
+        return {"quantization_config": CompressedTensorsConfig(dequantize=True), "use_safetensors": True}, scheme
+    return {"use_safetensors": check_weight_format(directory, weights.allow_pickle)}, scheme
 
 
 def _absent(module: str) -> bool:
@@ -177,7 +176,7 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     weights, runtime = served.weights, served.runtime
     directory = resolve_weights_dir(served)
     verify_checksums(directory, weights.sha256)
-    kwargs = _format_kwargs(served, directory)
+    kwargs, scheme = _format_kwargs(served, directory)
     use_torch_threads(runtime.threads)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, device)
@@ -198,10 +197,10 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, **_tokenizer_kwargs(kwargs))
     except (OSError, ValueError, KeyError, pickle.UnpicklingError) as exc:  # unpickling: torch's weights_only refusal
         raise ServegateError(f"cannot load a causal LM from {directory}: {str(exc).splitlines()[0]}") from None
-    if weights.format == "compressed-tensors":
+    if scheme.activations is not None:
         from servegate.runtime.model.quantization import simulate_activations
 
-        simulate_activations(model, directory, read_scheme(directory, "compressed-tensors"))
+        simulate_activations(model, scheme)
     # weights.dtype rounds the stored weights; runtime.dtype is what they compute in (transformers wraps
     # PreTrainedModel.to in a decorator whose stub loses `self`)
     model = model.to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
