@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.oracle_engine import fake_factory
+from support.cli import GateRun, in_process_gate
 
-import servegate.gates.base as gates_base
-from servegate.cli.app import main
 from servegate.contracts.git_revision import manifest_from_git
 from servegate.contracts.loading import load_manifest
 
@@ -95,25 +91,9 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def gate(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., tuple[int, str, str]]:
+def gate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> GateRun:
     """Run the real entry point in process on fake engines; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(gates_base, "default_engine_factory", fake_factory())
-    monkeypatch.setenv("SERVEGATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def _gate(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["gate", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _gate
+    return in_process_gate(monkeypatch, tmp_path, capsys)
 
 
 def _blobs_at(repo: Path, revision: str, paths: list[str]) -> dict[str, str]:

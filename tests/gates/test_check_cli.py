@@ -9,30 +9,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from support.oracle_engine import fake_factory
-
-import servegate.gates.base as gates_base
-from servegate.cli.app import main
+from support.cli import GateRun, in_process_gate
 
 
 @pytest.fixture
-def gate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+def gate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> GateRun:
     """Run the real entry point in process on fake engines; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(gates_base, "default_engine_factory", fake_factory())
-    monkeypatch.setenv("SERVEGATE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def _gate(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["gate", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _gate
+    return in_process_gate(monkeypatch, tmp_path, capsys)
 
 
 def test_a_safe_change_exits_0_with_a_json_report(gate, manifests: Path, tmp_path: Path) -> None:  # noqa: ANN001
