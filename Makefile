@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
 .PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv \
-	llmcompressor-venv checkpoints toolchain
+	llmcompressor-venv checkpoints toolchain llamacpp gguf-builds
 
 install: $(VENV)/.installed
 
@@ -59,8 +59,9 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 # Real-engine tests: servegate against a running vLLM server (9.5 min on a busy 2-core machine).
-engines: install vllm-venv
-	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/pytest -q -m engines
+engines: install vllm-venv gguf-builds
+	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
+	SERVEGATE_LLAMACPP_SERVER=$(CURDIR)/$(LLAMACPP)/bin/llama-server $(BIN)/pytest -q -m engines
 
 # The real clients, each in its own venv under .venvs/ (their pins conflict with ours); torch first, so
 # pip takes the local CPU build. Measured on the shared 2-core VM: lm-eval 43 s, guidellm 305 s, aiperf 424 s.
@@ -122,9 +123,30 @@ checkpoints: fetch llmcompressor-venv
 	$(LLMC_VENV)/bin/python scripts/build_checkpoints.py --model "$$($(BIN)/gate zoo path smollm2-135m-instruct)" \
 		--calibration examples/smollm2/calibration.jsonl --out $(CHECKPOINTS)
 
-# llm-compressor's builds gated against their parent (tests/toolchain, marked toolchain): on the reference runtime,
-# and on vLLM where .venvs/vllm exists (`make vllm-venv`; skipped without it).
-toolchain: install checkpoints
+# llama.cpp's `llama-server` and `llama-quantize`, built by scripts/build_llamacpp.sh from the llama.cpp source vendored
+# in the registry's llama-cpp-python 0.3.36 sdist (Release, native CPU, AMX left out: it faults on Intel AMX VMs),
+# with its GGUF converter, into .venvs/llamacpp (bin/, convert/). Needs cmake, ninja and a C++ compiler.
+# Measured on the 2-core AMD EPYC VM: the compile of the two targets (210 steps, -j2) 5 min 33 s; on a machine at
+# load 13, download 197 s (pip prepares the sdist's metadata), extract 72 s, configure 40 s. Skipped once built.
+LLAMACPP ?= .venvs/llamacpp
+
+llamacpp: $(LLAMACPP)/.installed
+
+$(LLAMACPP)/.installed: | $(VENV)/.installed
+	bash scripts/build_llamacpp.sh --dest $(LLAMACPP) --pip $(BIN)/pip
+
+# GGUF builds of zoo:smollm2-135m-instruct made by llama.cpp's own tools (scripts/build_gguf.py): the converter's
+# f16 GGUF, then llama-quantize's Q8_0, Q5_K_M, Q4_K_M and a planted bad Q2_K, into examples/smollm2/gguf-builds/
+# (ignored by git; skipped once built). Measured on the busy 2-core VM: 68 s for all five, 745 MiB.
+GGUF_BUILDS ?= examples/smollm2/gguf-builds
+
+gguf-builds: fetch llamacpp
+	$(BIN)/python scripts/build_gguf.py --model "$$($(BIN)/gate zoo path smollm2-135m-instruct)" \
+		--llamacpp $(LLAMACPP) --out $(GGUF_BUILDS)
+
+# llm-compressor's and llama.cpp's builds gated against their parent (tests/toolchain, marked toolchain): on the
+# reference runtime, and on vLLM where .venvs/vllm exists (`make vllm-venv`; skipped without it).
+toolchain: install checkpoints gguf-builds
 	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/pytest -q -m toolchain tests/toolchain
 
 clean:

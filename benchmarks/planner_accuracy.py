@@ -21,6 +21,9 @@ and the coverage of the prediction interval, for TTFT and end-to-end latency at 
      under 20 jitter seeds, from the profile's step jitter; latency/interval.py), and the interval's width.
 Targets below the knee: E2E p50 within 10% and p99 within 15%, TTFT within 20%.
 
+For `runtime.backend: vllm` or `endpoint` it runs benchmarks/planner_accuracy_engine.py instead: the
+per-replica capacity against the measured knee and the coverage of its 90% interval over `--repeats` runs.
+
 `--http-terms one` profiles afresh the variant of the latency model in which the CPU that HTTP work takes
 from the engine is one term (the per-admission cost), not three (with the load slowdown and the admission
 delay); `--http-terms three` profiles the full model afresh. Run the two interleaved to compare them.
@@ -245,6 +248,15 @@ def main() -> None:
     served = load_manifest(Path(args.manifest), args.sets)
     if served.capacity.workload is None:
         raise SystemExit("the manifest declares no capacity.workload")
+    if served.runtime.remote:  # an engine servegate does not run: no step trace; the knee and coverage instead
+        from planner_accuracy_engine import report as engine_report
+        from planner_accuracy_engine import run as engine_run
+
+        result = engine_run(served, args.repeats, args.reprofile)
+        result["figures"] = engine_report(result)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"manifest": args.manifest, "sets": args.sets, **result}, indent=2))
+        return
     began = time.time()
     model = latency_model(served, args.reprofile, args.http_terms)
     base = served.capacity.workload.model_copy(update={"num_requests": args.requests})

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from servegate import __version__
-from servegate.cli import bench, check, deploy, manifest_commands, note, plan, profile, run, serve, zoo
+from servegate.cli import bench, cache_key, check, deploy, manifest_commands, note, plan, profile, run, serve, zoo
 from servegate.cli import eval as eval_command
 from servegate.cli.import_noise import silence_import_noise
 from servegate.contracts.errors import ServegateError
@@ -31,6 +31,7 @@ serve.register(app)
 run.register(app)
 note.register(app)
 check.register(app)
+cache_key.register(app)
 eval_command.register(app)
 plan.register(app)
 bench.register(app)

@@ -242,7 +242,7 @@ def bench(
             result, peak = bench_url(url, workload, served=served, progress=progress, **options), None
         else:
             assert served is not None
-            if served.runtime.backend != "endpoint":
+            if not served.runtime.external:
                 console.print(f"starting {served.name}'s server...")
             measured = bench_own_server(served, [workload], progress=progress, **options)
             result, peak = measured.results[0], measured.peak_memory_bytes

@@ -44,6 +44,10 @@ def check(
     json_out: JsonOption = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML (one testcase per gate).")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown summary.")] = None,
+    summary: Annotated[
+        Path | None,
+        typer.Option("--summary", help="Write the pull-request summary (GitHub Markdown, within a comment's limit)."),
+    ] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail the check too.")] = False,
     note: Annotated[
         Path | None, typer.Option("--note", help="Also write the public serving note (Markdown + JSON twin).")
@@ -84,7 +88,7 @@ def check(
     console = console_for(json_out)
     cache = OutputCache(cache_dir(), enabled=not no_cache)
     forced = list(gate or [])
-    outputs = {"--json": json_out, "--junit": junit, "--markdown": markdown}
+    outputs = {"--json": json_out, "--junit": junit, "--markdown": markdown, "--summary": summary}
     if manifest is not None:
         served = load(manifest, set_)
         # usage errors, unwritable outputs and a note the manifest cannot supply: all before any model loads
@@ -93,6 +97,7 @@ def check(
         )
         with RichProgress(console) as progress:
             report = check_manifest(served, forced=forced, cache=cache, progress=progress)
+        compared = (served.reference_form(), served)
     else:
         assert baseline is not None and candidate is not None
         with baseline_file(baseline, candidate) as (baseline_path, from_git):
@@ -100,10 +105,16 @@ def check(
             check_before_gating(base, cand, mode="change", forced=forced, outputs=outputs, note=note)
             with RichProgress(console) as progress:
                 report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
+        compared = (base, cand)
         if from_git is not None:
             report = replace(report, baseline_git=from_git, notes=[f"baseline: {from_git.summary()}", *report.notes])
     print_table(report, console)
     write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
+    if summary is not None:
+        from servegate.gates.pr_summary import write_pr_summary
+
+        full = json_out if json_out not in (None, "-") else (str(markdown) if markdown is not None else None)
+        write_pr_summary(report, *compared, summary, full_report=full)
     if note is not None:  # before the exit code, so a failing check still publishes its failing verdict
         from servegate.model_cards.note_files import write_note
 

@@ -31,8 +31,11 @@ JsonOption = Annotated[
 
 
 def console_for(json_target: str | None) -> Console:
-    """The console for human output: stderr when the JSON result goes to stdout."""
-    return Console(stderr=json_target == "-")
+    """The console for human output: stderr when the JSON result goes to stdout. Off a terminal (a CI log, a
+    pipe) a line is never wrapped at an assumed width: one printed fact stays one line (see cli/tables.py)."""
+    console = Console(stderr=json_target == "-")
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 def load(manifest: Path, sets: list[str] | None) -> ServedModel:

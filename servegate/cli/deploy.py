@@ -22,7 +22,9 @@ STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "dim"}
 
 def export(
     manifest: ManifestArg,
-    target: Annotated[str, typer.Option("--target", "-t", help="vllm, ray-serve or kserve.", show_default=False)],
+    target: Annotated[
+        str, typer.Option("--target", "-t", help="vllm, ray-serve, kserve or llamacpp.", show_default=False)
+    ],
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Folder to write (default out/export/TARGET).")
     ] = None,
@@ -48,7 +50,8 @@ def export(
     """Write a target's own files from the manifest, plus RESIDUAL.md / residual.json: what they cannot express.
 
     Targets: `vllm` (config.yaml for `vllm serve --config`, vllm.env), `ray-serve` (a Serve config whose
-    LLMConfig engine_kwargs are vLLM's arguments), `kserve` (an LLMInferenceService). Every export also
+    LLMConfig engine_kwargs are vLLM's arguments), `kserve` (an LLMInferenceService), `llamacpp` (llama-server.sh:
+    llama-server's command line for the manifest's GGUF, --model being the .gguf path). Every export also
     writes readiness_probe.py (the warm-up checks) and weights.sha256 (its checksums). The vLLM config is checked with
     vLLM's own parser when vLLM is installed ($SERVEGATE_VLLM_PYTHON or .venvs/vllm), against vLLM 0.32's
     option list otherwise. Exit 1 with --strict when a field would be served with another value.

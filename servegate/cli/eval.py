@@ -25,7 +25,7 @@ def evaluate(
     """
     import difflib
 
-    from servegate.gates.base import EnginePool, GateContext
+    from servegate.gates.base import CheckResources, EnginePool, GateContext
     from servegate.gates.quality.statistics import score_interval
     from servegate.gates.reports import RichProgress, quiet_libraries
 
@@ -41,7 +41,7 @@ def evaluate(
             raise ServegateError(f"unknown suite {name!r}; {hint}declared: {', '.join(declared)}")
     console = console_for(json_out)
     pool = EnginePool()
-    ctx = GateContext(served, served, engines=pool)
+    ctx = GateContext(served, served, resources=CheckResources(engines=pool))
     payload: dict[str, Any] = {"name": served.name, "fingerprint": served.fingerprint, "suites": {}}
     table = Table(title=f"gate eval: {served.name} {served.version}", title_justify="left")
     for column in ("suite", "metric", "n", "score", f"{served.quality.confidence:.0%} interval", "errors"):

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
-from servegate.cli.common import JsonOption, ManifestArg, SetOption, baseline_file, console_for, load, write_json
+from servegate.cli.common import JsonOption, SetOption, baseline_file, console_for, load, write_json
 from servegate.cli.tables import print_table
 from servegate.contracts.diff import diff_report
+from servegate.contracts.errors import ServegateError
 from servegate.contracts.git_revision import GitBaseline, is_git_spec
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.remote_scope import remote_scope
@@ -101,17 +103,40 @@ def _explain(served: ServedModel) -> list[tuple[str, str]]:
     ]
 
 
-def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption = None) -> None:
-    """Validate a manifest and explain what it serves.
+def validate(
+    manifests: Annotated[list[Path], typer.Argument(help="Manifest file(s) (YAML or JSON).", show_default=False)],
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+    manifests_only: Annotated[
+        bool,
+        typer.Option("--manifests-only", help="Skip files that are not manifests (the pre-commit hook's mode)."),
+    ] = False,
+) -> None:
+    """Validate manifests and explain what each serves (exit 2 when one is invalid).
 
-    Example: gate validate examples/quickstart/manifest.yaml --set batching.mode=continuous
+    With several files every one is validated and each problem printed. --manifests-only skips, with a line each,
+    the files that are not servegate manifests: no kind: ServedModel, apiVersion: servegate/..., weights.source
+    or include: of a manifest (docs/ci.md, pre-commit hooks).
+
+    Examples:
+      gate validate examples/quickstart/manifest.yaml --set batching.mode=continuous
+      gate validate --manifests-only examples/quickstart/*.yaml .gitlab-ci.yml
     """
+    if len(manifests) == 1 and not manifests_only:
+        write_json(json_out, validate_one(manifests[0], set_, console_for(json_out)))
+        return
+    from servegate.cli.manifest_hooks import validate_files
+
+    validate_files(manifests, set_, json_out, manifests_only=manifests_only, validate_one=validate_one)
+
+
+def validate_one(manifest: Path, set_: list[str] | None, console: Console) -> dict[str, Any]:
+    """Validate one manifest, print what it serves, and return the JSON result (a ManifestError when invalid)."""
     from servegate.runtime.model.weights import served_scheme
 
     served = load(manifest, set_)
     residuals = _vllm_residuals(served)
     scheme = served_scheme(served)
-    console = console_for(json_out)
     table = Table(title=f"{served.name} {served.version}: valid", show_header=True)
     table.add_column("element")
     table.add_column("declared")
@@ -133,7 +158,7 @@ def validate(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption
         payload["remote_scope"] = scope
     if scheme is not None:
         payload["checkpoint"] = asdict(scheme)
-    write_json(json_out, payload)
+    return payload
 
 
 def _checkpoint_lines(served: ServedModel, scheme: CheckpointScheme | None) -> list[str]:
@@ -155,8 +180,14 @@ def _checkpoint_lines(served: ServedModel, scheme: CheckpointScheme | None) -> l
 
 
 def _vllm_residuals(served: ServedModel) -> list[str]:
-    """For backend: vllm, what vLLM leaves to others (an error when it would serve a field differently)."""
-    if served.runtime.backend != "vllm":
+    """For backend: vllm or llamacpp, what the engine leaves to others (an error when it would serve a field
+    differently)."""
+    if served.runtime.backend == "llamacpp":
+        from servegate.runtime.remote.llamacpp_backend import gguf_of, llamacpp_arguments
+
+        mapped = llamacpp_arguments(served, *gguf_of(served))  # raises, naming each field llama.cpp would change
+        return [f"{r.field}: {r.reason} (enforced by {r.enforced_by})" for r in mapped.residuals]
+    if not served.runtime.starts_vllm:
         return []
     from servegate.runtime.remote.vllm_backend import vllm_arguments
 
@@ -172,10 +203,15 @@ def _scope_table(served: ServedModel, scope: dict[str, Any]) -> Table:
     table.add_column("held by")
     for path, how in scope["enforced_in_front"].items():
         table.add_row(path, f"servegate, in front: {how}")
+    for path, how in scope.get("set_at_launch", {}).items():
+        table.add_row(path, f"set when servegate starts the server: {how}")
     for path, how in scope["verified_on_remote"].items():
         table.add_row(path, f"verified on the remote: {how}")
+    recorded = "declared by the remote"
+    if "set_at_launch" in scope:  # a server servegate started: these are what it has no setting for
+        recorded = "recorded only: the engine has no setting for it"
     for path, value in scope["declared_not_verified"].items():
-        table.add_row(path, f"declared by the remote, not verified ({json.dumps(value)})")
+        table.add_row(path, f"{recorded}, not verified ({json.dumps(value)})")
     return table
 
 
@@ -190,9 +226,44 @@ def schema(
         output.write_text(text, encoding="utf-8")
 
 
-def fingerprint(manifest: ManifestArg, set_: SetOption = None, json_out: JsonOption = None) -> None:
-    """Print the behaviour fingerprint: sha256 of the six elements plus weight checksums."""
+def fingerprint(
+    manifest: Annotated[Path | None, typer.Argument(help="Manifest file (YAML or JSON).", show_default=False)] = None,
+    set_: SetOption = None,
+    json_out: JsonOption = None,
+    check: Annotated[
+        Path | None,
+        typer.Option("--check", help="Compare with the fingerprint committed in FILE; exit 1 when it differs."),
+    ] = None,
+    check_tracked: Annotated[
+        bool,
+        typer.Option("--check-tracked", help="Check every tracked NAME.fingerprint against NAME.yaml (pre-commit)."),
+    ] = False,
+) -> None:
+    """Print the behaviour fingerprint: sha256 of the six elements plus weight checksums.
+
+    --check FILE compares it with the one FILE records (what `gate fingerprint MANIFEST > FILE` wrote, or a
+    `--json` result) and exits 1 when they differ, so a behaviour change cannot be committed unnoticed.
+
+    Examples:
+      gate fingerprint examples/quickstart/manifest.yaml > examples/quickstart/manifest.fingerprint
+      gate fingerprint --check examples/quickstart/manifest.fingerprint examples/quickstart/manifest.yaml
+      gate fingerprint --check-tracked    # every tracked NAME.fingerprint against NAME.yaml (.yml, .json) beside it
+    """
+    if check_tracked:
+        from servegate.cli.manifest_hooks import check_tracked_fingerprints
+
+        if manifest is not None or check is not None:
+            raise ServegateError("--check-tracked finds the files and manifests: give neither MANIFEST nor --check")
+        check_tracked_fingerprints(json_out)
+        return
+    if manifest is None:
+        raise ServegateError("give the MANIFEST, or --check-tracked")
     served = load(manifest, set_)
+    if check is not None:
+        from servegate.cli.manifest_hooks import check_fingerprint
+
+        check_fingerprint(served, manifest, check, json_out)
+        return
     if json_out is None:
         typer.echo(served.fingerprint)
     else:

@@ -31,12 +31,19 @@ CheckOption = Annotated[
 
 
 NoteManifestArg = Annotated[
-    str, typer.Argument(help="Manifest file, or git:REV:PATH (read from that revision).", show_default=False)
+    str | None, typer.Argument(help="Manifest file, or git:REV:PATH (read from that revision).", show_default=False)
+]
+CheckTrackedOption = Annotated[
+    bool,
+    typer.Option(
+        "--check-tracked",
+        help="Check every serving note git tracks against the tracked manifest of its name (the pre-commit hook).",
+    ),
 ]
 
 
 def note(
-    manifest: NoteManifestArg,
+    manifest: NoteManifestArg = None,
     report: ReportOption = None,
     bench: BenchOption = None,
     plan: PlanOption = None,
@@ -45,6 +52,7 @@ def note(
     check: CheckOption = None,
     set_: SetOption = None,
     json_out: JsonOption = None,
+    check_tracked: CheckTrackedOption = False,
 ) -> None:
     """Write the public serving note: the seven checklist items, from the manifest and what was measured.
 
@@ -57,8 +65,18 @@ def note(
       gate note --check SERVING.md git:origin/main:examples/quickstart/manifest.yaml
 
     MANIFEST written git:REV:PATH (PATH relative to the repository root) is read, with every file it names, as it
-    was at that revision; the working tree is untouched.
+    was at that revision; the working tree is untouched. --check-tracked (no MANIFEST) checks every note git tracks
+    against the tracked manifests of the note's name and version, as the pre-commit hook does (docs/ci.md).
     """
+    if check_tracked:
+        from servegate.cli.manifest_hooks import check_tracked_notes
+
+        if manifest is not None or check is not None:
+            raise ServegateError("--check-tracked finds the notes and manifests: give neither MANIFEST nor --check")
+        check_tracked_notes(json_out)
+        return
+    if manifest is None:
+        raise ServegateError("give the MANIFEST (a file, or git:REV:PATH), or --check-tracked")
     with baseline_file(manifest, None) as (path, from_git):
         _note(load(path, set_), from_git, report, bench, plan, out, model_card, check, json_out)
 

@@ -57,8 +57,9 @@ def _memory_only(
 
 
 def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, console: Console) -> dict[str, Any]:
-    """Bench the recommended policy on the manifest's own server; predicted against measured per percentile,
-    after a speed check (lone requests) that says whether the machine still runs as fast as when profiled."""
+    """Bench the recommended policy on the manifest's own server at the operating point, the claimed per-replica
+    rate and just past it (planning/verify_points.py), each after a speed check (lone requests) that says
+    whether the machine still runs as fast as when profiled; predicted (with its interval) against measured."""
     from servegate.capacity.bench.own_server import bench_own_server, manifest_tokenizer
     from servegate.capacity.latency.speed_check import (
         SpeedCheck,
@@ -68,45 +69,76 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
         predicted_lone_e2e_ms,
         profile_lone_bias,
     )
+    from servegate.capacity.planning.verify_points import compare_point, point_rows, rate_text, verify_points
 
     policy = served.with_changes(batching=data["recommended"]["batching"])
-    if served.runtime.backend == "endpoint":
+    if served.runtime.external:
         console.print(
             "verifying against the endpoint as it runs: start its engine with the recommended max_batch_size and "
             "max_num_batched_tokens first (`gate export`), else this measures the limits it was started with"
         )
-    console.print("verifying: benchmarking the recommended policy...")
+    points = verify_points(workload, (data.get("per_replica") or {}).get("rate_rps"))
+    console.print("verifying: " + "; ".join(f"{p.name} at {rate_text(p.workload)}" for p in points))
     lone = lone_workload(workload)
     with RichProgress(console) as progress:
         measured = bench_own_server(
-            policy, [lone, workload], tokenizer=manifest_tokenizer(policy), model_name=policy.name, progress=progress
+            policy,
+            [w for p in points for w in (lone, p.workload)],
+            tokenizer=manifest_tokenizer(policy),
+            model_name=policy.name,
+            progress=progress,
         )
-    alone, result = measured.results
-    check = SpeedCheck(
-        predicted_ms=predicted_lone_e2e_ms(policy, model, lone),
-        measured_ms=alone.as_dict()["e2el_ms"]["p50"],
-        requests=lone.num_requests,
-        profiled_at=model.provenance.profiled_at,
-        bias=profile_lone_bias(model),
-    )
-    measured_report = result.as_dict()
-    machine = machine_comparison(model, measured_report)
-    for line in [*check.lines(), *machine_comparison_lines(machine)]:
+    predicted_lone = predicted_lone_e2e_ms(policy, model, lone)
+    checks = [
+        SpeedCheck(
+            predicted_ms=predicted_lone,
+            measured_ms=alone.as_dict()["e2el_ms"]["p50"],
+            requests=lone.num_requests,
+            profiled_at=model.provenance.profiled_at,
+            bias=profile_lone_bias(model),
+        )
+        for alone in measured.results[0::2]
+    ]
+    reports = [r.as_dict() for r in measured.results[1::2]]
+    machine = machine_comparison(model, reports[0])
+    for line in [*checks[0].lines(), *machine_comparison_lines(machine)]:
         console.print(line, highlight=False)
-    rows = []
-    table = Table(title="predicted vs measured")
-    for col in ("metric", "predicted (ms)", "measured (ms)", "error"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
-    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        for p in ("p50", "p95", "p99"):
-            pred, got = data["predicted"][key][p], measured_report[key][p]
-            err = (pred - got) / got if got else float("nan")
-            rows.append({"metric": f"{key}.{p}", "predicted": pred, "measured": got, "relative_error": err})
-            table.add_row(f"{key} {p}", f"{pred:.2f}", f"{got:.2f}", f"{100 * err:+.1f}%")
-    pt, mt = data["predicted"]["throughput"]["requests_per_s"], measured_report["throughput"]["requests_per_s"]
-    table.add_row("throughput (requests/s)", f"{pt:.2f}", f"{mt:.2f}", f"{100 * (pt - mt) / mt:+.1f}%" if mt else "-")
+    compared = [
+        compare_point(p, policy, model, report, check.ratio)
+        for p, report, check in zip(points, reports, checks, strict=True)
+    ]
+    table = Table(title="predicted vs measured (interval: 90% of runs under the profile's jitter)")
+    for col in ("point", "metric", "predicted", "interval", "measured", "error", "verdict"):
+        table.add_column(col, justify="left" if col in ("point", "metric", "verdict") else "right")
+    for point in compared:
+        for row in point_rows(point):
+            table.add_row(*row)
     print_table(console, table)
-    return {"measured": measured_report, "comparison": rows, "speed_check": check.as_dict(), "machine_speed": machine}
+    memory = _memory_line(data["memory"], measured.process_memory)
+    if memory is not None:
+        console.print(memory, highlight=False)
+    return {
+        "process_memory": measured.process_memory.as_dict() if measured.process_memory else None,
+        "measured": reports[0],
+        "comparison": compared[0]["comparison"],
+        "speed_check": checks[0].as_dict(),
+        "speed_checks": [c.as_dict() for c in checks],
+        "points": compared,
+        "machine_speed": machine,
+    }
+
+
+def _memory_line(planned: dict[str, Any], group: Any) -> str | None:
+    """The plan's memory total against the process group read after the verify bench (None: not read)."""
+    from servegate.contracts.units import format_bytes
+
+    if group is None:
+        return None
+    got, total = group.total_bytes, planned["total_bytes"]
+    said = f"memory: {group.describe()} after the bench"
+    if not planned.get("modelled", True):
+        return f"{said}; the plan did not model it"
+    return f"{said}; the plan said {format_bytes(total)} ({100 * (total - got) / got:+.1f}%)"
 
 
 def _total_rate(served: Any, total_rate: float | None, trace: Path | None, window: float) -> tuple[float, str] | None:
@@ -198,6 +230,7 @@ def plan(
       gate plan --model-config llama/config.json --memory-budget 80GiB --context 4096
     """
     from servegate.capacity.memory.plan import manifest_memory
+    from servegate.capacity.planning.engine_memory import engine_memory
 
     console = console_for(json_out)
     if model_config is not None:
@@ -209,7 +242,9 @@ def plan(
             raise typer.Exit(1)
         return
     served, workload, model = _inputs(manifest, set_, workload_file, profile, console)
-    memory = manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes)
+    memory = engine_memory(
+        manifest_memory(served, context, runtime_overhead=model.runtime_overhead_bytes), served, model
+    )
     total = _total_rate(served, total_rate, arrival_trace, peak_window)
     result = _search(served, workload, model, memory, requests, total, console)
     data = _report(result, served, workload, model, console)

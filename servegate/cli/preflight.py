@@ -115,6 +115,7 @@ def checkpoint_problems(baseline: ServedModel, candidate: ServedModel) -> list[s
         except ServegateError as exc:
             problems.append(f"{side} weights ({weights.source}): {exc}")
             folders.pop(side, None)
+    problems += gguf_parent_problems(candidate)
     if problems or len(folders) < 2 or not candidate.weights.quantized_checkpoint:
         return problems
     if baseline.weights.model_dump() == candidate.weights.model_dump():
@@ -126,6 +127,30 @@ def checkpoint_problems(baseline: ServedModel, candidate: ServedModel) -> list[s
         return [f"cannot read the checkpoints' architectures: {exc}"]
     problems = architecture_problems(parent, built, f"candidate weights {candidate.weights.source}")
     return problems or tokenizer_problems(baseline, candidate)
+
+
+def gguf_parent_problems(candidate: ServedModel) -> list[str]:
+    """A GGUF that `weights.derived_from` names as the parent must hold plain floats (F16, BF16, F32), which
+    only its header tells (the manifest loader accepts any GGUF parent for that reason)."""
+    from servegate.runtime.model.checkpoint_scheme import read_scheme
+    from servegate.runtime.model.weights import resolve_weights_dir
+
+    if not candidate.weights.derived_from_manifest:
+        return []
+    parent = candidate.with_parent_weights()
+    weights = parent.weights
+    if weights.format != "gguf" or weights.source.startswith("hf:"):
+        return []
+    try:
+        scheme = read_scheme(resolve_weights_dir(parent), "gguf", weights.gguf_file)
+    except ServegateError as exc:
+        return [f"weights.derived_from {candidate.weights.derived_from}: {exc}"]
+    if not scheme.quantized:
+        return []
+    return [
+        f"weights.derived_from {candidate.weights.derived_from}: its GGUF is {scheme.scheme}, already quantized: "
+        "name the unquantized (F16, BF16 or F32) GGUF or the safetensors the build was made from"
+    ]
 
 
 def tokenizer_problems(baseline: ServedModel, candidate: ServedModel) -> list[str]:

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from servegate.cli.common import JsonOption, ManifestArg, SetOption, console_for, load, write_json
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.units import format_bytes
 from servegate.gates.reports import transient_progress
 
 if TYPE_CHECKING:
@@ -121,11 +122,9 @@ def blackbox_lines(served: ServedModel, model: LatencyModel) -> list[str]:
         f"lengths, ITL {100 * box.itl_median_rel_error:.1f}% over {len(box.itl_points)} bursts",
     ]
     if box.knee is not None:
-        measured = box.knee.measured_knee_rps
-        lines.append(
-            f"knee: predicted capacity {box.knee.predicted_capacity_rps:.3g} requests/s; the sweep kept up to "
-            + (f"{measured:.3g} requests/s" if measured else "none of its rates")
-        )
+        lines += box.knee.lines()
+    if (group := box.process_memory) is not None:
+        lines.append(f"memory: {group.describe()} after the sweeps (KV pool {format_bytes(group.kv_pool_bytes)})")
     return lines
 
 

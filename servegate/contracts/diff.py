@@ -99,6 +99,7 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.parallelism.tensor_parallel_size",
         "runtime.parallelism.pipeline_parallel_size",
         "runtime.vllm",
+        "runtime.llamacpp",
         # a lower output cap can end answers early while exact match holds: the length guard sees it
         "postprocess.max_output_tokens",
     ),

@@ -403,7 +403,8 @@ def _parent_weights(served: ServedModel, located: Located, origin: str) -> tuple
     if parent.weights.derived_from is not None:
         raise refuse(f"that manifest is itself derived from {parent.weights.derived_from}: name the unquantized "
                      "parent directly")  # fmt: skip
-    if parent.weights.quantized_checkpoint:
+    # a GGUF parent may hold unquantized tensors (F16, BF16, F32): its header decides, read in cli/preflight.py
+    if parent.weights.quantized_checkpoint and parent.weights.format != "gguf":
         raise refuse(f"the parent's weights are {parent.weights.format}, already quantized: name the unquantized "
                      "checkpoint the build was made from")  # fmt: skip
     source = parent.weights.source

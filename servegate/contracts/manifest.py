@@ -197,7 +197,7 @@ class ServedModel(Section):
         batching = {"mode": "none", "max_batch_size": 1}
         # an endpoint is gated against servegate's own runtime on the same weights: the remote cannot be
         # asked to switch its optimizations off, so its reference form runs here
-        rt.update(backend="reference", endpoint_url=None, endpoint_model=None, engine=None)
+        rt.update(backend="reference", endpoint_url=None, endpoint_model=None, engine=None, vllm=None, llamacpp=None)
         form = self.with_changes(runtime=rt, preprocess=pre, postprocess=post, failure_policy=fail, batching=batching)
         return form if self.weights.derived_from is None else form.with_parent_weights()
 

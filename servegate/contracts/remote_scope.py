@@ -4,7 +4,8 @@ For `runtime.backend: endpoint`, servegate's contract layer (runtime/contract_la
 preprocess, postprocess and failure policy itself, so those mean the same as on the reference runtime.
 Fields that say how the remote runs the model (its quantization, KV cache, scheduler) cannot be set or
 read from outside: they are declared by whoever deployed the remote and are reported as declared, not
-verified, unless a measurement on the remote covers them (`VERIFIED_ON_REMOTE`).
+verified, unless a measurement on the remote covers them (`VERIFIED_ON_REMOTE`). For `runtime.backend:
+llamacpp` servegate starts the server itself, so most of those are set on its command line (`SET_AT_LAUNCH_LLAMACPP`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,46 @@ VERIFIED_ON_REMOTE: dict[str, str] = {
 """Fields a probe of the remote checks."""
 
 
+SET_AT_LAUNCH_LLAMACPP: dict[str, str] = {
+    "weights.gguf_file": "the file llama-server loads (--model)",
+    "runtime.max_model_len": "each slot's context (--ctx-size is max_model_len x slots, --no-kv-unified)",
+    "batching.max_batch_size": "--parallel slots, continuous batching (--cont-batching)",
+    "batching.max_num_batched_tokens": "--batch-size (and --ubatch-size, at most runtime.llamacpp.ubatch_size)",
+    "runtime.kv_cache.dtype": "--cache-type-k/-v: f32 for float32 compute, f16 for 16-bit",
+    "runtime.kv_cache.prefix_caching": "cache_prompt on every request; false also sets --cache-ram 0",
+    "runtime.threads": "--threads and --threads-batch",
+    "runtime.seed": "--seed, and sent with every request",
+    "preprocess.chat_template": "--jinja, --chat-template-file for a template file (the GGUF's own otherwise)",
+}
+"""For backend: llamacpp, the fields servegate sets on llama-server's command line when it starts it."""
+
+VERIFIED_ON_LLAMACPP: dict[str, str] = {
+    "runtime.engine": "llama.cpp and its build (GET /props build_info), recorded at start",
+    "runtime.warmup": "/health, then each warm-up prompt's greedy output, before the server counts as ready",
+    "preprocess.tokenizer": "the GGUF's vocabulary splits a probe text as the manifest's tokenizer does "
+    "(POST /tokenize at start): servegate sends token ids",
+    "postprocess.structured_output": "each request's JSON Schema is sent as llama-server's json_schema (choices as "
+    "a GBNF grammar; regex and grammar constraints are refused), and every output is checked here",
+    "runtime.kv_cache.cache_scope": "with prefix_caching false every request is sent cache_prompt: false, so no "
+    "request starts from another's cached prompt (llama.cpp caches per slot, not per tenant); a tenant-scoped "
+    "prefix cache is refused at validate. The caching gate's tenant timing audit measures it",
+}
+"""For backend: llamacpp, the fields checked on the server servegate started (`gate verify` reads /props and
+/slots for the launch fields too)."""
+
+DECLARED_LLAMACPP: tuple[str, ...] = (
+    "weights.sha256",
+    "runtime.device",
+    "runtime.dtype",
+    "runtime.cpu_linear",
+    "runtime.kv_cache.block_size",
+    "runtime.kv_cache.memory_budget",
+    "batching.chunked_prefill",
+    "postprocess.structured_output.whitespace",
+)
+"""For backend: llamacpp, fields llama-server has no setting for: recorded, not set (export: RESIDUAL.md)."""
+
+
 def _value(data: dict[str, Any], path: str) -> Any:
     for part in path.split("."):
         if not isinstance(data, dict) or part not in data:
@@ -73,6 +114,16 @@ def remote_scope(served: ServedModel) -> dict[str, Any] | None:
     if not served.runtime.remote:
         return None
     data = served.model_dump(mode="json")
+    if served.runtime.backend == "llamacpp":
+        declared = {path: _value(data, path) for path in DECLARED_LLAMACPP}
+        front = {**ENFORCED_IN_FRONT}
+        front.pop("runtime.kv_cache.cache_scope")
+        return {
+            "enforced_in_front": front,
+            "set_at_launch": dict(SET_AT_LAUNCH_LLAMACPP),
+            "verified_on_remote": dict(VERIFIED_ON_LLAMACPP),
+            "declared_not_verified": {k: v for k, v in declared.items() if v is not None},
+        }
     declared = {path: _value(data, path) for path in DECLARED_BY_REMOTE}
     return {
         "enforced_in_front": dict(ENFORCED_IN_FRONT),

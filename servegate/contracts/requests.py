@@ -15,10 +15,15 @@ from typing import Any, Literal, overload
 
 import jsonschema
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 
 from servegate.contracts.constraint_fields import check_constraint, check_unended
 from servegate.contracts.errors import ServingError
+from servegate.contracts.field_checks import (
+    check_logprobs_offered,
+    check_min_tokens,
+    check_token_ids,
+    validation_error,
+)
 from servegate.contracts.field_policy import HARMLESS, extra_fields, judge_extras, neutral_schema
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.request_models import (
@@ -95,62 +100,6 @@ def decode_body(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def _is_union_tag(part: str) -> bool:
-    """pydantic names union branches in error locations ('str', 'list[int]', 'TextPart'); they are not data."""
-    return "[" in part or part[:1].isupper() or part in {"str", "int", "float", "bool", "none"}
-
-
-def _data_path(data: Any, loc: tuple[Any, ...]) -> str:
-    """The JSON path (`messages[0].content`) of an error location, following the data itself."""
-    path, node = "", data
-    for part in loc:
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        elif isinstance(part, str) and not _is_union_tag(part):
-            node = None  # a missing field: name it and stop
-        else:
-            continue
-        path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
-        if node is None:
-            break
-    return path or "body"
-
-
-def _as_sent(data: dict[str, Any], loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An error location in the body as sent: a single prompt ("text" or [ids]) is parsed as a list of one."""
-    prompt = data.get("prompt")
-    single = isinstance(prompt, str) or (
-        isinstance(prompt, list) and not any(isinstance(p, list | str) for p in prompt)
-    )
-    if loc[:2] == ("prompt", 0) and single:
-        return loc[:1] + loc[2:]
-    return loc
-
-
-def _message(error: ErrorDetails, param: str) -> str:
-    msg = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "missing":
-        return f"'{param}' is required"
-    shown = error.get("input")
-    if isinstance(shown, bool | int | float) or shown is None:
-        return f"{param}: {msg} (got {json.dumps(shown)})"
-    return f"{param}: {msg}"
-
-
-def validation_error(exc: ValidationError, data: dict[str, Any]) -> ServingError:
-    """The catalogued error of a pydantic validation failure, naming the body's path at fault."""
-    errors = exc.errors(include_url=False)
-    # The first field's deepest error (for a union, the branch that matched the value's shape goes deepest:
-    # a list content's bad part beats "should be a string").
-    first = errors[0]["loc"][:1]
-    deepest = max((e for e in errors if e["loc"][:1] == first), key=lambda e: len(e["loc"]))
-    error = deepest
-    param = _data_path(data, _as_sent(data, tuple(error["loc"])))
-    return ServingError("invalid_request", param=param, detail=_message(error, param))
-
-
 def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) -> None:
     """The manifest's own limits, beyond what the request model states."""
     if request.model != served.name:
@@ -174,13 +123,7 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
                 param=name,
                 detail=f"{name}: must be <= {cap}, this model's max_output_tokens (got {asked})",
             )
-    most = request.output_limit(cap)
-    if request.min_tokens > most:
-        raise ServingError(
-            "invalid_request",
-            param="min_tokens",
-            detail=f"min_tokens: must be <= max_tokens ({most}) (got {request.min_tokens})",
-        )
+    check_min_tokens(request.min_tokens, request.output_limit(cap))
     constraint = request.output_constraint()
     if constraint is not None:
         check_constraint(
@@ -192,13 +135,10 @@ def _check_limits(served: ServedModel, endpoint: Endpoint, request: ApiRequest) 
     if isinstance(request, ChatCompletionRequest):
         _check_tool_fields(served, request, constraint is not None)
     check_prompt_fields(served.preprocess, request, request if isinstance(request, ChatCompletionRequest) else None)
-    if request.wants_logprobs() and not served.postprocess.logprobs:
-        raise ServingError(
-            "invalid_request", param="logprobs", detail="logprobs: log-probabilities are not offered by this deployment"
-        )
-    if request.prompt_logprobs is not None and not served.postprocess.logprobs:
-        detail = "prompt_logprobs: log-probabilities are not offered by this deployment"
-        raise ServingError("invalid_request", param="prompt_logprobs", detail=detail)
+    if request.wants_logprobs():
+        check_logprobs_offered(served)
+    if request.prompt_logprobs is not None:
+        check_logprobs_offered(served, "prompt_logprobs")
     if request.prompt_logprobs is not None and request.stream:
         detail = "prompt_logprobs cannot be combined with stream: true (as vLLM)"
         raise ServingError("invalid_request", param="prompt_logprobs", detail=detail)
@@ -256,18 +196,43 @@ def _check_choices(served: ServedModel, request: CompletionRequest | ChatComplet
     raise ServingError("invalid_request", param=param, detail=detail)
 
 
+def _request_token_ids(request: CompletionRequest | ChatCompletionRequest) -> dict[str, list[int]]:
+    """Every token id the body names, by the field it came in (each prompt of several as `prompt[i]`)."""
+    named: dict[str, list[int]] = {}
+    if isinstance(request, CompletionRequest):
+        prompts = request.prompts()
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, list):
+                named["prompt" if len(prompts) == 1 else f"prompt[{i}]"] = prompt
+    named["logit_bias"] = [int(token) for token in request.logit_bias or {}]
+    named["stop_token_ids"] = list(request.stop_token_ids or ())
+    return named
+
+
 @overload
 def parse_request(
-    served: ServedModel, endpoint: Literal["completions", "chat"], data: dict[str, Any]
+    served: ServedModel,
+    endpoint: Literal["completions", "chat"],
+    data: dict[str, Any],
+    vocab_size: int | None = None,
 ) -> CompletionRequest | ChatCompletionRequest: ...
 
 
 @overload
-def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any]) -> ApiRequest: ...
+def parse_request(
+    served: ServedModel, endpoint: Endpoint, data: dict[str, Any], vocab_size: int | None = None
+) -> ApiRequest: ...
 
 
-def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any]) -> ApiRequest:
-    """Validate a decoded body against the contract and the manifest; a ServingError names what to change."""
+def parse_request(
+    served: ServedModel, endpoint: Endpoint, data: dict[str, Any], vocab_size: int | None = None
+) -> ApiRequest:
+    """Validate a decoded body against the contract and the manifest; a ServingError names what to change.
+
+    `vocab_size`: the loaded tokenizer's, so the token ids the body names are checked here, before anything
+    is queued (None where no tokenizer is loaded: the model runner refuses an id past its embeddings).
+    The engine checks none of these fields again (`GenerationRequest.from_api`).
+    """
     model_cls = REQUEST_MODELS[endpoint]
     try:
         request = model_cls.model_validate(data)
@@ -279,6 +244,8 @@ def parse_request(served: ServedModel, endpoint: Endpoint, data: dict[str, Any])
     _check_limits(served, endpoint, request)
     if isinstance(request, CompletionRequest | ChatCompletionRequest):
         _check_choices(served, request)
+        if vocab_size is not None:
+            check_token_ids(vocab_size, _request_token_ids(request))
     if served.preprocess.input_schema:
         _check_input_schema(served.preprocess.input_schema, data)
     return request

@@ -13,7 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from servegate.contracts.engine_sections import EngineIdentity, Parallelism, VllmProcess
+from servegate.contracts.engine_sections import (
+    BackendQuestions,
+    EngineIdentity,
+    LlamaCppProcess,
+    Parallelism,
+    VllmProcess,
+)
 from servegate.contracts.section_base import Section, check_json_schema
 from servegate.contracts.structured_section import StructuredOutput
 from servegate.contracts.tools_section import ToolCalling
@@ -203,13 +209,13 @@ class KVCache(Section):
     """Prefix cache sharing: per `tenant` (hashes salted with the tenant) or `global` (shared by all tenants)."""
 
 
-class Runtime(Section):
+class Runtime(BackendQuestions, Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
-    backend: Literal["reference", "endpoint", "vllm"] = "reference"
-    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url;
-    `vllm`: vLLM's OpenAI server, started by servegate from this manifest (`runtime.vllm`). For the last two,
-    servegate applies the preprocess, postprocess and failure policy in front of the engine."""
+    backend: Literal["reference", "endpoint", "vllm", "llamacpp"] = "reference"
+    """`reference`: servegate's in-process runtime; `endpoint`: any OpenAI-compatible server at endpoint_url; `vllm`
+    (`runtime.vllm`), `llamacpp` (llama-server on a GGUF, `runtime.llamacpp`): a server servegate starts. For all but
+    the first, servegate applies the preprocess, postprocess and failure policy in front of the engine."""
     endpoint_url: str | None = None
     """Base URL of the OpenAI-compatible server (e.g. http://10.0.0.5:8000/v1) when backend is `endpoint`.
     Where the remote runs, not what it serves: not part of the fingerprint."""
@@ -217,6 +223,8 @@ class Runtime(Section):
     """Model name to send to the endpoint (defaults to the manifest's name)."""
     vllm: VllmProcess | None = None
     """How servegate starts vLLM for backend: vllm (interpreter, port, log, start-up time); defaults when absent."""
+    llamacpp: LlamaCppProcess | None = None
+    """How servegate starts llama-server for backend: llamacpp (binary, port, log, micro-batch); defaults if absent."""
     engine: EngineIdentity | None = None
     """The engine that runs the model (name and version). For an endpoint, declare it to pin it (a remote that
     reports another engine or version fails the contract gate); left out, gate check records what the remote
@@ -253,19 +261,15 @@ class Runtime(Section):
     warmup: list[WarmupPrompt] = Field(default_factory=list)
     """Prompts run at start-up with their expected outputs (a broken deploy is caught before traffic)."""
 
-    @property
-    def remote(self) -> bool:
-        """Whether the model runs in an engine servegate only talks to (endpoint, vLLM), not in its own."""
-        return self.backend != "reference"
-
     @model_validator(mode="after")
     def _endpoint_needs_url(self) -> Runtime:
         if self.backend == "endpoint" and not self.endpoint_url:
             raise ValueError("backend: endpoint needs endpoint_url (e.g. http://127.0.0.1:8000/v1)")
-        if self.backend == "vllm" and self.endpoint_url:
-            raise ValueError("backend: vllm starts its own server: remove endpoint_url (or use backend: endpoint)")
-        if self.vllm is not None and self.backend != "vllm":
-            raise ValueError(f"runtime.vllm configures backend: vllm, but the backend is {self.backend}")
+        if self.backend in ("vllm", "llamacpp") and self.endpoint_url:
+            raise ValueError(f"backend: {self.backend} starts its own server: remove endpoint_url (or use endpoint)")
+        for name in ("vllm", "llamacpp"):
+            if getattr(self, name) is not None and self.backend != name:
+                raise ValueError(f"runtime.{name} configures backend: {name}, but the backend is {self.backend}")
         if self.endpoint_url and not re.match(r"^https?://", self.endpoint_url):
             raise ValueError(f"endpoint_url must start with http:// or https:// (got {self.endpoint_url!r})")
         return self

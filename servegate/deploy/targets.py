@@ -1,4 +1,5 @@
-"""`gate export`: a manifest as a target's own files (vLLM, Ray Serve LLM, KServe) plus what they leave out.
+"""`gate export`: a manifest as a target's own files (vLLM, Ray Serve LLM, KServe, llama-server) plus what they
+leave out.
 
 Every file is deterministic (sorted keys, no dates): exporting one manifest twice gives identical bytes,
 so an export can be committed and diffed like code.
@@ -24,8 +25,8 @@ from servegate.deploy.contract_residuals import contract_residuals
 from servegate.deploy.probe_script import readiness_probe_script
 from servegate.runtime.remote.vllm_args import EngineArgs, engine_args
 
-Target = Literal["vllm", "ray-serve", "kserve"]
-TARGETS: tuple[Target, ...] = ("vllm", "ray-serve", "kserve")
+Target = Literal["vllm", "ray-serve", "kserve", "llamacpp"]
+TARGETS: tuple[Target, ...] = ("vllm", "ray-serve", "kserve", "llamacpp")
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
@@ -267,18 +268,24 @@ def export_manifest(served: ServedModel, target: Target, deploy: Deployment | No
     deploy = deploy or Deployment()
     if deploy.replicas < 1 or (deploy.max_replicas is not None and deploy.max_replicas < deploy.replicas):
         raise ServegateError("--replicas must be >= 1 and --max-replicas >= --replicas")
-    model, revision = _model_reference(served, target, deploy.model)
-    mapped = engine_args(served, model, revision)
+    if target == "llamacpp":  # a command line of its own mapping (deploy/llamacpp_export.py)
+        from servegate.deploy.llamacpp_export import llamacpp_export
+
+        mapped, files, start, contract = llamacpp_export(served, deploy.model)
+        revision = None
+    else:
+        model, revision = _model_reference(served, target, deploy.model)
+        mapped, contract = engine_args(served, model, revision), contract_residuals(served)
     if target == "vllm":
         files, start = _vllm_files(served, mapped)
     elif target == "ray-serve":
         files, start = _ray_files(served, mapped, deploy)
-    else:
+    elif target == "kserve":
         files, start = _kserve_files(served, mapped, deploy)
     plan = ExportPlan(
         target=target,
         expressed=list(mapped.expressed),
-        residuals=mapped.residuals + contract_residuals(served) + _target_residuals(served, target, revision),
+        residuals=mapped.residuals + contract + _target_residuals(served, target, revision),
         identity={"name": served.name, "version": served.version, "fingerprint": served.fingerprint},
     )
     files["readiness_probe.py"] = readiness_probe_script(served)

@@ -18,7 +18,9 @@ import httpx
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.check_report import ManifestSide
 from servegate.deploy import deployment_facts as facts
+from servegate.deploy.llamacpp_verify import llamacpp_facts
 from servegate.gates.probes.constraint_load import MAX_TOKENS, PROBE_SCHEMA
 from servegate.gates.probes.contract_probes import probes_for, tenant_fields, tenant_headers
 from servegate.gates.probes.http_target import Answer, read_plain
@@ -76,8 +78,8 @@ class VerifyReport:
     def as_gate_report(self) -> GateReport:
         """The same checks as a GateReport, for the JUnit writer `gate check` uses."""
         return GateReport(
-            baseline={"name": "deployment", "url": self.url},
-            candidate=self.manifest,
+            baseline=ManifestSide(name="deployment", url=self.url),
+            candidate=ManifestSide.model_validate(self.manifest),
             gates=self.checks,
             duration_s=self.duration_s,
             created_at=self.created_at,
@@ -398,6 +400,7 @@ def verify_deployment(
     declared = (engine or declared[0], engine_version or declared[1])
     checks = [_gateway_check(served, remote), *_model_checks(served, models), *_engine_checks(remote, models, declared)]
     checks += _cache_checks(served, remote)
+    checks += [_result(path, *rest) for path, *rest in llamacpp_facts(served, remote.get)]  # a llama-server only
     if served.preprocess.task == "generate":  # the warm-up and error probes are completions
         checks += _warmup_checks(served, remote) + _error_checks(served, remote)
         prompt = served.runtime.warmup[0].prompt if served.runtime.warmup else "1+1="

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from pydantic import ValidationError
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.lm_eval.tasks import load_any_suite, run_any_items
-from servegate.gates.result import GateResult, Measurements, Verdict
+from servegate.gates.result import AnyMeasurements, GateResult, Verdict, labelled
 from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
 from servegate.gates.suites.output_cache import OutputCache, cache_key
 from servegate.runtime.engine.interface import Engine
@@ -45,7 +45,7 @@ class EnginePool:
         self._factory = factory or default_engine_factory
         self._engines: dict[tuple[str, str], Engine] = {}
         self._vllm: dict[str, Engine] = {}
-        """Running vLLM servers by launch key: manifests that differ only in front of vLLM share one."""
+        """Running vLLM and llama.cpp servers by launch key: manifests that differ only in front share one."""
         self.built = 0
 
     @property
@@ -55,11 +55,15 @@ class EnginePool:
 
     def build(self, served: ServedModel) -> Engine:
         """A new engine for `served`; a vllm manifest whose server already runs gets an engine over it."""
-        if served.runtime.backend != "vllm" or self._factory is not default_engine_factory:
+        llamacpp = served.runtime.backend == "llamacpp"
+        if not (served.runtime.starts_vllm or llamacpp) or self._factory is not default_engine_factory:
             return self._factory(served)
-        from servegate.runtime.remote.vllm_backend import attach, launch_key
+        if llamacpp:
+            from servegate.runtime.remote.llamacpp_backend import attach, launch_key
+        else:
+            from servegate.runtime.remote.vllm_backend import attach, launch_key  # type: ignore[assignment]
 
-        key = launch_key(served)
+        key = served.runtime.backend + launch_key(served)
         running = self._vllm.get(key)
         if running is not None:
             from servegate.contracts.loading import load_fallback
@@ -111,8 +115,24 @@ class ProgressHook:
 
 
 @dataclass
+class CheckResources:
+    """What the framework owns for one check and lends every gate of it: the engine pool (closed when the check
+    ends), the disk cache of baseline outputs, the suite loader, and the suites loaded and run so far."""
+
+    engines: EnginePool = field(default_factory=EnginePool)
+    cache: OutputCache = field(default_factory=OutputCache)
+    suite_loader: Callable[[ServedModel, Any], SuiteData] = load_any_suite
+    suites: dict[tuple[str, str], SuiteData] = field(default_factory=dict)
+    """Loaded suites by (name, declaration as JSON)."""
+    runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
+    """Whole-suite runs by (manifest fingerprint, suite digest), shared by the gates that compare the same runs."""
+
+
+@dataclass
 class GateContext:
-    """Everything a gate needs: what is compared, how to build engines, suites and the cache."""
+    """What a gate reads: the manifests compared, why it runs, the candidate remote's identity and where its
+    progress goes. Engines and suites come through `engines`, `suites` and `run_suite`, over the check's
+    `resources`, which the framework owns (a gate keeps what it prepares on itself: Gate.prepare)."""
 
     baseline: ServedModel
     candidate: ServedModel
@@ -123,16 +143,16 @@ class GateContext:
     """Whether the current gate runs because --gate named it."""
     reference: ServedModel | None = None
     """The reference form as declared (batching `none`); `baseline` may run it batched (see check.py)."""
-    engines: EnginePool = field(default_factory=EnginePool)
-    cache: OutputCache = field(default_factory=OutputCache)
     progress: ProgressHook = field(default_factory=ProgressHook)
-    suite_loader: Callable[[ServedModel, Any], SuiteData] = load_any_suite
     remote: Any = None
     """The candidate's remote as it identified itself (RemoteIdentity), for an endpoint candidate."""
-    prepared: dict[str, Any] = field(default_factory=dict)
-    """What gates started ahead of their turn (Gate.prepare), by gate name; run_check stops what is left."""
-    _suites: dict[tuple[str, str], SuiteData] = field(default_factory=dict)
-    _runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
+    resources: CheckResources = field(default_factory=CheckResources)
+    """The framework's: engines, output cache and suites of the whole check."""
+
+    @property
+    def engines(self) -> EnginePool:
+        """The check's engine pool: `engines.get(served)` is a manifest's shared, started engine."""
+        return self.resources.engines
 
     # --- manifests ------------------------------------------------------------------------------
 
@@ -150,7 +170,7 @@ class GateContext:
         A remote candidate is returned whole: a remote cannot run the baseline with one field changed, so
         the gate measures the deployment as it is (and says so: `timed` marks the result).
         """
-        if on_remote(source or self.candidate):
+        if (source or self.candidate).runtime.remote:
             return source or self.candidate
         donor = (source or self.candidate).model_dump(mode="python")
         data = self.baseline.model_dump(mode="python")
@@ -181,12 +201,13 @@ class GateContext:
     def suites(self, served: ServedModel | None = None) -> list[SuiteData]:
         """The candidate's declared suites, loaded once per check."""
         served = served or self.candidate
+        loaded = self.resources.suites
         out = []
         for suite in served.quality.suites:
             key = (suite.name, suite.model_dump_json())
-            if key not in self._suites:
-                self._suites[key] = self.suite_loader(served, suite)
-            out.append(self._suites[key])
+            if key not in loaded:
+                loaded[key] = self.resources.suite_loader(served, suite)
+            out.append(loaded[key])
         return out
 
     def run_suite(
@@ -201,26 +222,27 @@ class GateContext:
         """Outputs and scores of `served` on a suite; baseline-role full-suite runs use the disk cache."""
         whole = items is None
         key = (served.fingerprint, data.digest)
-        if whole and key in self._runs:
-            return self._runs[key]
+        runs, cache = self.resources.runs, self.resources.cache
+        if whole and key in runs:
+            return runs[key]
         outputs: list[ItemOutput] | None = None
         chosen = list(data.items if items is None else items)
         cacheable = whole and role == "baseline"
         ckey = cache_key(served) if cacheable else ""
         if cacheable:
-            outputs = self.cache.load(ckey, data)
+            outputs = cache.load(ckey, data)
         from_cache = outputs is not None
         if outputs is None:
             self.progress.start(f"{data.name}: {role} ({served.name})", len(chosen))
             outputs = run_any_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
             check_available(served, data.name, outputs)
             if cacheable:
-                self.cache.store(ckey, data, outputs)
+                cache.store(ckey, data, outputs)
         tools = served.postprocess.tools
         scores = score_run(data, outputs, chosen, tools.parser if tools is not None else None)
         run = SuiteRun(data, outputs, scores, from_cache=from_cache)
         if whole:
-            self._runs[key] = run
+            runs[key] = run
         return run
 
 
@@ -234,11 +256,16 @@ class Gate:
     """One line: what the gate protects users from."""
 
     def prepare(self, ctx: GateContext) -> None:
-        """Start slow set-up before the gates run (e.g. a server process), keeping it in ctx.prepared.
+        """Start slow set-up before the gates run (e.g. a server process), keeping it on the gate itself, in
+        attributes of its own types: the check builds each gate once, so the same object prepares and runs.
 
         Called for every gate that will run, before the first one does, so a gate's start-up overlaps
-        the gates ahead of it. Anything left there with a `stop()` is stopped when the check ends.
+        the gates ahead of it; `release` stops what run did not take.
         """
+
+    def release(self) -> None:
+        """Stop what `prepare` started and `run` did not take; called once when the check ends, whatever
+        happened (a gate that prepares nothing has nothing to release)."""
 
     def run(self, ctx: GateContext) -> GateResult:
         """Compare and return a verdict with measurements and public-safe evidence."""
@@ -248,16 +275,13 @@ class Gate:
         self,
         verdict: Verdict,
         reason: str,
-        measurements: Measurements | None = None,
+        measurements: AnyMeasurements | None = None,
         evidence: list[dict[str, Any]] | None = None,
     ) -> GateResult:
         """A result carrying this gate's name."""
-        return GateResult(self.name, verdict, reason, measurements or Measurements(), evidence or [])
-
-
-def on_remote(served: ServedModel) -> bool:
-    """Whether the manifest's model runs on a remote engine (runtime.remote: the endpoint or vLLM backend)."""
-    return served.runtime.remote
+        if measurements is None:
+            return GateResult(self.name, verdict, reason, evidence=evidence or [])
+        return GateResult(self.name, verdict, reason, measurements, evidence or [])
 
 
 def check_available(served: ServedModel, suite: str, outputs: Sequence[ItemOutput]) -> None:
@@ -267,7 +291,7 @@ def check_available(served: ServedModel, suite: str, outputs: Sequence[ItemOutpu
         return
     share = len(lost) / len(outputs)
     if share > served.quality.max_unavailable_share:
-        where = served.runtime.endpoint_url if on_remote(served) else "the engine"
+        where = served.runtime.endpoint_url if served.runtime.remote else "the engine"
         raise RemoteUnavailable(
             f"{suite}: {len(lost)} of {len(outputs)} requests to {where} ended model_unavailable "
             f"({share:.0%} > quality.max_unavailable_share {served.quality.max_unavailable_share:.0%}): "
@@ -285,9 +309,9 @@ def timed(gate: Gate, ctx: GateContext) -> GateResult:
         result = gate.result("fail", f"could not run: {exc}")
     except RemoteUnavailable as exc:
         result = gate.result("unavailable", str(exc))
-    if on_remote(ctx.candidate) and result.verdict not in ("skipped", "unavailable"):
+    if ctx.candidate.runtime.remote and result.verdict not in ("skipped", "unavailable"):
         if result.measurements.ran_on is None:
-            result.measurements = replace(result.measurements, ran_on=remote_label(ctx))
+            result.measurements = labelled(result.measurements, remote_label(ctx))
     result.duration_s = round(time.perf_counter() - began, 3)
     return result
 

@@ -17,7 +17,17 @@ from typing import Any, Literal
 from servegate.contracts.diff import diff_manifests, gates_for_changes
 from servegate.contracts.errors import RemoteUnavailable
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import EngineFactory, EnginePool, GateContext, ProgressHook, on_remote, remote_label, timed
+from servegate.contracts.report.check_report import ManifestSide
+from servegate.gates.base import (
+    CheckResources,
+    EngineFactory,
+    EnginePool,
+    Gate,
+    GateContext,
+    ProgressHook,
+    remote_label,
+    timed,
+)
 from servegate.gates.checks import (  # noqa: F401 - importing a gate module registers its gates
     batching,
     caching,
@@ -126,9 +136,8 @@ def run_check(
         candidate,
         mode,
         reference=baseline,
-        engines=pool,
-        cache=cache or OutputCache(),
         progress=progress or ProgressHook(),
+        resources=CheckResources(engines=pool, cache=cache or OutputCache()),
     )
     if any(p.run for p in planned):
         ctx.suites()  # a suite that cannot be loaded is a manifest error (exit 2), not a gate failure
@@ -162,17 +171,20 @@ def run_check(
 
 
 def _run_planned(ctx: GateContext, planned: Sequence[PlannedGate], pool: EnginePool) -> list[GateResult]:
-    """Prepare every gate that will run, run each in order (skipped ones say why), then stop what is left."""
+    """Build each gate that will run once, prepare them all, run each in order (skipped ones say why), then
+    release what they prepared and did not use."""
     results: list[GateResult] = []
+    gates: dict[str, Gate] = {}
     try:
         for plan in planned:
             if plan.run:
-                GATES.get(plan.name)().prepare(ctx)
+                gates[plan.name] = GATES.get(plan.name)()
+                gates[plan.name].prepare(ctx)
         for plan in planned:
             if not plan.run:
                 results.append(GateResult(plan.name, "skipped", plan.why, triggered_by=list(plan.changed_paths)))
                 continue
-            gate = GATES.get(plan.name)()
+            gate = gates[plan.name]
             gate_ctx = replace(ctx, changed_paths=list(plan.changed_paths), forced=plan.forced)
             try:
                 result = timed(gate, gate_ctx)
@@ -183,11 +195,11 @@ def _run_planned(ctx: GateContext, planned: Sequence[PlannedGate], pool: EngineP
             result.triggered_by = [plan.why]
             results.append(result)
     finally:
-        for resource in ctx.prepared.values():
-            stop = getattr(resource, "stop", None)
-            if callable(stop):
-                stop()
-        pool.close()
+        try:
+            for built in gates.values():
+                built.release()
+        finally:
+            pool.close()
     return results
 
 
@@ -203,8 +215,9 @@ def _notes(ctx: GateContext, baseline: ServedModel, evaluated: ServedModel) -> l
             f"suites ran under batching {evaluated.batching.mode} on both sides of every comparison; "
             "the batching gate compares that batching with the unbatched reference"
         )
-    if ctx.cache.enabled:
-        notes.append(f"baseline cache {ctx.cache.directory}: {ctx.cache.hits} hit(s), {ctx.cache.misses} miss(es)")
+    cache = ctx.resources.cache
+    if cache.enabled:
+        notes.append(cache.summary())
     return notes
 
 
@@ -218,12 +231,12 @@ def _is_runtime_failure(exc: Exception) -> bool:
 
 def _probe_remote(ctx: GateContext, planned: Sequence[PlannedGate]) -> Any:
     """Start a remote candidate's engine before any gate runs: its identity, or RemoteUnavailable at once."""
-    if not on_remote(ctx.candidate) or not any(p.run for p in planned):
+    if not ctx.candidate.runtime.remote or not any(p.run for p in planned):
         return None
     return ctx.engines.get(ctx.candidate).identity  # the pool starts it
 
 
-def _identity(served: ServedModel, form: str, remote: Any = None) -> dict[str, Any]:
+def _identity(served: ServedModel, form: str, remote: Any = None) -> ManifestSide:
     """A side of the report: name, version, fingerprint; for a remote, the identity it reported (fingerprinted)."""
     out: dict[str, Any] = {
         "name": served.name,
@@ -235,7 +248,7 @@ def _identity(served: ServedModel, form: str, remote: Any = None) -> dict[str, A
     if remote is not None:
         recorded = served if served.runtime.engine is not None else served.with_engine(remote.as_engine())
         out.update(fingerprint=recorded.fingerprint, declared_fingerprint=served.fingerprint, remote=remote.to_dict())
-    return out
+    return ManifestSide.model_validate(out)
 
 
 def check_manifest(served: ServedModel, **kwargs: Any) -> GateReport:

@@ -76,9 +76,9 @@ def print_table(report: GateReport, console: Console) -> None:
     """The verdict table, one row per gate, with why it ran or was skipped; one line per gate off a terminal."""
     base, cand = report.baseline, report.candidate
     title = (
-        f"gate check: {cand['name']} {cand['version']} against its reference form"
+        f"gate check: {cand.name} {cand.version} against its reference form"
         if report.mode == "reference"
-        else f"gate check: {base['name']} {base['version']} -> {cand['name']} {cand['version']}"
+        else f"gate check: {base.name} {base.version} -> {cand.name} {cand.version}"
     )
     if not console.is_terminal:  # a CI log or a pipe: a table squeezed to 80 columns wraps each cell over lines
         console.print(title, soft_wrap=True, highlight=False, markup=False)
@@ -119,7 +119,7 @@ def _print_summary(report: GateReport, console: Console) -> None:
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     console.print(
         f"verdict: [{STYLE[report.verdict]}]{report.verdict.upper()}[/] ({summary}) in {report.duration_s:.1f} s; "
-        f"candidate fingerprint {report.candidate['fingerprint'][:12]}",
+        f"candidate fingerprint {(report.candidate.fingerprint or '')[:12]}",
         soft_wrap=not console.is_terminal,
     )
     for note in report.notes:
@@ -127,8 +127,8 @@ def _print_summary(report: GateReport, console: Console) -> None:
 
 
 def json_text(report: GateReport) -> str:
-    """The JSON report."""
-    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+    """The JSON report, as its schema writes it (servegate.contracts.report.check_report)."""
+    return report.to_report().to_json()
 
 
 def junit_xml(
@@ -147,7 +147,7 @@ def junit_xml(
     suite = ET.SubElement(
         suites,
         "testsuite",
-        name=f"{command} {report.candidate['name']}",
+        name=f"{command} {report.candidate.name}",
         tests=str(len(report.gates)),
         failures=str(len(failed)),
         errors=str(len(errored)),
@@ -158,9 +158,8 @@ def junit_xml(
         case = ET.SubElement(suite, "testcase", classname=classname, name=gate.name, time=f"{gate.duration_s:.3f}")
         if gate in failed:
             failure = ET.SubElement(case, "failure", message=gate.reason, type=gate.verdict)
-            failure.text = json.dumps(
-                {"measurements": gate.measurements.to_dict(), "evidence": gate.evidence}, indent=2, default=str
-            )
+            record = gate.record()
+            failure.text = record.model_dump_json(include={"measurements", "evidence"}, indent=2)
         elif gate in errored:
             ET.SubElement(case, "error", message=gate.reason, type="unavailable")
         elif gate.verdict == "skipped":
@@ -171,31 +170,39 @@ def junit_xml(
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
+    """Text made safe for one cell of a Markdown table (pipes escaped, one line)."""
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def failure_example_lines(report: GateReport) -> list[str]:
+    """One Markdown bullet per failure example of a failing or warning gate (empty when there is none)."""
+    examples = [(g.name, e) for g in report.gates for e in g.evidence if g.verdict in ("fail", "warn")]
+    lines = []
+    for name, ex in examples:
+        shown = {k: v for k, v in ex.items() if v is not None}
+        lines.append(f"- **{name}**: `{markdown_cell(json.dumps(shown, default=str))}`")
+    return lines
 
 
 def markdown(report: GateReport) -> str:
     """A Markdown summary for pull requests and release notes."""
     cand = report.candidate
     lines = [
-        f"## gate check: {cand['name']} {cand['version']} — **{report.verdict.upper()}**",
+        f"## gate check: {cand.name} {cand.version} — **{report.verdict.upper()}**",
         "",
-        f"Candidate fingerprint `{cand['fingerprint']}`, compared against the "
-        f"{report.baseline['form']} (`{report.baseline['fingerprint'][:12]}`), in {report.duration_s:.1f} s.",
+        f"Candidate fingerprint `{cand.fingerprint}`, compared against the "
+        f"{report.baseline.form} (`{(report.baseline.fingerprint or '')[:12]}`), in {report.duration_s:.1f} s.",
         "",
         "| gate | verdict | reason | why |",
         "|---|---|---|---|",
     ]
     for gate in report.gates:
         why = "; ".join(gate.triggered_by) if gate.verdict != "skipped" else ""
-        lines.append(f"| {gate.name} | {gate.verdict} | {_cell(gate.reason)} | {_cell(why)} |")
-    examples = [(g.name, e) for g in report.gates for e in g.evidence if g.verdict in ("fail", "warn")]
+        lines.append(f"| {gate.name} | {gate.verdict} | {markdown_cell(gate.reason)} | {markdown_cell(why)} |")
+    examples = failure_example_lines(report)
     if examples:
-        lines += ["", "### Failure examples", ""]
-        for name, ex in examples:
-            shown = {k: v for k, v in ex.items() if v is not None}
-            lines.append(f"- **{name}**: `{_cell(json.dumps(shown, default=str))}`")
+        lines += ["", "### Failure examples", "", *examples]
     return "\n".join(lines) + "\n"
 
 

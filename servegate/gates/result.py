@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 from servegate.contracts.git_revision import GitBaseline
-
-Verdict = Literal["pass", "fail", "warn", "skipped", "unavailable"]
-VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "warn", "skipped", "unavailable")
-"""`unavailable`: the engine the gate needed could not be reached or failed too many requests; nothing was
-measured, and it blocks like a failure (exit 2: a broken deployment is not an inferior model)."""
+from servegate.contracts.report.base import VERDICTS as VERDICTS
+from servegate.contracts.report.base import Verdict as Verdict
+from servegate.contracts.report.check_report import (
+    CheckReport,
+    GateRecord,
+    GitSource,
+    ManifestSide,
+    measurements_record,
+)
+from servegate.contracts.report.measurements import Measurements as MeasurementsRecord
 
 _SEVERITY = {"skipped": 0, "pass": 1, "warn": 2, "fail": 3, "unavailable": 4}
 
@@ -22,54 +27,30 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return max(verdicts, key=_SEVERITY.__getitem__, default="skipped")
 
 
-OPTIONAL: dict[str, bool] = {"omit_if_none": True}
-"""Field metadata: a measurement only some runs make, left out of the report when it was not made."""
-FLATTEN: dict[str, bool] = {"flatten": True}
-"""Field metadata: a mapping whose keys go into the report beside the other fields (e.g. one per metric)."""
-
-
-def to_json(value: Any) -> Any:
-    """A measured value as JSON-ready data: objects by their `to_dict`, containers element by element."""
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict) and not isinstance(value, type):
-        return to_dict()
-    if is_dataclass(value) and not isinstance(value, type):
-        return fields_to_json(value)
-    if isinstance(value, dict):
-        return {key: to_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
-    return value
-
-
-def fields_to_json(record: Any) -> dict[str, Any]:
-    """A dataclass as the report writes it: one key per field in order, OPTIONAL ones only when set."""
-    out: dict[str, Any] = {}
-    for f in fields(record):
-        value = getattr(record, f.name)
-        if value is None and f.metadata.get("omit_if_none"):
-            continue
-        if f.metadata.get("flatten"):
-            out.update(to_json(value))
-        else:
-            out[f.name] = to_json(value)
-    return out
-
-
 @dataclass(frozen=True)
 class Measurements:
-    """What a gate measured. Each gate subclasses it beside its own code, one field per number, the unit in
-    the field's docstring; the report's JSON keys are the field names (`to_dict`)."""
+    """What a third-party gate measured: it subclasses this dataclass, one field per number, the unit in the
+    field's docstring, and the report keeps its fields as its own keys (`OtherMeasurements`). A built-in gate
+    returns its record from servegate.contracts.report instead (`MEASUREMENTS` names it), the type the report
+    is written and read through."""
 
-    ran_on: str | None = field(default=None, kw_only=True, metadata=OPTIONAL)
+    ran_on: str | None = field(default=None, kw_only=True)
     """Where a remote candidate ran (engine, version, model, URL); absent for the reference runtime."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form in reports (`ran_on` last, as the remote label is added after the gate ran)."""
-        out = fields_to_json(self)
-        if "ran_on" in out:
-            out["ran_on"] = out.pop("ran_on")
-        return out
+        """The JSON form in reports, as its report record writes it."""
+        return measurements_record("", self).model_dump(mode="json")
+
+
+AnyMeasurements = MeasurementsRecord | Measurements
+"""What a gate may return as its measurements: a built-in gate's report record, or a third party's dataclass."""
+
+
+def labelled(measurements: AnyMeasurements, ran_on: str) -> AnyMeasurements:
+    """The same measurements with `ran_on` (where a remote candidate ran) set."""
+    if isinstance(measurements, MeasurementsRecord):
+        return measurements.model_copy(update={"ran_on": ran_on})
+    return replace(measurements, ran_on=ran_on)
 
 
 @dataclass
@@ -80,8 +61,9 @@ class GateResult:
     verdict: Verdict
     reason: str
     """One line a release engineer can act on; the JUnit failure message."""
-    measurements: Measurements = field(default_factory=Measurements)
-    """What the gate measured (the gate's own Measurements type; its fields' docstrings give the units)."""
+    measurements: AnyMeasurements = field(default_factory=MeasurementsRecord)
+    """What the gate measured (its report record, or a third party's Measurements; the fields' docstrings give
+    the units)."""
     evidence: list[dict[str, Any]] = field(default_factory=list)
     """Failure examples: full text only from public suites, otherwise ids and lengths."""
     triggered_by: list[str] = field(default_factory=list)
@@ -92,20 +74,22 @@ class GateResult:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS} (got {self.verdict!r})")
 
+    def record(self) -> GateRecord:
+        """This result as the report holds it."""
+        return GateRecord.model_validate(self)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used in reports."""
-        data = asdict(replace(self, measurements=Measurements()))
-        data["measurements"] = self.measurements.to_dict()
-        return data
+        return self.record().model_dump(mode="json")
 
 
 @dataclass
 class GateReport:
     """The outcome of one `gate check`: every planned gate, run or skipped, and the overall verdict."""
 
-    baseline: dict[str, Any]
-    """name, version, fingerprint and form ('reference' or 'manifest') of what was compared against."""
-    candidate: dict[str, Any]
+    baseline: ManifestSide
+    """name, version, fingerprint and form ('reference form' or 'manifest') of what was compared against."""
+    candidate: ManifestSide
     """name, version and fingerprint of what is being released."""
     gates: list[GateResult]
     mode: Literal["reference", "change"] = "reference"
@@ -116,6 +100,11 @@ class GateReport:
     """When the gates ran (UTC, ISO 8601); `gate note --check` compares it with the manifest's age."""
     baseline_git: GitBaseline | None = None
     """With `--baseline git:REV[:PATH]`: the commit the baseline was read from and the blob of every file read."""
+
+    def __post_init__(self) -> None:
+        # the sides as their report record (callers may hand plain identities: name, version, fingerprint, ...)
+        self.baseline = ManifestSide.model_validate(self.baseline)
+        self.candidate = ManifestSide.model_validate(self.candidate)
 
     @property
     def verdict(self) -> Literal["pass", "fail", "unavailable"]:
@@ -130,25 +119,29 @@ class GateReport:
         """Whether any gate warned."""
         return any(g.verdict == "warn" for g in self.gates)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[Verdict, int]:
         """How many gates ended in each verdict."""
         return {v: sum(g.verdict == v for g in self.gates) for v in VERDICTS}
 
+    def to_report(self) -> CheckReport:
+        """The report `--json` writes and `gate note` reads (servegate.contracts.report)."""
+        return CheckReport(
+            verdict=self.verdict,
+            fingerprint=self.candidate.fingerprint,
+            created_at=self.created_at,
+            mode=self.mode,
+            baseline=self.baseline,
+            baseline_git=GitSource.model_validate(self.baseline_git) if self.baseline_git is not None else None,
+            candidate=self.candidate,
+            counts=self.counts(),
+            duration_s=round(self.duration_s, 3),
+            notes=list(self.notes),
+            gates=[g.record() for g in self.gates],
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """The machine-readable report written by `--json`."""
-        return {
-            "verdict": self.verdict,
-            "fingerprint": self.candidate.get("fingerprint"),
-            "created_at": self.created_at,
-            "mode": self.mode,
-            "baseline": self.baseline,
-            "baseline_git": self.baseline_git.to_dict() if self.baseline_git is not None else None,
-            "candidate": self.candidate,
-            "counts": self.counts(),
-            "duration_s": round(self.duration_s, 3),
-            "notes": list(self.notes),
-            "gates": [g.to_dict() for g in self.gates],
-        }
+        """The machine-readable report written by `--json`, as JSON-ready data."""
+        return self.to_report().model_dump(mode="json")
 
 
 def example(

@@ -2,7 +2,8 @@
 
 Each is the JSON another command writes (`gate check --json`, `gate bench --json`, `gate plan --json`).
 They are read here once, checked for the shape the note needs, and given a time: the report's own
-`created_at` when it has one, otherwise the file's modification time.
+`created_at` when it has one, otherwise the file's modification time. The check report is read through its
+schema (servegate.contracts.report), so the note sees typed results; the bench and the plan stay JSON objects.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.report.check_report import CheckReport, ReportError, first_problem, report_from_json_data
 
 EvidenceKind = Literal["report", "bench", "plan"]
 
@@ -101,11 +105,34 @@ def read_evidence(kind: EvidenceKind, path: Path) -> tuple[dict[str, Any], datet
     return data, parse_time(data.get("created_at")) or file_time(path)
 
 
+def read_check_report(path: Path) -> tuple[CheckReport, datetime]:
+    """Read a check report file through its schema, and when its gates ran (created_at, else the file's mtime)."""
+    data, _ = read_evidence("report", path)  # names a bench or plan file passed as the report
+    try:
+        report = report_from_json_data(data, str(path))
+    except ReportError as exc:
+        raise NoteError(str(exc)) from None
+    return report, parse_time(report.created_at) or file_time(path)
+
+
+def as_check_report(report: CheckReport | dict[str, Any]) -> CheckReport:
+    """A report already in memory as the schema's type (a dict is the current format by construction)."""
+    if isinstance(report, CheckReport):
+        return report
+    check_shape("report", report, "check report")
+    try:
+        return CheckReport.model_validate(report)
+    except ValidationError as exc:
+        raise NoteError(
+            f"check report: not in the shape `{producer('report')}` writes ({first_problem(exc)})"
+        ) from None
+
+
 @dataclass
 class Evidence:
     """What was measured about one manifest: any of the check report, bench result and capacity plan."""
 
-    report: dict[str, Any] | None = None
+    report: CheckReport | None = None
     """`gate check --json` output."""
     bench: dict[str, Any] | None = None
     """`gate bench --json` output."""
@@ -123,7 +150,7 @@ class Evidence:
         """Read whichever evidence files are given."""
         out = cls()
         if report is not None:
-            out.report, out.report_at = read_evidence("report", report)
+            out.report, out.report_at = read_check_report(report)
             out.sources["report"] = report.name
         if bench is not None:
             out.bench, _ = read_evidence("bench", bench)
@@ -137,17 +164,18 @@ class Evidence:
     @classmethod
     def from_data(
         cls,
-        report: dict[str, Any] | None = None,
+        report: CheckReport | dict[str, Any] | None = None,
         bench: dict[str, Any] | None = None,
         plan: dict[str, Any] | None = None,
         report_at: datetime | None = None,
     ) -> Evidence:
         """Wrap evidence already in memory (e.g. the report `gate check` just produced; its time defaults to now)."""
+        typed = None
         if report is not None:
-            check_shape("report", report, "check report")
-            report_at = parse_time(report.get("created_at")) or report_at or datetime.now(timezone.utc)
+            typed = as_check_report(report)
+            report_at = parse_time(typed.created_at) or report_at or datetime.now(timezone.utc)
         if bench is not None:
             check_shape("bench", bench, "bench result")
         if plan is not None:
             check_shape("plan", plan, "capacity plan")
-        return cls(report=report, bench=bench, plan=plan, report_at=report_at)
+        return cls(report=typed, bench=bench, plan=plan, report_at=report_at)

@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from servegate.contracts.report.check_report import CheckReport, GateRecord
+from servegate.contracts.report.measurements import CachingMeasurements
+from servegate.contracts.report.quality import SuiteScores
+from servegate.contracts.report.quality_measurements import (
+    FallbackMeasurements,
+    QualityMeasurements,
+    QuantizationMeasurements,
+    TruncationMeasurements,
+)
 from servegate.model_cards.markdown_blocks import table
 
 
@@ -15,48 +24,49 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def output_length_rows(gates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def suite_scores(gate: GateRecord) -> dict[str, SuiteScores]:
+    """Suite name -> its paired comparison, for the gates that compare suites (the fallback: its output contract)."""
+    m = gate.measurements
+    if isinstance(m, QualityMeasurements | QuantizationMeasurements | TruncationMeasurements):
+        return m.suites or {}
+    if isinstance(m, FallbackMeasurements):
+        return m.contract
+    return {}
+
+
+def output_length_rows(gates: list[GateRecord]) -> list[dict[str, Any]]:
     """Per gate and suite: mean generated tokens (or characters) per item of both sides, the ratio, the band."""
-    rows = []
-    for gate in gates:
-        measurements = gate.get("measurements") or {}
-        for group in ("suites", "contract"):  # quality-style gates, and the fallback's output contract
-            suites = measurements.get(group)
-            if not isinstance(suites, dict):
-                continue
-            for suite, numbers in suites.items():
-                guard = numbers.get("output_length") if isinstance(numbers, dict) else None
-                if not isinstance(guard, dict):
-                    continue
-                rows.append(
-                    {
-                        "gate": gate.get("name"),
-                        "suite": suite,
-                        "unit": guard.get("unit"),
-                        "n": _num(guard.get("items")),
-                        "baseline_mean": _num(guard.get("baseline_mean_tokens")),
-                        "candidate_mean": _num(guard.get("candidate_mean_tokens")),
-                        "ratio": _num(guard.get("ratio")),
-                        "band": [_num(guard.get("band_low")), _num(guard.get("band_high"))],
-                        "verdict": guard.get("verdict"),
-                    }
-                )
-    return rows
+    return [
+        {
+            "gate": gate.name,
+            "suite": suite,
+            "unit": guard.unit,
+            "n": float(guard.items),
+            "baseline_mean": guard.baseline_mean_tokens,
+            "candidate_mean": guard.candidate_mean_tokens,
+            "ratio": guard.ratio,
+            "band": [guard.band_low, guard.band_high],
+            "verdict": guard.verdict,
+        }
+        for gate in gates
+        for suite, scores in suite_scores(gate).items()
+        if (guard := scores.output_length) is not None
+    ]
 
 
-def timing_audits(report: dict[str, Any] | None) -> dict[str, Any]:
+def timing_audits(report: CheckReport | None) -> dict[str, Any]:
     """The caching gate's black-box timing audits as measured (`ran: false` with the reason when they did not)."""
-    gate = next((g for g in (report or {}).get("gates") or [] if g.get("name") == "caching"), None)
-    audits = ((gate or {}).get("measurements") or {}).get("timing_audits")
-    if not isinstance(audits, dict):
+    gate = report.gate("caching") if report is not None else None
+    audits = gate.measurements.timing_audits if gate and isinstance(gate.measurements, CachingMeasurements) else None
+    if audits is None:
         why = "the caching gate did not run" if gate is None else "the caching gate ran no timing audit"
         return {"ran": False, "why": why}
-    repeat, isolation = audits.get("response_cache"), audits.get("isolation")
+    repeat, isolation = audits.response_cache, audits.isolation
     return {
-        "ran": isinstance(repeat, dict) or isinstance(isolation, dict),
-        "caching_verdict": gate.get("verdict") if gate else None,
-        "response_cache": repeat if isinstance(repeat, dict) else None,
-        "tenant_isolation": isolation if isinstance(isolation, dict) else None,
+        "ran": repeat is not None or isolation is not None,
+        "caching_verdict": gate.verdict if gate else None,
+        "response_cache": repeat.model_dump(mode="json") if repeat is not None else None,
+        "tenant_isolation": isolation.model_dump(mode="json") if isolation is not None else None,
     }
 
 

@@ -10,59 +10,71 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from servegate.contracts.report.check_report import CheckReport, GateRecord
+from servegate.contracts.report.measurements import ContractMeasurements, LoadMeasurements
 from servegate.model_cards.markdown_blocks import table
 
-Summary = Callable[[dict[str, Any], dict[str, Any]], str]
 
-
-def _quality(part: dict[str, Any], gate: dict[str, Any]) -> str:
-    return (
-        f"{part['items']} suite items at concurrency {gate['concurrency']} ({gate['requests']} requests) against the "
-        f"same items sent alone, {part['comparison']}: {part['mismatches']} differ, "
-        f"{part['refused_under_load']} refused under load"
+def _quality(gate: GateRecord) -> tuple[str, str] | None:
+    m = gate.measurements
+    if not isinstance(m, LoadMeasurements):
+        return None
+    q = m.quality
+    return m.target, (
+        f"{q.items} suite items at concurrency {m.concurrency} ({m.requests} requests) against the "
+        f"same items sent alone, {q.comparison}: {q.mismatches} differ, {q.refused_under_load} refused under load"
     )
 
 
-def _streaming(part: dict[str, Any], gate: dict[str, Any]) -> str:
-    return (
-        f"{part['streams']} streams against their non-streamed twin and {part['answers']} answers at concurrency "
-        f"{part['concurrency']}: {part['twin_mismatches']} text, {part['first_token_mismatches']} first-token, "
-        f"{part['end_of_sequence_violations']} end-of-sequence, {part['usage_miscounts']} usage and "
-        f"{part['max_tokens_exceeded']} max_tokens violations (tokens counted by {part['token_count']})"
+def _streaming(gate: GateRecord) -> tuple[str, str] | None:
+    m = gate.measurements
+    if not isinstance(m, LoadMeasurements):
+        return None
+    s = m.streaming
+    return m.target, (
+        f"{s.streams} streams against their non-streamed twin and {s.answers} answers at concurrency "
+        f"{s.concurrency}: {s.twin_mismatches} text, {s.first_token_mismatches} first-token, "
+        f"{s.end_of_sequence_violations} end-of-sequence, {s.usage_miscounts} usage and "
+        f"{s.max_tokens_exceeded} max_tokens violations (tokens counted by {s.token_count})"
     )
 
 
-def _structured(part: dict[str, Any], gate: dict[str, Any]) -> str:
+def _structured(gate: GateRecord) -> tuple[str, str] | None:
+    m = gate.measurements
+    part = m.structured_under_load if isinstance(m, ContractMeasurements) else None
+    if part is None:
+        return None
     phases = []
-    for p in part["phases"]:
-        kind = "streamed" if p["stream"] else "non-streamed"
-        valid = "" if p["validity"] is None else f"validity {100 * p['validity']:.0f} %, "
-        phases.append(f"{kind} at {p['concurrency']}: {valid}largest answer {p['bytes_max']} bytes")
-    limit = part.get("max_output_bytes")
-    return "; ".join(phases) + (f" (limit {limit} bytes)" if limit is not None else "")
+    for p in part.phases:
+        kind = "streamed" if p.stream else "non-streamed"
+        valid = "" if p.validity is None else f"validity {100 * p.validity:.0f} %, "
+        phases.append(f"{kind} at {p.concurrency}: {valid}largest answer {p.bytes_max} bytes")
+    limit = part.max_output_bytes
+    return part.target, "; ".join(phases) + (f" (limit {limit} bytes)" if limit is not None else "")
 
 
-CHECKS: tuple[tuple[str, str, str, Summary], ...] = (
-    ("quality under load", "load", "quality", _quality),
-    ("streaming consistency under load", "load", "streaming", _streaming),
-    ("structured output under concurrency", "contract", "structured_under_load", _structured),
+Summary = Callable[[GateRecord], "tuple[str, str] | None"]
+"""What a check under load measured in a gate's result: (where, one line), or None when it did not measure it."""
+
+CHECKS: tuple[tuple[str, str, Summary], ...] = (
+    ("quality under load", "load", _quality),
+    ("streaming consistency under load", "load", _streaming),
+    ("structured output under concurrency", "contract", _structured),
 )
-"""(check, gate, key of its measurements, summary)."""
+"""(check, gate, summary)."""
 
 
-def load_checks(report: dict[str, Any] | None) -> list[dict[str, Any]]:
+def load_checks(report: CheckReport | None) -> list[dict[str, Any]]:
     """One row per check under load: whether it ran, its gate's verdict, where, and what it measured."""
-    gates = {g["name"]: g for g in (report or {}).get("gates") or []}
     rows = []
-    for check, name, key, summary in CHECKS:
-        gate = gates.get(name)
-        measured = (gate or {}).get("measurements") or {}
-        part = measured.get(key) if isinstance(measured.get(key), dict) else None
+    for check, name, summary in CHECKS:
+        gate = report.gate(name) if report is not None else None
+        measured = summary(gate) if gate is not None else None
         if gate is None:
             why = f"not run: the {name} gate is not in the report"
-        elif gate["verdict"] in ("skipped", "unavailable"):
-            why = f"not run: {name} gate {gate['verdict']} ({gate['reason']})"
-        elif part is None:
+        elif gate.verdict in ("skipped", "unavailable"):
+            why = f"not run: {name} gate {gate.verdict} ({gate.reason})"
+        elif measured is None:
             why = (
                 "not run: no postprocess.output_schema or max_output_bytes declared"
                 if name == "contract"
@@ -74,10 +86,10 @@ def load_checks(report: dict[str, Any] | None) -> list[dict[str, Any]]:
             {
                 "check": check,
                 "gate": name,
-                "ran": part is not None and not why,
-                "verdict": gate["verdict"] if gate is not None and not why else None,
-                "target": measured.get("target") or (part or {}).get("target"),
-                "measured": summary(part, measured) if part is not None and not why else why,
+                "ran": not why,
+                "verdict": gate.verdict if gate is not None and not why else None,
+                "target": measured[0] if measured is not None else None,
+                "measured": measured[1] if measured is not None and not why else why,
             }
         )
     return rows

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.check_report import CheckReport
 from servegate.model_cards.evidence import missing
 from servegate.model_cards.items_audits import timing_audits
 from servegate.model_cards.items_load import client_side, load_checks
@@ -32,7 +33,7 @@ def exported_metrics() -> list[dict[str, Any]]:
     ]
 
 
-def observability(served: ServedModel, report: dict[str, Any] | None = None) -> dict[str, Any]:
+def observability(served: ServedModel, report: CheckReport | None = None) -> dict[str, Any]:
     """Item 7: the aggregate metrics exported, the statement that raw input is not logged, which checks
     measured the served model from the client side (no internal counter), and what the caching gate's timing
     audits found a client can observe (`report`: the public-safe check report)."""

@@ -19,6 +19,8 @@ from typing import Any
 
 from servegate import __version__
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.check_report import CheckReport
+from servegate.contracts.report.measurements import CapacityMeasurements
 from servegate.model_cards.evidence import Evidence, NoteError, file_time, iso
 from servegate.model_cards.items_capacity import capacity_target, workload_shape
 from servegate.model_cards.items_contract import input_contract, model_identity, output_contract
@@ -123,7 +125,7 @@ class ServingNote:
 
 
 def _build_items(
-    served: ServedModel, evidence: Evidence, safe_report: dict[str, Any] | None, pf: PublicFilter
+    served: ServedModel, evidence: Evidence, safe_report: CheckReport | None, pf: PublicFilter
 ) -> dict[str, dict[str, Any]]:
     """All seven items; every missing one is named in a single error."""
     builders = {
@@ -180,18 +182,24 @@ def manifest_problems(served: ServedModel, *, capacity_gate_runs: bool) -> list[
     return problems
 
 
-def capacity_gate_bench(report: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The bench figures the `capacity` gate measured inside `gate check` (None when it did not run)."""
-    for gate in (report or {}).get("gates", []):
-        m = gate.get("measurements") or {}
-        if (
-            gate.get("name") == "capacity"
-            and gate.get("verdict") in ("pass", "fail")
-            and isinstance(m.get("e2el_ms"), dict)
-        ):
-            keys = ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests", "peak_memory_bytes")
-            return {k: m[k] for k in keys if m.get(k) is not None}
-    return None
+def capacity_gate_bench(report: CheckReport | None) -> dict[str, Any] | None:
+    """The bench figures the `capacity` gate measured inside `gate check`, in the bench's JSON shape (None when
+    it did not run)."""
+    gate = report.gate("capacity") if report is not None else None
+    if gate is None or gate.verdict not in ("pass", "fail") or not isinstance(gate.measurements, CapacityMeasurements):
+        return None
+    m = gate.measurements
+    bench: dict[str, Any] = {
+        "ttft_ms": m.ttft_ms,
+        "tpot_ms": m.tpot_ms,
+        "e2el_ms": m.e2el_ms,
+        "throughput": m.throughput,
+        "goodput": m.goodput,
+        "requests": m.requests,
+    }
+    if m.peak_memory_bytes is not None:
+        bench["peak_memory_bytes"] = m.peak_memory_bytes
+    return bench
 
 
 def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFilter | None = None) -> ServingNote:
@@ -199,7 +207,7 @@ def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFil
     pf = public_filter or PublicFilter(served)
     safe_report = None
     if evidence.report is not None:
-        fingerprint = evidence.report.get("fingerprint")
+        fingerprint = evidence.report.fingerprint
         if fingerprint != served.fingerprint:
             raise NoteError(
                 f"the check report is for fingerprint {str(fingerprint)[:12]}, the manifest's is "

@@ -68,11 +68,12 @@ def write_note(
 ) -> ServingNote:
     """Write the serving note for `served` from a check report just produced (`gate check ... --note`).
 
-    `report` is the report dict (`GateReport.to_dict()`) or the GateReport itself; its time is its
-    `created_at`, else `report_at`, else now. Raises NoteError (a ServegateError) when an item is missing.
+    `report` is the CheckReport, its JSON-ready dict, or anything with a `to_report()` giving one (the
+    GateReport `gate check` returns); its time is its `created_at`, else `report_at`, else now. Raises NoteError
+    (a ServegateError) when an item is missing.
     """
-    if hasattr(report, "to_dict"):
-        report = report.to_dict()
+    if hasattr(report, "to_report"):
+        report = report.to_report()
     when = parse_time(report_at) if isinstance(report_at, str) else report_at
     evidence = Evidence.from_data(report=report, bench=bench, plan=plan, report_at=when)
     return write_note_files(served, evidence, Path(out_path), Path(model_card) if model_card else None)

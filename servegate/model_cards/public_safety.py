@@ -22,6 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.check_report import (
+    CheckReport,
+    FailureExample,
+    GateRecord,
+    ManifestSide,
+    measurements_record,
+)
 from servegate.model_cards.evidence import NoteError
 
 WITHHELD = "[withheld]"
@@ -125,8 +132,12 @@ class PublicFilter:
         value = _QUOTED.sub(quote, value)
         return value if len(value) <= limit else value[: limit - 1] + "…"
 
-    def measurements(self, value: Any) -> Any:
-        """Numbers and booleans kept; strings filtered; request-text keys, tenant keys and private suites dropped."""
+    def measurements(self, value: Any, *, keep_keys: bool = False) -> Any:
+        """Numbers and booleans kept; strings filtered; request-text keys, tenant keys and private suites dropped.
+
+        `keep_keys`: a record's own keys stay (its schema requires them), their text emptied instead: a string
+        withheld, a list or map emptied.
+        """
         if isinstance(value, bool | int | float) or value is None:
             return value
         if isinstance(value, str):
@@ -136,7 +147,7 @@ class PublicFilter:
             for item in value:
                 if isinstance(item, dict) and "suite" in item and not self.is_public_suite(item["suite"]):
                     continue  # a per-suite row of a private suite
-                out.append(self.measurements(item))
+                out.append(self.measurements(item, keep_keys=keep_keys))
             return out
         if isinstance(value, dict):
             kept: dict[str, Any] = {}
@@ -145,8 +156,10 @@ class PublicFilter:
                 if key in self.alias or any(part in self.alias for part in re.split(r"[/:\s]", key)):
                     continue  # results keyed by a private suite (`held_out`, `held_out/exact_match`)
                 if _SENSITIVE_KEY.search(key) and not (isinstance(item, bool | int | float) or item is None):
+                    if keep_keys:
+                        kept[key] = [] if isinstance(item, list | tuple) else {} if isinstance(item, dict) else WITHHELD
                     continue  # text, or a map keyed by tenants or prompts
-                kept[key if _ID.match(key) else WITHHELD] = self.measurements(item)
+                kept[key if _ID.match(key) else WITHHELD] = self.measurements(item, keep_keys=keep_keys)
             return kept
         return WITHHELD
 
@@ -174,30 +187,30 @@ class PublicFilter:
                 out[f"{key}_chars"] = len(example[key])
         return out
 
-    def report(self, report: dict[str, Any]) -> dict[str, Any]:
-        """The check report reduced to what the note may show."""
-        gates = []
-        for gate in report.get("gates") or []:
-            if not isinstance(gate, dict):
-                continue
-            evidence = gate.get("evidence") or []
-            evidence = evidence if isinstance(evidence, list) else [evidence]
-            gates.append(
-                {
-                    "name": self.string(str(gate.get("name", "?"))),
-                    "verdict": str(gate.get("verdict", "?")) if gate.get("verdict") in _VERDICTS else "?",
-                    "reason": self.text(str(gate.get("reason") or "")),
-                    "measurements": self.measurements(gate.get("measurements") or {}),
-                    "evidence": [self.example(e) for e in evidence],
-                }
-            )
-        verdict = report.get("verdict")
-        return {
-            "verdict": verdict if verdict in ("pass", "fail") else "?",
-            "fingerprint": report.get("fingerprint"),
-            "mode": self.string(str(report.get("mode", "reference"))),
-            "gates": gates,
-        }
+    def report(self, report: CheckReport) -> CheckReport:
+        """The check report reduced to what the note may show: the same schema, its strings filtered, the
+        sides reduced to names and the candidate's fingerprint."""
+        return report.model_copy(
+            update={
+                "baseline": ManifestSide(name=self.string(report.baseline.name)),
+                "candidate": ManifestSide(name=self.string(report.candidate.name), fingerprint=report.fingerprint),
+                "baseline_git": None,
+                "notes": [],
+                "gates": [self._gate(g) for g in report.gates],
+            }
+        )
+
+    def _gate(self, gate: GateRecord) -> GateRecord:
+        """One gate's result with its reason, measurements and failure examples filtered."""
+        kept = self.measurements(gate.measurements.model_dump(mode="json"), keep_keys=True)
+        return GateRecord(
+            name=self.string(gate.name),
+            verdict=gate.verdict,
+            reason=self.text(gate.reason),
+            measurements=measurements_record(gate.name, kept),  # the filter keeps every key a record requires
+            evidence=[FailureExample.model_validate(self.example(e.model_dump(mode="json"))) for e in gate.evidence],
+            duration_s=gate.duration_s,
+        )
 
     # --- layer 3: content ----------------------------------------------------------------------------
 
@@ -228,9 +241,6 @@ class PublicFilter:
                     f"serving note: text of an item of suite {alias} (not public) would appear in the note; "
                     "nothing was written. The evidence carries private text: check the gate that produced it."
                 )
-
-
-_VERDICTS = ("pass", "fail", "warn", "skipped", "unavailable")
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:

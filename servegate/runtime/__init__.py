@@ -29,8 +29,8 @@ def build(served: ServedModel, *, fallback: bool = True, step_trace: StepTrace |
 
     runtime.backend `reference` gives servegate's in-process engine; `endpoint` an OpenAI-compatible server
     wrapped in the same contract (contract_layer.py); `vllm` a vLLM server servegate starts from the
-    manifest, wrapped the same way. With fallback=True and a declared
-    failure_policy.fallback, the fallback manifest's engine is built too and serves the requests the
+    manifest, wrapped the same way, and `llamacpp` a llama-server on the manifest's GGUF. With fallback=True and
+    a declared failure_policy.fallback, the fallback manifest's engine is built too and serves the requests the
     declared triggers route to it (on CPU, with at most the cores the primary leaves:
     failure_policy/shared_cores.py). `step_trace` records every step of a reference engine (the others
     compute their steps elsewhere and ignore it).
@@ -52,6 +52,10 @@ def build(served: ServedModel, *, fallback: bool = True, step_trace: StepTrace |
         from servegate.runtime.remote.vllm_backend import VllmEngine
 
         return VllmEngine(served, fallback=backup_engine)
+    if served.runtime.backend == "llamacpp":
+        from servegate.runtime.remote.llamacpp_backend import LlamaCppEngine
+
+        return LlamaCppEngine(served, fallback=backup_engine)
     from servegate.runtime.engine.reference import ReferenceEngine
 
     return ReferenceEngine(served, fallback=backup_engine, step_trace=step_trace)

@@ -23,11 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.field_checks import (
+    SAMPLING_FIELDS,
+    check_logprobs_offered,
+    check_min_tokens,
+    check_sampling,
+    check_token_ids,
+)
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.failure_policy.outcomes import on_arrival, overloaded, timeout_of
 from servegate.runtime.postprocess import OutputValidator
 from servegate.runtime.response_cache import ResponseCache
-from servegate.runtime.types import GenerationRequest, PromptEncoder, SamplingParams
+from servegate.runtime.types import GenerationRequest, PromptEncoder
 
 
 @dataclass(frozen=True)
@@ -57,35 +64,28 @@ class AdmittedRequest:
         return self.arrival + self.timeout_s
 
 
-def check_params(served: ServedModel, params: SamplingParams) -> None:
-    """Raise invalid_request for sampling parameters out of range or not offered by the manifest."""
-    problems = [
-        ("max_tokens", params.max_tokens < 1, "max_tokens must be >= 1"),
-        ("temperature", params.temperature < 0, "temperature must be >= 0"),
-        ("top_p", not 0 < params.top_p <= 1, "top_p must be in (0, 1]"),
-        ("top_k", params.top_k < 0, "top_k must be >= 0 (0 disables it)"),
-        ("seed", params.seed is not None and not 0 <= params.seed < 2**63, "seed must be in [0, 2**63)"),
-        ("presence_penalty", not -2 <= params.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
-        ("frequency_penalty", not -2 <= params.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
-        ("repetition_penalty", not 0 < params.repetition_penalty <= 2, "repetition_penalty must be in (0, 2]"),
-        ("min_p", not 0 <= params.min_p <= 1, "min_p must be in [0, 1]"),
-        ("min_tokens", not 0 <= params.min_tokens <= params.max_tokens, "min_tokens must be in [0, max_tokens]"),
-        ("stop_token_ids", any(t < 0 for t in params.stop_token_ids), "stop_token_ids must be >= 0"),
-        ("logit_bias", any(t < 0 for t, _ in params.logit_bias), "logit_bias token ids must be >= 0"),
-        (
-            "logprobs",
-            (params.logprobs or params.top_logprobs > 0) and not served.postprocess.logprobs,
-            "this model does not offer logprobs (postprocess.logprobs is false)",
-        ),
-    ]
-    for param, bad, detail in problems:
-        if bad:
-            raise ServingError("invalid_request", param=param, detail=detail)
+def check_built_request(served: ServedModel, request: GenerationRequest, vocab_size: int) -> None:
+    """Raise invalid_request, in the API's words, for what the API would refuse in a request built in code:
+    sampling fields out of range, min_tokens past max_tokens, log-probabilities the manifest does not offer,
+    token ids outside the vocabulary. (A max_tokens past postprocess.max_output_tokens is capped, not refused.)"""
+    params = request.params
+    check_sampling({name: getattr(params, name) for name in SAMPLING_FIELDS})
+    check_min_tokens(params.min_tokens, params.max_tokens)
+    if params.logprobs or params.top_logprobs > 0:
+        check_logprobs_offered(served)
+    named = {
+        "prompt": request.prompt_token_ids or [],
+        "logit_bias": [token for token, _ in params.logit_bias],
+        "stop_token_ids": params.stop_token_ids,
+    }
+    check_token_ids(vocab_size, named)
 
 
 def admit(served: ServedModel, preprocessor: PromptEncoder, request: GenerationRequest) -> AdmittedRequest:
-    """Validate and encode a request as the manifest says (raises ServingError for a bad request)."""
-    check_params(served, request.params)
+    """Validate and encode a request as the manifest says (raises ServingError for a bad request): a request
+    built from an API body was validated by parse_request, one built in code is checked here (check_built_request)."""
+    if not request.from_api:
+        check_built_request(served, request, preprocessor.vocab_size)
     encoded = preprocessor.encode(request)
     prompt = list(encoded.token_ids)
     room = served.runtime.max_model_len - len(prompt)

@@ -2,7 +2,7 @@
 
     prompt            -> tokens (the tokenizer adds BOS only if it does so by itself)
     messages          -> chat template (`tokenizer`, `none`, or a Jinja file) -> tokens
-    prompt_token_ids  -> checked against the vocabulary
+    prompt_token_ids  -> as they are (checked against the vocabulary before: contract_layer.admit)
 
 Then `max_input_tokens`: `reject` answers input_too_long; `left`, `right` and `middle` drop tokens and
 say how many (EncodedPrompt.truncated_tokens, reported in the response's usage), never silently.
@@ -67,6 +67,7 @@ class Preprocessor:
             except OSError as exc:
                 raise ServegateError(f"preprocess.chat_template: cannot read {path}: {exc.strerror}") from None
         self.vocab_size = len(tokenizer)
+        """Token ids are 0 to vocab_size - 1."""
         self.check_renders_tools()
 
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
@@ -77,9 +78,8 @@ class Preprocessor:
                 "invalid_request", param="prompt", detail="give exactly one of prompt, messages or prompt_token_ids"
             )
         param = "messages" if request.messages is not None else "prompt"
-        self._check_param_ids(request)
         if request.prompt_token_ids is not None:
-            ids = self._checked_ids(request.prompt_token_ids)
+            ids = list(request.prompt_token_ids)
         elif request.messages is not None:
             ids = self._encode_text(self.render_chat(request.messages, request.tools, request.prompt_options))
         else:
@@ -160,30 +160,6 @@ class Preprocessor:
         bos = getattr(self.tokenizer, "bos_token", None)
         add_special = not (bos and text.startswith(bos))
         return list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
-
-    def _checked_ids(self, ids: list[int]) -> list[int]:
-        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids):
-            raise ServingError(
-                "invalid_request",
-                param="prompt",
-                detail=f"prompt_token_ids must be integers in 0..{self.vocab_size - 1}",
-            )
-        return list(ids)
-
-    def _check_param_ids(self, request: GenerationRequest) -> None:
-        """The token ids a request's sampling fields name are in the vocabulary (logit_bias, stop_token_ids)."""
-        named = {
-            "logit_bias": [token for token, _ in request.params.logit_bias],
-            "stop_token_ids": list(request.params.stop_token_ids),
-        }
-        for param, ids in named.items():
-            outside = [t for t in ids if not 0 <= t < self.vocab_size]
-            if outside:
-                raise ServingError(
-                    "invalid_request",
-                    param=param,
-                    detail=f"{param}: token id {outside[0]} is outside the vocabulary (0..{self.vocab_size - 1})",
-                )
 
     def _bos_head(self, ids: list[int]) -> int:
         """1 when the prompt starts with the tokenizer's BOS (truncation keeps it), else 0."""

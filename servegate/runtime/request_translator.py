@@ -149,6 +149,7 @@ def engine_requests(
             prompt_options=options,
             tenant=tenant,
             arrival_time=arrival_time,
+            from_api=True,
             **_prompt_fields(request, prompts[index // request.n]),
         )
         for index in range(len(prompts) * request.n)

@@ -127,6 +127,10 @@ class GenerationRequest:
     """time.monotonic() at arrival (None: when submitted); the deadline counts from it."""
     timeout_s: float | None = None
     """Overrides failure_policy.request_timeout_s for this request."""
+    from_api: bool = False
+    """Built by `runtime/request_translator` from a body `contracts/requests.parse_request` validated: admission
+    checks none of its fields again. False (a request built in code): admission checks its sampling fields and
+    token ids with the API's own rules and words (`contracts/field_checks`)."""
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,9 @@ class EncodedPromptLike(Protocol):
 
 class PromptEncoder(Protocol):
     """Turns a request into prompt tokens as the manifest says (preprocess.Preprocessor)."""
+
+    vocab_size: int
+    """The tokenizer's vocabulary size: token ids are 0 to vocab_size - 1."""
 
     def encode(self, request: GenerationRequest) -> EncodedPromptLike:
         """The request's prompt tokens (raises ServingError for a request the manifest refuses)."""

@@ -2,7 +2,7 @@
 
 It refuses non-JSON content types (415) and bodies over preprocess.max_payload_bytes (413: from
 Content-Length without reading, or as soon as the streamed body passes the limit), answers 503 while
-the server drains, counts requests in flight for the graceful shutdown, and counts and logs every
+the server loads or drains, counts requests in flight for the graceful shutdown, and counts and logs every
 response by endpoint label and status (uvicorn's own access log is off: it prints raw paths and queries).
 """
 
@@ -110,11 +110,12 @@ class BodyGuard:
             metrics.in_flight.dec()
 
     async def _admit(self, scope: Scope, receive: Receive) -> tuple[ServingError | None, bytes]:
-        """Check draining, content type and size; read the body only when it can still be accepted."""
+        """Check readiness (loading, draining), content type and size; read the body only when it can still be
+        accepted. The routes behind the guard check none of these again."""
         served = self.state.served
-        if self.state.draining:
-            retry = served.failure_policy.retry_after_s
-            return ServingError("model_unavailable", retry_after_s=retry, detail="shutting down"), b""
+        unavailable = self.state.unavailable()
+        if unavailable is not None:
+            return unavailable, b""
         refusal = _content_type_error(_header(scope, b"content-type"))
         if refusal is not None:
             return refusal, b""

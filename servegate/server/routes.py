@@ -22,6 +22,7 @@ from servegate.contracts.requests import (
     parse_request,
 )
 from servegate.contracts.responses import AsyncStatus, ModelCard, ModelList
+from servegate.runtime.engine.interface import vocab_size
 from servegate.runtime.request_translator import engine_requests
 from servegate.server.bodies import BodyBuilder, embeddings_body
 from servegate.server.echo import check_echo, echo_completion
@@ -57,31 +58,16 @@ def tenant_of(state: ServerState, request: Request, user: str | None) -> str | N
 
 
 async def _parse(request: Request, endpoint: Endpoint) -> tuple[ServerState, Any, str | None]:
-    state = _state(request)
-    state.refuse_unless_ready()
+    state = _state(request)  # the body guard answered 503 while the server is not ready or drains
     task = state.served.preprocess.task
     if _TASK_OF[endpoint] != task:  # the endpoint itself is wrong, whatever the body says
         use = "/v1/embeddings" if task == "embed" else "/v1/completions or /v1/chat/completions"
         raise ServingError(
             "invalid_request", param="model", detail=f"model '{state.served.name}' serves task {task}: use {use}"
         )
-    parsed = parse_request(state.served, endpoint, decode_body(await request.body()))
-    if isinstance(parsed, CompletionRequest):
-        _check_token_ids(state, parsed)
+    # token ids are checked against the loaded vocabulary here, before anything is queued (an async request too)
+    parsed = parse_request(state.served, endpoint, decode_body(await request.body()), vocab_size(state.engine))
     return state, parsed, tenant_of(state, request, parsed.user)
-
-
-def _check_token_ids(state: ServerState, parsed: CompletionRequest) -> None:
-    """Token-id prompts within the loaded vocabulary, before anything is queued (an async request included)."""
-    tokenizer = state.engine.tokenizer
-    if tokenizer is None:
-        return
-    vocab = len(tokenizer)
-    for i, prompt in enumerate(parsed.prompts()):
-        bad = next((t for t in prompt if t >= vocab), None) if isinstance(prompt, list) else None
-        if bad is not None:
-            detail = f"prompt: token id {bad} (prompt {i}) is outside the vocabulary: ids are 0 to {vocab - 1}"
-            raise ServingError("invalid_request", param="prompt", detail=detail)
 
 
 def _wants_async(request: Request) -> bool:
@@ -245,11 +231,11 @@ async def ready(request: Request) -> Response:
     """Readiness: model loaded, warm-up passed, not draining (503 with the reason otherwise, and `starting`:
     false when loading or warm-up failed, so a caller waiting for readiness can stop waiting)."""
     state = _state(request)
-    if state.ready and not state.draining:
+    refusal = state.unavailable()
+    if refusal is None:
         return JSONResponse({"status": "ready", "model": state.served.name, "fingerprint": state.served.fingerprint})
-    reason = "shutting down" if state.draining else state.not_ready_reason
     retry = str(state.served.failure_policy.retry_after_s)
-    body = {"status": "not_ready", "reason": reason, "starting": state.starting}
+    body = {"status": "not_ready", "reason": refusal.details["detail"], "starting": state.starting}
     return JSONResponse(body, status_code=503, headers={"Retry-After": retry})
 
 

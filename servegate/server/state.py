@@ -48,18 +48,14 @@ class ServerState:
         """A unique, unguessable request id (also the async polling key)."""
         return f"{prefix}-{secrets.token_hex(12)}"
 
-    def refuse_unless_ready(self) -> None:
-        """Raise model_unavailable (503) while loading, after a failed warm-up, or while draining."""
-        if self.draining:
-            raise ServingError(
-                "model_unavailable", retry_after_s=self.served.failure_policy.retry_after_s, detail="shutting down"
-            )
-        if not self.ready:
-            raise ServingError(
-                "model_unavailable",
-                retry_after_s=self.served.failure_policy.retry_after_s,
-                detail=self.not_ready_reason,
-            )
+    def unavailable(self) -> ServingError | None:
+        """The model_unavailable (503) every request gets while loading, after a failed warm-up or while draining;
+        None when the server takes requests. The body guard asks it once per API request, /ready and
+        /tokenizer_info for theirs."""
+        if not self.draining and self.ready:
+            return None
+        reason = "shutting down" if self.draining else self.not_ready_reason
+        return ServingError("model_unavailable", retry_after_s=self.served.failure_policy.retry_after_s, detail=reason)
 
     def stats(self) -> EngineStats | None:
         """The engine's counters, or None when the engine cannot report them (never fails a scrape)."""

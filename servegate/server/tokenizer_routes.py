@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.field_checks import check_token_ids
 from servegate.contracts.field_policy import extra_fields, judge_extras
 from servegate.contracts.requests import decode_body, validation_error
 from servegate.contracts.tokenizer_api import (
@@ -31,8 +32,7 @@ router = APIRouter()
 
 def _preprocessor(request: Request) -> tuple[ServerState, Any, Any]:
     """The server state, the engine's preprocessor (chat template) and its tokenizer; not_found without one."""
-    state: ServerState = request.app.state.serving
-    state.refuse_unless_ready()
+    state: ServerState = request.app.state.serving  # readiness: the body guard's (POST), the route's (GET)
     engine = state.engine
     if engine.tokenizer is None or engine.preprocessor is None:
         why = engine.why_no_tokenizer or "it has no prompt encoder"
@@ -52,14 +52,6 @@ def _parse(state: ServerState, model_cls: type[BaseModel], data: dict[str, Any])
         detail = f"model '{model}' is not served here; available: {state.served.name}"
         raise ServingError("not_found", param="model", detail=detail)
     return parsed
-
-
-def _check_ids(ids: list[int], vocab_size: int) -> None:
-    for i, token in enumerate(ids):
-        if token >= vocab_size:
-            raise ServingError(
-                "invalid_request", param=f"tokens[{i}]", detail=f"tokens[{i}]: ids are 0 to {vocab_size - 1}"
-            )
 
 
 @router.post("/tokenize")
@@ -89,13 +81,16 @@ async def detokenize(request: Request) -> Response:
     """The text of token ids (as vLLM)."""
     state, _, tokenizer = _preprocessor(request)
     parsed: DetokenizeRequest = _parse(state, DetokenizeRequest, decode_body(await request.body()))
-    _check_ids(parsed.tokens, len(tokenizer))
+    check_token_ids(len(tokenizer), {f"tokens[{i}]": [token] for i, token in enumerate(parsed.tokens)})
     return JSONResponse(DetokenizeResponse(prompt=tokenizer.decode(parsed.tokens)).model_dump())
 
 
 @router.get("/tokenizer_info")
 async def get_tokenizer_info(request: Request) -> Response:
     """The tokenizer's configuration: special tokens, chat template, lengths (as vLLM)."""
+    unavailable = request.app.state.serving.unavailable()  # a GET: the body guard does not see it
+    if unavailable is not None:
+        raise unavailable
     state, preprocessor, tokenizer = _preprocessor(request)
     template = None
     if state.served.preprocess.chat_template != "none":

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capacity_helpers import write_model_dir
 from support.step_cost_server import StepCosts, StepCostServer
 
 from servegate.capacity.latency.blackbox import (
+    BRACKET_RATIO,
     ItlPoint,
     TtftPoint,
     blackbox_grid,
     engine_setup,
     fit_blackbox,
+    kept_up_with,
+    knee_sweep,
     profile_endpoint,
 )
+from servegate.capacity.latency.blackbox_fit import KneeRate, KneeSweep
 from servegate.capacity.latency.model import LatencyModel
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -82,18 +87,94 @@ def test_black_box_profile_recovers_a_fake_endpoints_step_costs(tmp_path: Path) 
     assert again.fit.black_box == model.fit.black_box and again.steps == model.steps
 
 
-@pytest.mark.slow
-def test_the_knee_sweep_brackets_the_predicted_capacity(tmp_path: Path) -> None:
-    workload = {"input_tokens": {"mean": 32, "max": 32}, "output_tokens": {"mean": 12, "max": 12},
-                "rate_rps": 10, "num_requests": 40}  # fmt: skip
+WORKLOAD = {"input_tokens": {"mean": 32, "max": 32}, "output_tokens": {"mean": 12, "max": 12},
+            "rate_rps": 10, "num_requests": 40}  # fmt: skip
+
+
+def _sweep(tmp_path: Path, speed_up: float) -> KneeSweep:
+    """The knee search against the fake engine, from a model whose steps are `speed_up` times too fast."""
+    from servegate.capacity.bench.own_server import against_server
+    from servegate.capacity.bench.targets import PromptFactory
+    from servegate.capacity.latency.terms import StepCost
+
+    truth = StepCost(c_step=COSTS.step_s, c_prefill_token=COSTS.prefill_token_s, c_decode_seq=COSTS.decode_seq_s)
+    wrong = LatencyModel(StepCost(**{k: v / speed_up for k, v in truth.as_dict().items()}))
     with StepCostServer(COSTS) as server:
-        served = endpoint_manifest(write_model_dir(tmp_path), server.url, workload=workload)
-        model = profile_endpoint(served, repeats=2, sweep_seconds=1.0)
-    assert model.fit.black_box is not None
-    knee = model.fit.black_box.knee
-    assert knee is not None
-    expected = [f * knee.predicted_capacity_rps for f in (0.5, 0.8, 1.0, 1.2)]
-    assert [r.rate_rps for r in knee.rates] == pytest.approx(expected)
-    assert knee.rates[0].kept_up  # half the predicted capacity is carried
-    assert knee.measured_knee_rps is not None and knee.measured_knee_rps >= expected[0]
-    assert engine_setup(served).mode == "continuous"
+        served = endpoint_manifest(write_model_dir(tmp_path), server.url, workload=WORKLOAD)
+        workload = served.capacity.workload
+        assert workload is not None
+
+        def action(target: Any) -> Any:
+            return knee_sweep(target, PromptFactory(None), engine_setup(served), wrong, workload, seconds=1.0)
+
+        sweep: KneeSweep = against_server(server.url, served, action)
+    return sweep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("speed_up", [4.0, 0.3])
+def test_the_knee_search_brackets_the_engines_knee_from_a_wrong_prediction(tmp_path: Path, speed_up: float) -> None:
+    """A model 4x too fast sends the search down, one 3x too slow sends it up: either way it ends with a rate kept
+    up with and one missed within BRACKET_RATIO, the lowest missed run twice (the capacity measured twice)."""
+    sweep = _sweep(tmp_path, speed_up)
+    assert sweep.bracketed and sweep.measured_knee_rps is not None and sweep.missed_rps is not None
+    assert sweep.missed_rps / sweep.measured_knee_rps <= BRACKET_RATIO * 1.001
+    assert [r.rate_rps for r in sweep.rates].count(sweep.missed_rps) == 2
+    assert len(sweep.saturated_rps()) >= 2 and sweep.capacity_spread() > 0
+    first = sweep.rates[0].rate_rps
+    assert (first > sweep.missed_rps) if speed_up > 1 else (first < sweep.measured_knee_rps)
+    # the predicted capacity is off by the factor: the first rate run, past the knee or below it, and said so
+    assert not sweep.extrapolated(sweep.predicted_capacity_rps)
+    edge = sweep.missed_rps if speed_up > 1 else sweep.measured_knee_rps
+    where = f"past the measured knee (fell behind at {edge:.3g})" if speed_up > 1 else (
+        f"below the measured knee (kept up with at {edge:.3g})")  # fmt: skip
+    assert sweep.lines()[0].endswith(f"predicted capacity {sweep.predicted_capacity_rps:.3g} requests/s, {where}")
+
+
+@pytest.mark.slow
+def test_a_model_too_fast_is_fitted_to_the_measured_pace_past_the_knee(tmp_path: Path) -> None:
+    """The step fit 4x too fast: a per-request cost is fitted until the simulated capacity is the measured one."""
+    from servegate.capacity.latency.blackbox import fit_to_knee
+    from servegate.capacity.latency.prediction import saturation_throughput
+    from servegate.capacity.latency.terms import StepCost
+
+    sweep = _sweep(tmp_path, 4.0)
+    truth = StepCost(c_step=COSTS.step_s, c_prefill_token=COSTS.prefill_token_s, c_decode_seq=COSTS.decode_seq_s)
+    wrong = LatencyModel(StepCost(**{k: v / 4.0 for k, v in truth.as_dict().items()}))
+    (tmp_path / "again").mkdir()
+    served = endpoint_manifest(write_model_dir(tmp_path / "again"), "http://h/v1", workload=WORKLOAD)
+    assert served.capacity.workload is not None
+    setup = engine_setup(served)
+    fitted, knee = fit_to_knee(wrong, sweep, setup, served.capacity.workload)
+    assert knee.measured_capacity_rps is not None and knee.arrival_s > 0
+    assert saturation_throughput(setup, fitted, served.capacity.workload) == pytest.approx(
+        knee.measured_capacity_rps, rel=0.1)  # fmt: skip
+    assert fitted.steps == wrong.steps  # lone requests and bursts keep what the step fit read
+    assert "each request sent during a step adds" in knee.lines()[1]
+
+
+def test_a_sweep_without_a_bracket_says_the_knee_is_an_extrapolation() -> None:
+    def rate(r: float, kept: bool) -> KneeRate:
+        return KneeRate(r, 20, r, 10.0, 10.0, 5.0, 5.0, kept, r if kept else 0.8 * r, r)
+
+    none = KneeSweep(198.0, None, tuple(rate(r, False) for r in (198.0, 99.0, 49.5)), 49.5)
+    assert not none.bracketed and none.extrapolated(198.0) and none.measured_range == (49.5, 198.0)
+    assert none.lines() == [
+        "knee: not measured - the sweep kept up with none of its rates from 49.5 to 198 requests/s; the predicted "
+        "capacity 198 requests/s is an extrapolation"
+    ]
+    inside = KneeSweep(10.0, 9.0, (rate(9.0, True), rate(11.0, False), rate(11.0, False)), 11.0)
+    assert inside.bracketed and not inside.extrapolated(10.0) and inside.extrapolated(12.0)
+    assert inside.lines()[0].endswith("predicted capacity 10 requests/s, within the measured bracket")
+    assert inside.position(9.5) == "within the measured bracket" and inside.capacity_spread() == 0.0
+    assert inside.position(12.0) == "an extrapolation beyond what was measured"
+
+
+def test_a_run_short_against_its_latency_still_counts_as_kept_up() -> None:
+    """20 requests sent over 1 s, each answered 2 s later: completions over the whole run are 20 / 3 s, but the
+    answers come as fast as the sends (the pace compared), so the engine kept up."""
+    from servegate.capacity.bench.run_metrics import RequestRecord
+
+    kept = [RequestRecord(i / 19, i / 19, [i / 19 + 1.0], i / 19 + 2.0) for i in range(20)]
+    behind = [RequestRecord(i / 19, i / 19, [i / 19 + 1.0], 2.0 + i / 5) for i in range(20)]
+    assert kept_up_with(kept) and not kept_up_with(behind)

@@ -27,7 +27,7 @@ def gate(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "200", "SERVEGATE_HOME": str(home)},
+        env={**os.environ, "COLUMNS": "80", "SERVEGATE_HOME": str(home)},  # a CI log's width: nothing may wrap
         timeout=300,
     )
 
@@ -68,6 +68,10 @@ def test_bench_a_url_writes_json_and_plots(tmp_path: Path) -> None:
     assert data["requests"]["completed"] == 12 and data["ttft_ms"]["p50"] >= 20
     assert "TPOT" in data["definitions"] and "scheduled send time" in data["definitions"]["TTFT"]
     assert "TTFT: time to first token" in done.stdout
+    # off a terminal (#40): one line per metric with its columns, no drawn table, no line wrapped
+    [ttft] = [x for x in done.stdout.splitlines() if x.startswith("TTFT | ")]
+    assert "| p50: " in ttft and "| p99: " in ttft and "| count: 12" in ttft
+    assert not any(c in done.stdout for c in "┃│┏")
     assert (tmp_path / "plots/latency_cdf.png").is_file() and (tmp_path / "plots/rate_curves.png").is_file()
     none = gate("bench", cwd=tmp_path, home=tmp_path)
     assert none.returncode == 2 and "--url" in none.stderr
@@ -153,6 +157,21 @@ def test_plan_verify_benches_the_plan_after_a_speed_check(tmp_path: Path) -> Non
     assert machine["profile_probe_us"] == 250.0 and machine["bench_probe_us"] > 0
     assert machine["bench_over_profile"] == pytest.approx(machine["bench_probe_us"] / 250.0)
     assert "machine: a Python loop took" in said and "us while profiling" in said
+    # #40: benched at the operating point, the claimed per-replica rate and past it, each after a speed check;
+    # off a terminal the table is one line per row
+    verify = json.loads((tmp_path / "plan.json").read_text())["verify"]
+    claimed = json.loads((tmp_path / "plan.json").read_text())["per_replica"]["rate_rps"]
+    assert [p["point"] for p in verify["points"]] == ["operating point", "claimed capacity", "past the claim"]
+    assert [p["rate_rps"] for p in verify["points"]] == pytest.approx([20, claimed, 1.2 * claimed])
+    assert len(verify["speed_checks"]) == 3 and all(c["measured_e2el_p50_ms"] > 0 for c in verify["speed_checks"])
+    for point in verify["points"]:
+        for row in point["comparison"]:
+            assert row["low"] <= row["predicted"] <= row["high"] and row["inside"] == (
+                row["low"] <= row["measured"] <= row["high"])  # fmt: skip
+    lines = done.stdout.splitlines()
+    [claim_row] = [x for x in lines if x.startswith("claimed capacity") and "| metric: e2el p99 |" in x]
+    assert "| interval: " in claim_row and "| measured: " in claim_row and "| verdict: " in claim_row
+    assert not any(c in done.stdout for c in "┃│┏")
 
 
 def test_plan_profile_profiles_first_and_plans_with_what_it_measured(

@@ -50,7 +50,8 @@ def test_an_endpoint_plan_searches_the_engines_two_limits_and_ranks_by_rate(mode
     tried = [c["batching"] for c in data["candidates"]]
     assert {b["mode"] for b in tried} == {"continuous"}
     assert {b["max_batch_size"] for b in tried} == {1, 2, 4, 8, 16}  # up to 4x the declared 4
-    assert {b["max_num_batched_tokens"] for b in tried} == {64, 128, 256, 512}
+    # 64 (max_input_tokens) is below max_model_len 128: vLLM refuses to start so without chunked prefill
+    assert {b["max_num_batched_tokens"] for b in tried} == {128, 256, 512}
     assert data["candidates"][0]["verdict"] == "recommended"
     first = data["candidates"][0]["batching"]
     assert all(data["recommended"]["batching"][k] == v for k, v in first.items())
@@ -86,7 +87,7 @@ def test_the_rate_limits_interval_brackets_the_central_rate_under_jitter(model_d
     limit = max_rate(sim_setup(served), NOISY, served.capacity.workload, served.capacity.targets, num_requests=80)
     assert limit.low_rps <= limit.rate_rps <= limit.high_rps
     assert limit.low_rps < limit.high_rps
-    assert limit.level == pytest.approx(0.6)
+    assert limit.level == pytest.approx(0.9)
 
 
 def test_without_latency_targets_throughput_binds_at_capacity(model_dir: Path) -> None:
@@ -94,6 +95,50 @@ def test_without_latency_targets_throughput_binds_at_capacity(model_dir: Path) -
     assert served.capacity.workload is not None
     limit = max_rate(sim_setup(served), STEP_MODEL, served.capacity.workload, None, num_requests=60)
     assert limit.binding == "throughput" and limit.rate_rps == limit.capacity_rps
+    assert limit.low_rps <= limit.rate_rps < limit.high_rps  # never of zero width, even from a jitter-free model
+
+
+def test_with_chunked_prefill_an_engine_may_take_a_token_budget_below_max_model_len(model_dir: Path) -> None:
+    from servegate.capacity.planning.sizing import engine_policies
+
+    served = endpoint(model_dir, {})
+    chunked = served.with_changes(batching={**served.batching.model_dump(mode="json"), "chunked_prefill": True})
+    assert min(p["max_num_batched_tokens"] for p in engine_policies(chunked)) == 64
+    assert min(p["max_num_batched_tokens"] for p in engine_policies(served)) == 128
+
+
+@pytest.mark.parametrize("targets", [{}, {"e2e_ms": {"p99": 100_000}}])
+def test_a_capacity_bound_interval_is_never_of_zero_width_and_widens_with_the_measured_spread(
+    model_dir: Path, targets: dict[str, Any]
+) -> None:
+    """#40: a plan claimed "287 requests/s (60% interval 287-287)" where the targets held at every rate. The
+    limit is then the capacity, never above it, and its interval carries the profile's measured spread."""
+    from servegate.capacity.latency.blackbox_fit import BlackBoxFit, KneeRate, KneeSweep
+    from servegate.capacity.latency.provenance import FitQuality
+    from servegate.capacity.planning.rate_limit import measured_spread
+
+    served = endpoint(model_dir, targets)
+    workload = served.capacity.workload
+    assert workload is not None
+    bare = max_rate(sim_setup(served), STEP_MODEL, workload, served.capacity.targets, num_requests=60)
+    assert bare.rate_rps == pytest.approx(bare.capacity_rps) and bare.binding == "throughput"
+    assert bare.high_rps > bare.low_rps and bare.measured_spread == 0.0
+
+    def past_knee(pace: float) -> KneeRate:
+        return KneeRate(40.0, 60, pace, 900.0, 800.0, 300.0, 250.0, False, pace, 40.0)
+
+    knee = KneeSweep(30.0, 20.0, (past_knee(24.0), past_knee(28.0), past_knee(26.0)), 40.0)
+    box = BlackBoxFit("http://h/v1", (), (), 0.02, 0.05, knee)
+    measured = replace(STEP_MODEL, fit=FitQuality(black_box=box))
+    spread, source = measured_spread(measured)
+    assert spread == pytest.approx(2.0 / 26.0)  # the paces' own spread: the capacity was measured
+    assert source == "3 runs past the knee"
+    no_knee = replace(STEP_MODEL, fit=FitQuality(black_box=replace(box, knee=None)))
+    assert measured_spread(no_knee) == (0.05, "the decode-step fit over 0 bursts")
+    wide = max_rate(sim_setup(served), measured, workload, served.capacity.targets, num_requests=60)
+    assert wide.rate_rps == pytest.approx(bare.rate_rps) and wide.measured_spread == pytest.approx(spread)
+    # 90% of a normal error of `spread`: at least 1.64 x spread either side
+    assert wide.low_rps <= wide.rate_rps * (1 - 1.64 * spread) and wide.high_rps >= wide.rate_rps * (1 + 1.64 * spread)
 
 
 def test_replicas_for_a_trace_with_a_peak(tmp_path: Path, model_dir: Path) -> None:

@@ -66,6 +66,8 @@ class Encoded:
 class CharPreprocessor:
     """One token per prompt character."""
 
+    vocab_size = 64
+
     def encode(self, request: GenerationRequest) -> Encoded:
         return Encoded([6] * len(request.prompt or ""), 0)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.manifests import merged_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".venvs"
@@ -44,9 +45,7 @@ def manifest(weights: str, **sections: Any) -> dict[str, Any]:
         "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 256},
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value}
-    return data
+    return merged_manifest(data, **sections)
 
 
 class GateServe:

@@ -111,4 +111,4 @@ def test_the_exported_vllm_config_serves_what_was_gated(vllm_python: Path, tmp_p
     print("\n" + "\n".join(f"{name}: {verdict}: {reason}" for name, (verdict, reason) in ran.items()))
     assert "quality" in ran and "truncation" in ran and "contract" in ran
     assert report.verdict == "pass", ran
-    assert report.candidate["remote"]["engine"] == "vllm"
+    assert report.candidate.remote.engine == "vllm"

@@ -53,7 +53,7 @@ quality:
     verdicts = {g.name: (g.verdict, g.reason) for g in report.gates if g.verdict != "skipped"}
     assert verdicts["quality"][0] == "pass", verdicts
     assert verdicts["contract"][0] == "pass", verdicts
-    assert report.candidate["remote"]["engine"] == "vllm"
+    assert report.candidate.remote.engine == "vllm"
     logs = list((tmp_path / "vllm").glob("vllm-*.log"))
     assert len(logs) == 1, logs  # one server, shared by every contract variant
     time.sleep(1.0)

@@ -145,7 +145,7 @@ def test_gates_on_a_vllm_endpoint_measure_vllm(vllm_server: VllmServer, tmp_path
     [quality] = [g for g in report.gates if g.name == "quality"]
     assert quality.verdict == "pass", quality.reason  # vLLM's greedy text is the reference's
     assert quality.measurements.ran_on.startswith("vllm 0.32.0")
-    assert report.candidate["remote"]["version"] == "0.32.0"
+    assert report.candidate.remote.version == "0.32.0"
 
     # a planted fault: a context limit that cuts recall's key (the code sits at the start of the prompt)
     cut = endpoint(tmp_path, vllm_server, "preprocess: {max_input_tokens: 24, truncation: left}\n" + suites(80),

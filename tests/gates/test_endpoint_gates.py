@@ -60,7 +60,7 @@ def test_the_quality_gate_runs_on_the_remote_and_passes_when_it_answers_like_the
     assert quality.verdict == "pass", quality.reason
     assert "vllm 0.32.0 serving remote" in quality.measurements.ran_on
     assert len(same_model.bodies) >= 160  # every suite item went to the remote
-    assert report.candidate["remote"]["engine"] == "vllm"
+    assert report.candidate.remote.engine == "vllm"
 
 
 def test_a_remote_that_answers_differently_fails_quantization_and_truncation_gates() -> None:
@@ -126,7 +126,7 @@ def test_the_fingerprint_follows_the_engine_not_the_port() -> None:
             data = {**small, "runtime": {**small["runtime"], "backend": "endpoint", "endpoint_url": remote.url,
                                          "endpoint_model": "remote"}}  # fmt: skip
             base = ServedModel.model_validate(small)
-            return str(check(base, ServedModel.model_validate(data), "quality").candidate["fingerprint"])
+            return str(check(base, ServedModel.model_validate(data), "quality").candidate.fingerprint)
 
     one, other_port = recorded(RemoteBehaviour()), recorded(RemoteBehaviour())
     newer = recorded(RemoteBehaviour(version="0.33.0"))

@@ -20,7 +20,7 @@ from test_lm_eval_suites import write_manifests  # noqa: E402
 
 from servegate.capacity.bench.local_server import free_port  # noqa: E402
 from servegate.contracts.loading import load_manifest  # noqa: E402
-from servegate.gates.base import GateContext  # noqa: E402
+from servegate.gates.base import CheckResources, GateContext  # noqa: E402
 from servegate.gates.lm_eval.tasks import task_manager  # noqa: E402
 from servegate.gates.suites.output_cache import OutputCache  # noqa: E402
 from servegate.zoo.catalog import zoo_model_path  # noqa: E402
@@ -75,7 +75,7 @@ def served_over_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
 def in_process_scores(manifest: Path) -> dict[str, dict[str, list[float]]]:
     """Per-sample scores of every suite of `manifest` through servegate's lm-eval model on its own engine."""
     served = load_manifest(manifest)
-    ctx = GateContext(served, served, cache=OutputCache(enabled=False))
+    ctx = GateContext(served, served, resources=CheckResources(cache=OutputCache(enabled=False)))
     try:
         return {d.suite.lm_eval.task: ctx.run_suite(served, d, role="candidate").scores for d in ctx.suites()}
     finally:

@@ -16,7 +16,7 @@ pytest.importorskip("lm_eval")
 from test_lm_eval_suites import write_manifests  # noqa: E402
 
 from servegate.contracts.loading import load_manifest  # noqa: E402
-from servegate.gates.base import GateContext  # noqa: E402
+from servegate.gates.base import CheckResources, GateContext  # noqa: E402
 from servegate.gates.quality.comparison import compare_on_suites  # noqa: E402
 from servegate.gates.suites.output_cache import OutputCache  # noqa: E402
 
@@ -33,7 +33,7 @@ def manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def base_runs(manifests: dict[str, Path]) -> Any:
     """The base manifest's suites, and their runs on its reference engine (the engine stays up)."""
     served = load_manifest(manifests["base"])
-    ctx = GateContext(served, served, cache=OutputCache(enabled=False))
+    ctx = GateContext(served, served, resources=CheckResources(cache=OutputCache(enabled=False)))
     runs = {data.name: ctx.run_suite(served, data, role="candidate") for data in ctx.suites()}
     yield served, ctx, runs
     ctx.engines.close()
@@ -82,8 +82,9 @@ def test_the_paired_verdict_on_a_quantized_candidate(
 ) -> None:
     served, base_ctx, _ = base_runs
     cand = load_manifest(manifests[candidate])
-    ctx = GateContext(served, cand, cache=OutputCache(enabled=False))
-    ctx._runs.update(base_ctx._runs)  # the baseline's runs are the module's: the same manifest, the same items
+    ctx = GateContext(served, cand, resources=CheckResources(cache=OutputCache(enabled=False)))
+    # the baseline's runs are the module's: the same manifest, the same items
+    ctx.resources.runs.update(base_ctx.resources.runs)
     try:
         out = compare_on_suites(ctx, served, cand)
     finally:

@@ -1,62 +1,106 @@
-"""Each gate's measurements: a frozen dataclass, every field saying its unit, serialised to the report's keys."""
+"""Each built-in gate's measurements are its report record (servegate.contracts.report): one type builds them,
+writes them and reads them back, every field saying its unit."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import textwrap
+import importlib
+import pkgutil
+import sys
 
+from pydantic import BaseModel
+
+import servegate.contracts.report as report_package
+import servegate.gates as gates_package
+from servegate.contracts.report import quality as records
+from servegate.contracts.report.base import ReportRecord
+from servegate.contracts.report.check_report import MEASUREMENTS
+from servegate.contracts.report.measurements import CachingMeasurements
+from servegate.contracts.report.probes import TimingAudits
 from servegate.gates import check  # noqa: F401 - registers every built-in gate
-from servegate.gates.checks.batching import BatchingMeasurements
-from servegate.gates.checks.caching import CachingMeasurements
-from servegate.gates.quality.comparison import SuiteScores
 from servegate.gates.quality.statistics import paired_noninferiority
-from servegate.gates.result import GateResult, Measurements, to_json
+from servegate.gates.registry import GATES
+from servegate.gates.result import GateResult, Measurements, labelled
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    out = []
-    for sub in cls.__subclasses__():
-        out += [sub, *_all_subclasses(sub)]
+def _modules(package: object) -> list[object]:
+    path, prefix = package.__path__, package.__name__ + "."  # type: ignore[attr-defined]
+    return [importlib.import_module(m.name) for m in pkgutil.walk_packages(path, prefix)]
+
+
+def _records() -> dict[str, type[ReportRecord]]:
+    """Every record class of the report schema, by name."""
+    out: dict[str, type[ReportRecord]] = {}
+    for module in _modules(report_package):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, ReportRecord) and value.__module__ == module.__name__:
+                out[value.__name__] = value
     return out
 
 
-def _undocumented(cls: type) -> list[str]:
-    """Fields declared in `cls`'s own body with no docstring right below them."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
-    missing = []
-    for node, after in zip(body, [*body[1:], None], strict=True):
-        if isinstance(node, ast.AnnAssign):
-            documented = isinstance(after, ast.Expr) and isinstance(getattr(after, "value", None), ast.Constant)
-            if not documented:
-                missing.append(node.target.id)  # type: ignore[attr-defined]
-    return missing
+def test_each_built_in_gate_builds_the_record_its_report_reads() -> None:
+    """The module of each built-in gate names the schema's own class, not a copy of it."""
+    assert set(MEASUREMENTS) <= set(GATES.names())
+    for gate, record in MEASUREMENTS.items():
+        module = sys.modules[GATES.get(gate).__module__]
+        assert getattr(module, record.__name__) is record, gate
 
 
-def test_every_gates_measurements_are_frozen_and_document_each_field() -> None:
-    kinds = [k for k in _all_subclasses(Measurements) if k.__module__.startswith("servegate.")]
-    assert {"BatchingMeasurements", "CachingMeasurements", "CapacityMeasurements", "ContractMeasurements",
-            "FallbackMeasurements", "QualityMeasurements", "QuantizationMeasurements",
-            "TruncationMeasurements"} <= {k.__name__ for k in kinds}  # fmt: skip
-    for kind in [*kinds, SuiteScores]:
-        assert kind.__dataclass_params__.frozen, kind.__name__  # type: ignore[attr-defined]
-        assert not _undocumented(kind), (kind.__name__, _undocumented(kind))
+def test_no_gate_module_keeps_its_own_copy_of_a_report_record() -> None:
+    """A dataclass (or model) in servegate.gates named like a record would be the duplicate this schema replaced."""
+    records_by_name = _records()
+    del records_by_name["Measurements"]  # gates.result.Measurements: the base of a third party's dataclass
+    copies = []
+    for module in _modules(gates_package):
+        for name, value in vars(module).items():
+            own = isinstance(value, type) and value.__module__ == module.__name__
+            if own and name in records_by_name and (dataclasses.is_dataclass(value) or issubclass(value, BaseModel)):
+                copies.append(f"{module.__name__}.{name}")
+    assert not copies
+
+
+def test_every_record_is_frozen_and_documents_each_field() -> None:
+    for name, record in _records().items():
+        assert record.model_config.get("frozen"), name
+        undocumented = [f for f, info in record.model_fields.items() if not info.description]
+        assert not undocumented, (name, undocumented)
 
 
 def test_report_keys_are_the_field_names_with_unmeasured_optional_ones_left_out() -> None:
     partial = CachingMeasurements(caches=[], tenants_identified=False, shared_across_tenants=[])
-    assert partial.to_dict() == {"caches": [], "tenants_identified": False, "shared_across_tenants": []}
-    probed = dataclasses.replace(partial, probes=3, tenant_b_extra_hits=0, ran_on="vllm 0.32.0 serving m")
-    assert list(probed.to_dict()) == ["caches", "tenants_identified", "shared_across_tenants", "probes",
-                                      "tenant_b_extra_hits", "ran_on"]  # fmt: skip
+    assert partial.model_dump(mode="json") == {"caches": [], "tenants_identified": False, "shared_across_tenants": []}
+    probed = labelled(partial.updated(probes=3, tenant_b_extra_hits=0), "vllm 0.32.0 serving m")
+    assert list(probed.model_dump(mode="json")) == ["caches", "tenants_identified", "shared_across_tenants", "probes",
+                                                    "tenant_b_extra_hits", "ran_on"]  # fmt: skip
     assert GateResult("caching", "pass", "ok").to_dict()["measurements"] == {}
+
+
+def test_an_update_is_validated_like_a_new_record() -> None:
+    """`updated` turns what a gate hands it into records; a wrong key or type fails there, not in the report."""
+    partial = CachingMeasurements(caches=[], tenants_identified=False, shared_across_tenants=[])
+    audits = partial.updated(timing_audits={"response_cache": None, "isolation": None, "not_run": ["off"]})
+    assert isinstance(audits.timing_audits, TimingAudits) and audits.timing_audits.not_run == ("off",)
+    for bad in ({"probes": "three"}, {"warm_hits": 1}):
+        try:
+            partial.updated(**bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_third_party_gate_keeps_its_own_dataclass() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Hits(Measurements):
+        hits: int = 0
+        """Hits (hits)."""
+
+    assert labelled(Hits(hits=2), "remote").to_dict() == {"hits": 2, "ran_on": "remote"}
 
 
 def test_nested_records_serialise_as_the_report_reads_them() -> None:
     test = paired_noninferiority([1, 1, 0, 1], [1, 1, 0, 0], margin=0.5, confidence=0.9, metric="exact_match")
-    suite = SuiteScores(items=4, baseline_from_cache=False, candidate_errors=0, metrics={"exact_match": test})
-    assert to_json(suite) == {"items": 4, "baseline_from_cache": False, "candidate_errors": 0,
-                               "exact_match": test.to_dict()}  # fmt: skip
-    batching = BatchingMeasurements("continuous", 4, 2, ["one at a time"], 4, 1, 0.25, "deadline_exceeded", 0)
-    assert batching.to_dict()["mismatch_rate"] == 0.25 and "ran_on" not in batching.to_dict()
+    suite = records.SuiteScores(items=4, baseline_from_cache=False, candidate_errors=0, metrics={"exact_match": test})
+    written = suite.model_dump(mode="json")
+    assert written == {"items": 4, "baseline_from_cache": False, "candidate_errors": 0,
+                       "exact_match": test.to_dict()}  # fmt: skip
+    assert records.SuiteScores.model_validate(written) == suite

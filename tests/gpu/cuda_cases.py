@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import torch
+from support.manifests import served_model
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.reference import ReferenceEngine
@@ -96,6 +97,7 @@ class IdsOnly:
 
     eos_token_id = EOS
     all_special_ids = [0, 1, 2]
+    vocab_size = 2**31  # ids pass through: the model runner bounds them by its embeddings
 
     def encode(self, request: GenerationRequest) -> Any:
         """The request's own ids, nothing truncated."""
@@ -166,9 +168,7 @@ def id_manifest(max_model_len: int = 128, kv_budget: int | str = "64MiB", **sect
         "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 512},
         "failure_policy": {"request_timeout_s": 600, "max_queue": 10_000},
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
-    return ServedModel.model_validate(data)
+    return served_model(data, **sections)
 
 
 @dataclass

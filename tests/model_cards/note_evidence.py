@@ -28,70 +28,113 @@ def quickstart_sets() -> list[str]:
     return [f"weights.sha256={{model.safetensors: {FAKE_SHA}}}"]
 
 
-def score(baseline: float, candidate: float, n: int = 200, margin: float = 0.03) -> dict[str, Any]:
-    """One paired comparison as a quality gate reports it."""
+def score(
+    baseline: float, candidate: float, n: int = 200, margin: float = 0.03, metric: str = "exact_match"
+) -> dict[str, Any]:
+    """One paired comparison as a quality gate reports it (servegate.contracts.report.quality.PairedTest)."""
     diff = candidate - baseline
+    lower, upper = diff - 0.02, diff + 0.02
     return {
+        "metric": metric,
         "n": n,
-        "baseline": baseline,
-        "candidate": candidate,
+        "baseline_score": baseline,
+        "candidate_score": candidate,
         "difference": diff,
-        "ci": [diff - 0.02, diff + 0.02],
-        "margin": margin,
+        "lower": lower,
+        "upper": upper,
         "confidence": 0.95,
-        "verdict": "pass" if diff - 0.02 > -margin else "fail",
+        "margin": margin,
+        "method": "exact",
+        "regressions": None,
+        "improvements": None,
+        "n_min": None,
+        "verdict": "pass" if lower > -margin else "fail",
+        "reason": f"lower bound {lower:+.4f} against -{margin:g}",
     }
+
+
+def gate(name: str, verdict: str, reason: str, measurements: dict[str, Any], evidence: Any = ()) -> dict[str, Any]:
+    """One gate's result as `gate check --json` writes it."""
+    return {
+        "name": name,
+        "verdict": verdict,
+        "reason": reason,
+        "measurements": measurements,
+        "evidence": list(evidence),
+        "triggered_by": ["every manifest"],
+        "duration_s": 1.5,
+    }
+
+
+def check_report(
+    gates: list[dict[str, Any]], fingerprint: str = "f" * 64, created_at: str = "2099-01-01T00:00:00+00:00"
+) -> dict[str, Any]:
+    """A check report around `gates`, its verdict and counts worked out as `gate check` does."""
+    verdicts = [g["verdict"] for g in gates]
+    verdict = "fail" if "fail" in verdicts else ("unavailable" if "unavailable" in verdicts else "pass")
+    side = {"name": "quickstart", "version": "1", "fingerprint": fingerprint}
+    return {
+        "format_version": 1,
+        "verdict": verdict,
+        "fingerprint": fingerprint,
+        "created_at": created_at,
+        "mode": "reference",
+        "baseline": {**side, "form": "reference"},
+        "baseline_git": None,
+        "candidate": {**side, "form": "manifest"},
+        "counts": {v: verdicts.count(v) for v in ("pass", "fail", "warn", "skipped", "unavailable")},
+        "duration_s": 4.5,
+        "notes": [],
+        "gates": gates,
+    }
+
+
+def next_token(agreement: float, kl: float) -> dict[str, Any]:
+    """One suite's next-token divergence as the quality gates report it."""
+    return {"items": 16, "positions": 160, "token_agreement": agreement, "mean_kl_nats": kl, "max_kl_nats": 4 * kl}
+
+
+CACHING = {"caches": ["prefix cache"], "tenants_identified": True, "shared_across_tenants": [], "probes": 4,
+           "cold_prefix_hits": 0, "warm_prefix_hits": 4, "tenant_b_extra_hits": 0, "output_mismatches": 0}  # fmt: skip
+BATCHING = {"mode": "continuous", "max_batch_size": 8, "probes": 4, "arrangements": ["one at a time", "in order"],
+            "outputs_compared": 8, "mismatches": 0, "mismatch_rate": 0.0, "expired_request": "deadline_exceeded",
+            "finished_after_deadline": 0}  # fmt: skip
 
 
 def make_report(served: ServedModel, created_at: str = "2099-01-01T00:00:00+00:00") -> dict[str, Any]:
     """A passing check report for `served` with a quantization gate on the quickstart's public suites."""
-    return {
-        "verdict": "pass",
-        "fingerprint": served.fingerprint,
-        "mode": "reference",
-        "created_at": created_at,
-        "gates": [
-            {
-                "name": "quantization",
-                "verdict": "pass",
-                "reason": "int8-weight is non-inferior on 'arith', 'recall' and 'json'",
-                "measurements": {
-                    "method": "int8-weight",
-                    "simulated": False,
-                    "calibration": "zoo:arith",
-                    "suites": {
-                        "arith": {"exact_match": score(0.90, 0.89), "token_agreement": 0.98, "mean_kl": 0.012},
-                        "recall": {"exact_match": score(0.95, 0.95), "token_agreement": 0.99, "mean_kl": 0.004},
-                        "json": {"exact_match": score(0.80, 0.81), "json_schema_valid": score(1.0, 1.0)},
-                    },
-                },
-                "evidence": [
-                    {
-                        "suite": "arith",
-                        "id": "arith-0003",
-                        "prompt": "12+30=",
-                        "reference": "42",
-                        "baseline": "42",
-                        "candidate": "43",
-                    }
-                ],
+    quantization = {
+        "method": "int8-weight",
+        "simulated": False,
+        "group_size": None,
+        "dtype": "float32",
+        "kv_cache_dtype": None,
+        "calibration": {"suite": "zoo:arith", "split": "test", "items": 32},
+        "suites": {
+            "arith": {"items": 200, "exact_match": score(0.90, 0.89)},
+            "recall": {"items": 200, "exact_match": score(0.95, 0.95)},
+            "json": {
+                "items": 200,
+                "exact_match": score(0.80, 0.81),
+                "json_schema_valid": score(1.0, 1.0, metric="json_schema_valid"),
             },
-            {
-                "name": "caching",
-                "verdict": "pass",
-                "reason": "no cross-tenant hits; warm and cold outputs identical",
-                "measurements": {"cross_tenant_hits": 0, "warm_cold_mismatches": 0},
-                "evidence": [],
-            },
-            {
-                "name": "batching",
-                "verdict": "pass",
-                "reason": "batch invariant",
-                "measurements": {"mismatch_rate": 0.0},
-                "evidence": [],
-            },
-        ],
+        },
+        "next_token": {"arith": next_token(0.98, 0.012), "recall": next_token(0.99, 0.004)},
     }
+    example = {"suite": "arith", "id": "arith-0003", "prompt": "12+30=", "reference": "42", "baseline": "42",
+               "candidate": "43"}  # fmt: skip
+    gates = [
+        gate(
+            "quantization",
+            "pass",
+            "int8-weight is non-inferior on 'arith', 'recall' and 'json'",
+            quantization,
+            [example],
+        ),  # fmt: skip
+        gate("caching", "pass", "no cross-tenant hits; warm and cold outputs identical", dict(CACHING)),
+        gate("batching", "pass", "batch invariant", dict(BATCHING)),
+    ]
+    return check_report(gates, served.fingerprint, created_at)
 
 
 def make_bench() -> dict[str, Any]:

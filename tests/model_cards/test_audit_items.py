@@ -21,11 +21,16 @@ def with_audits(served: ServedModel) -> dict[str, Any]:
     }  # fmt: skip
     caching["measurements"]["timing_audits"] = {
         "response_cache": {"pairs": 8, "declared": True, "other_seed_median_ms": 20.4, "unseen_median_ms": 21.1,
-                           "repeat_median_ms": 1.4,
-                           "speedup": 15.4, "max_speedup": 1.5, "finding": "cache", "verdict": "pass",
+                           "repeat_median_ms": 1.4, "first_send_median_ms": 21.0, "seed_speedup": 14.6,
+                           "speedup": 15.4, "max_speedup": 1.5, "p_seed_faster": 0.9, "p_seed_within": 0.001,
+                           "p_unseen_faster": 0.001, "p_unseen_within": 0.9, "alpha": 0.0125, "header_hits": 8,
+                           "ignore_eos": True, "unseen_unit": "tokens", "unseen_shape_mismatches": 0,
+                           "unseen_length_mismatches": 0, "finding": "cache", "verdict": "pass",
                            "reason": "the declared response cache answers repeats"},
-        "isolation": {"samples": 40, "prompt_tokens": 55, "fresh_median_ms": 15.7, "cross_median_ms": 18.5,
-                      "own_median_ms": 11.5, "p_cross_faster": 0.7, "finding": "inconclusive", "verdict": "warn"},
+        "isolation": {"samples": 40, "prompt_tokens": 55, "tokens_counted_by": "server", "fresh_median_ms": 15.7,
+                      "cross_median_ms": 18.5, "own_median_ms": 11.5, "p_own_faster": 0.001, "p_cross_faster": 0.7,
+                      "p_cross_slower_than_own": 0.2, "leak_share": None, "alpha": 0.05, "detectable_shift_sd": 0.7,
+                      "finding": "inconclusive", "verdict": "warn", "reason": "neither shared nor isolated"},
         "not_run": [],
         "problem": None,
     }  # fmt: skip

@@ -49,3 +49,18 @@ def test_missing_report_is_one_line_per_item_and_exit_2(quickstart_copy: Path, t
         "and pass --report check.json"
     ]
     assert not (tmp_path / "SERVING.md").exists()
+
+
+def test_a_report_of_an_older_format_is_refused_in_one_line(quickstart_copy: Path, tmp_path: Path) -> None:
+    served = load_manifest(quickstart_copy, quickstart_sets())
+    old = make_report(served)
+    del old["format_version"]  # as servegate wrote reports before they had a version
+    report = dump(tmp_path / "check.json", old)
+    done = run_gate("note", str(quickstart_copy), "--report", str(report), "-o", str(tmp_path / "SERVING.md"), *_sets())
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: {report}: a check report of format 0; this servegate reads format 1 only: rerun "
+        "`gate check MANIFEST --json check.json` to write one"
+    ]
+    assert not (tmp_path / "SERVING.md").exists()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from note_evidence import check_report
+
+from servegate.contracts.report.check_report import CheckReport
 from servegate.model_cards.items_load import client_side, load_checks, render_load_checks
 
 LOAD = {
@@ -13,12 +16,22 @@ LOAD = {
     "measurements": {
         "target": "servegate's server (in process)",
         "concurrency": 8,
+        "concurrency_from": "batching.max_batch_size",
         "requests": 54,
-        "quality": {"comparison": "token-exact", "items": 18, "mismatches": 0, "refused_under_load": 0},
+        "load_phase_s": 2.5,
+        "throughput_rps": 21.6,
+        "quality": {
+            "comparison": "token-exact",
+            "items": 18,
+            "mismatches": 0,
+            "mismatch_rate": 0.0,
+            "refused_under_load": 0,
+        },  # fmt: skip
         "streaming": {
             "concurrency": 8,
             "streams": 18,
             "answers": 54,
+            "refused": 0,
             "twin_mismatches": 18,
             "first_token_mismatches": 18,
             "end_of_sequence_violations": 0,
@@ -28,17 +41,19 @@ LOAD = {
         },  # fmt: skip
     },
 }
-PHASES = [{"concurrency": c, "stream": s, "validity": v, "bytes_max": 14} for c, s, v in
-          [(1, False, 1.0), (1, True, 1.0), (8, False, 0.25), (8, True, 0.5)]]  # fmt: skip
+PHASES = [{"concurrency": c, "stream": s, "answers": 4, "valid": int(4 * v), "validity": v, "bytes_max": 14,
+           "bytes_mean": 12.0, "over_limit": 0}
+          for c, s, v in [(1, False, 1.0), (1, True, 1.0), (8, False, 0.25), (8, True, 0.5)]]  # fmt: skip
+STRUCTURED = {"target": "servegate's server (in process)", "margin": 0.05, "max_output_bytes": 64, "phases": PHASES}
 
 
-def report(*gates: dict[str, Any]) -> dict[str, Any]:
-    return {"verdict": "fail", "gates": list(gates)}
+def report(*gates: dict[str, Any]) -> CheckReport:
+    return CheckReport.model_validate(check_report([{"evidence": [], **g} for g in gates]))
 
 
 def test_every_check_that_ran_is_listed_with_its_figures() -> None:
     contract = {"name": "contract", "verdict": "fail", "reason": "x",
-                "measurements": {"structured_under_load": {"phases": PHASES, "max_output_bytes": 64}}}  # fmt: skip
+                "measurements": {"structured_under_load": STRUCTURED}}  # fmt: skip
     rows = load_checks(report(LOAD, contract))
     assert [r["ran"] for r in rows] == [True, True, True]
     assert "18 suite items at concurrency 8 (54 requests)" in rows[0]["measured"] and "0 differ" in rows[0]["measured"]

@@ -99,7 +99,7 @@ def test_rerun_replaces_the_section_and_our_results(served: ServedModel, tmp_pat
     card_path.write_text(CARD, encoding="utf-8")
     write_note(served, make_report(served), tmp_path / "SERVING.md", model_card=card_path)
     report = make_report(served)
-    report["gates"][0]["measurements"]["suites"]["arith"]["exact_match"]["candidate"] = 0.875
+    report["gates"][0]["measurements"]["suites"]["arith"]["exact_match"]["candidate_score"] = 0.875
     write_note(served, report, tmp_path / "SERVING.md", model_card=card_path)
 
     text = card_path.read_text(encoding="utf-8")

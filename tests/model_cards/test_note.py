@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,14 +106,14 @@ def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tm
 
 
 def test_write_note_takes_a_gate_report_object(served: ServedModel, tmp_path: Path) -> None:
-    from servegate.gates.checks.caching import CachingMeasurements
+    from servegate.contracts.report.measurements import CachingMeasurements
     from servegate.gates.result import GateReport, GateResult
 
     measured = CachingMeasurements(caches=["prefix cache"], tenants_identified=True, shared_across_tenants=[])
     report = GateReport(
         baseline={"name": served.name, "fingerprint": "x", "form": "reference"},
         candidate={"name": served.name, "version": served.version, "fingerprint": served.fingerprint},
-        gates=[GateResult("caching", "pass", "no cross-tenant hits", replace(measured, tenant_b_extra_hits=0))],
+        gates=[GateResult("caching", "pass", "no cross-tenant hits", measured.updated(tenant_b_extra_hits=0))],
     )
     note = write_note(served, report, tmp_path / "SERVING.md")
     assert note.verdict == "pass"
@@ -154,7 +153,13 @@ def test_capacity_gate_measurements_fill_the_measured_column(served: ServedModel
             "reason": "3 target(s) met at 5 requests/s",
             "measurements": {
                 **{k: bench[k] for k in ("ttft_ms", "tpot_ms", "e2el_ms", "throughput", "goodput", "requests")},
+                "targets": [],
+                "memory_total_bytes": None,
                 "peak_memory_bytes": 600 * 2**20,  # the server process the gate ran
+                "machine_speed": None,
+                "client_limited": False,
+                "load_average": None,
+                "paired": False,
             },
         }
     )

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from note_evidence import make_report, quickstart_sets, score
+from note_evidence import CACHING, gate, make_report, next_token, quickstart_sets, score
 
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
@@ -34,14 +34,14 @@ def private_served(quickstart_copy: Path) -> ServedModel:
 
 
 def _leaky_report(served: ServedModel) -> dict:
-    """A report that breaks every promise: private texts, tenant ids and request text all over it."""
+    """A report that breaks every promise: private texts, tenant ids and request text all over it, in the
+    schema's own text fields and in a third-party gate's free-form measurements."""
     report = make_report(served)
     quant = report["gates"][0]
-    quant["measurements"]["suites"]["held_out"] = {"exact_match": score(0.7, 0.6), "worst": PRIVATE_REFERENCE}
-    quant["measurements"]["per_suite"] = [
-        {"suite": "held_out", "n": 3, "difference": -0.1, "example": PRIVATE_PROMPT},
-        {"suite": "arith", "n": 200, "difference": -0.01},
-    ]
+    held_out = score(0.7, 0.6)
+    held_out["reason"] = f"worst item: {PRIVATE_REFERENCE}"
+    quant["measurements"]["suites"]["held_out"] = {"items": 3, "exact_match": held_out}
+    quant["measurements"]["next_token"]["held_out"] = next_token(0.5, 0.9)
     quant["evidence"].append(
         {
             "suite": "held_out",
@@ -52,20 +52,31 @@ def _leaky_report(served: ServedModel) -> dict:
             "candidate": "SECRET-PROMPT-7Q wrong",
         }
     )
-    report["gates"][1] = {
-        "name": "caching",
-        "verdict": "pass",
-        "reason": f"probes from '{TENANT}' with \"{REQUEST_TEXT}\" got 0 hits in 'held_out'",
-        "measurements": {
-            "cross_tenant_hits": 0,
-            "probe_tenant": TENANT,
-            "hits_by_tenant": {TENANT: 0},
-            "last_request": REQUEST_TEXT,
-            "label": TENANT,
-            TENANT: 1,
-        },
-        "evidence": [{"id": "probe-1", "prompt": REQUEST_TEXT, "tenant": TENANT, "user": TENANT}],
-    }
+    report["gates"][1] = gate(
+        "caching",
+        "pass",
+        f"probes from '{TENANT}' with \"{REQUEST_TEXT}\" got 0 hits in 'held_out'",
+        {**CACHING, "caches": [TENANT], "shared_across_tenants": [TENANT]},
+        [{"id": "probe-1", "prompt": REQUEST_TEXT, "tenant": TENANT, "user": TENANT}],
+    )
+    report["gates"].append(
+        gate(
+            "acme-probe",  # a third party's gate: its measurements are free-form
+            "pass",
+            "ok",
+            {
+                "per_suite": [
+                    {"suite": "held_out", "n": 3, "difference": -0.1, "example": PRIVATE_PROMPT},
+                    {"suite": "arith", "n": 200, "difference": -0.01},
+                ],
+                "probe_tenant": TENANT,
+                "hits_by_tenant": {TENANT: 0},
+                "last_request": REQUEST_TEXT,
+                "label": TENANT,
+                TENANT: 1,
+            },
+        )
+    )
     return report
 
 
@@ -90,10 +101,11 @@ def test_planted_secrets_never_appear(private_served: ServedModel, tmp_path: Pat
 
 
 def test_private_evidence_keeps_only_ids_and_lengths(private_served: ServedModel) -> None:
+    from servegate.contracts.report.check_report import CheckReport
     from servegate.model_cards.public_safety import PublicFilter
 
-    safe = PublicFilter(private_served).report(_leaky_report(private_served))
-    private = safe["gates"][0]["evidence"][1]
+    safe = PublicFilter(private_served).report(CheckReport.model_validate(_leaky_report(private_served)))
+    private = safe.gates[0].evidence[1].model_dump()
     assert private == {
         "suite": "private-1",
         "id": "h-1",
@@ -102,7 +114,11 @@ def test_private_evidence_keeps_only_ids_and_lengths(private_served: ServedModel
         "baseline_chars": len(PRIVATE_REFERENCE),
         "candidate_chars": len("SECRET-PROMPT-7Q wrong"),
     }
-    assert safe["gates"][1]["evidence"] == [{"suite": None, "id": "probe-1", "prompt_chars": len(REQUEST_TEXT)}]
+    assert [e.model_dump() for e in safe.gates[1].evidence] == [
+        {"suite": None, "id": "probe-1", "prompt_chars": len(REQUEST_TEXT)}
+    ]
+    assert "held_out" not in safe.gates[0].measurements.model_dump_json()  # its suite scores and divergence
+    assert safe.gates[3].measurements.model_dump()["per_suite"] == [{"suite": "arith", "n": 200, "difference": -0.01}]
 
 
 def test_private_text_smuggled_past_the_filters_stops_the_note(private_served: ServedModel, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from support.manifests import merged_manifest
 from support.models import save_tiny_llama
 
 from servegate.contracts.manifest import ServedModel
@@ -56,9 +57,7 @@ def manifest_data(source: str, **sections: Any) -> dict[str, Any]:
         "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 256},
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
-    return data
+    return merged_manifest(data, **sections)
 
 
 def model_dir_of(served: ServedModel) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from support.manifests import served_model
 
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.reference import ReferenceEngine
@@ -84,6 +85,10 @@ class ToyTokenizer:
 
     eos_token_id = TOY_EOS
     all_special_ids = [0, 1, 2, 3]
+
+    def __len__(self) -> int:
+        """The vocabulary's size, as a Hugging Face tokenizer reports it (token ids are checked against it)."""
+        return TOY_VOCAB
 
     def piece(self, token: int) -> str:
         """The text of one id."""
@@ -193,6 +198,7 @@ class ToyPreprocessor:
 
     def __init__(self, tokenizer: ToyTokenizer | None = None) -> None:
         self.tokenizer = tokenizer or ToyTokenizer()
+        self.vocab_size = len(self.tokenizer)
 
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
         """The request's prompt ids."""
@@ -256,9 +262,7 @@ def toy_manifest(**sections: Any) -> ServedModel:
         "runtime": {"max_model_len": 128, "kv_cache": {"block_size": 4, "memory_budget": "1MiB"}},
         "batching": {"mode": "continuous", "max_batch_size": 8, "max_num_batched_tokens": 128},
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
-    return ServedModel.model_validate(data)
+    return served_model(data, **sections)
 
 
 def toy_engine(

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from support.fake_remote import FakeRemote, RemoteBehaviour
+from support.manifests import served_model
 
 from servegate.contracts.constraint_fields import OutputConstraint
 from servegate.contracts.manifest import ServedModel
@@ -31,9 +32,7 @@ def endpoint(url: str, **sections: Any) -> ServedModel:
         "preprocess": {"max_input_tokens": 96},
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value}
-    return ServedModel.model_validate(data)
+    return served_model(data, **sections)
 
 
 @contextlib.asynccontextmanager

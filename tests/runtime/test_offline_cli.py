@@ -12,12 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from support.models import save_tiny_llama
 from typer.testing import CliRunner
 
 from servegate.cli.app import app
-from servegate.zoo.tokenizer import build_char_tokenizer, vocabulary
 
 pytest.importorskip("servegate.runtime.preprocess")
 
@@ -39,21 +37,7 @@ WORDS = ["the", "model", "reads", "12+30=", "key=ABCD;", "a", "note", '{"a":1}']
 def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with a manifest and a tiny random Llama + the zoo's char tokenizer, saved as safetensors."""
     root = tmp_path_factory.mktemp("gate-run")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(vocabulary()),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    LlamaForCausalLM(config).save_pretrained(root / "model")
-    build_char_tokenizer().save_pretrained(root / "model")
+    save_tiny_llama(root / "model")
     (root / "manifest.yaml").write_text(MANIFEST)
     return root
 

@@ -111,8 +111,10 @@ def test_token_ids_are_checked_and_truncated(tokenizer) -> None:
         tokenizer, GenerationRequest(id="a", prompt_token_ids=[5, 6, 7, 8]), max_input_tokens=3, truncation="right"
     )
     assert (out.token_ids, out.truncated_tokens) == ([5, 6, 7], 1)
-    with pytest.raises(ServingError, match="integers in 0.."):
-        encode(tokenizer, GenerationRequest(id="a", prompt_token_ids=[5, 10_000]))
+    from servegate.runtime.contract_layer import admit  # admission checks the ids, then the preprocessor encodes
+
+    with pytest.raises(ServingError, match="prompt: token id 10000 is outside the vocabulary"):
+        admit(served(), Preprocessor(served(), tokenizer), GenerationRequest(id="a", prompt_token_ids=[5, 10_000]))
 
 
 def test_malformed_requests_are_client_errors(tokenizer) -> None:

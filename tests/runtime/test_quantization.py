@@ -81,12 +81,7 @@ def test_lm_head_and_embeddings_on_request(base: hf.LlamaForCausalLM) -> None:
 
 
 def test_tied_head_stays_exact_when_only_embeddings_are_quantized() -> None:
-    torch.manual_seed(0)
-    config = hf.LlamaConfig(
-        vocab_size=101, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4
-    )
-    config.tie_word_embeddings = True
-    model = hf.LlamaForCausalLM(config).eval()
+    model = tiny_llama(intermediate_size=64, num_hidden_layers=1, num_key_value_heads=4, tie_word_embeddings=True)
     head = model.lm_head.weight.detach().clone()
     quantize_model(model, Quantization(method="int8-weight", include_embeddings=True))
     assert torch.equal(model.lm_head.weight, head)

@@ -127,3 +127,47 @@ def test_the_remote_is_sent_each_shaping_field_in_vllms_spelling_and_only_when_i
         "stop_token_ids": [9],
     }
     assert shaping_fields(SamplingParams()) == {}
+
+
+BAD_FIELDS: list[tuple[str, dict[str, Any], SamplingParams | None, str]] = [
+    ("completions", {"prompt": "ab", "temperature": 2.5}, SamplingParams(temperature=2.5), "temperature"),
+    ("completions", {"prompt": "ab", "top_p": 0}, SamplingParams(top_p=0), "top_p"),
+    ("chat", {"messages": [{"role": "user", "content": "ab"}], "max_tokens": 4, "min_tokens": 9},
+     SamplingParams(max_tokens=4, min_tokens=9), "min_tokens"),
+    ("completions", {"prompt": "ab", "stop_token_ids": [9999]}, SamplingParams(stop_token_ids=(9999,)),
+     "stop_token_ids"),
+    ("completions", {"prompt": "ab", "logprobs": 1}, SamplingParams(logprobs=True), "logprobs"),
+    ("completions", {"prompt": [5, 9999]}, None, "prompt"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "params", "param"),
+    BAD_FIELDS,
+    ids=["range", "open-range", "across-fields", "stop-id-vocabulary", "logprobs-offered", "prompt-vocabulary"],
+)
+def test_a_bad_field_is_refused_once_in_the_same_words_on_every_path(
+    endpoint: str, body: dict[str, Any], params: SamplingParams | None, param: str, tmp_path: Path
+) -> None:
+    """`gate serve`, `gate run` and a request built in code (a gate's probe, the bench) get one message for one
+    bad value: the API's, from the one check of that field on each path."""
+    from runtime_factories import toy_engine, toy_manifest
+
+    served = toy_manifest(name="tiny")  # no logprobs offered
+    engine = toy_engine(served)
+    try:
+        path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        with TestClient(create_app(served, engine=engine, owns_engine=False)) as client:
+            answer = client.post(path, json={"model": served.name, **body})
+        assert answer.status_code == 400, answer.text
+        on_serve = answer.json()["error"]
+        (tmp_path / "in.jsonl").write_text(json.dumps({"id": 1, **body}) + "\n")
+        asyncio.run(run_file(served, tmp_path / "in.jsonl", tmp_path / "out.jsonl", engine=engine))
+        on_run = json.loads((tmp_path / "out.jsonl").read_text())["error"]
+        assert on_serve == on_run and on_serve["param"] == param and on_serve["code"] == "invalid_request"
+        direct = GenerationRequest("direct", prompt_token_ids=[5, 9999] if params is None else [5], params=params or
+                                   SamplingParams())  # fmt: skip
+        [refused] = engine.generate([direct])
+    finally:
+        engine.shutdown_sync()
+    assert refused.error.to_body()["error"] == on_serve  # type: ignore[union-attr]

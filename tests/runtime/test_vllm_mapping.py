@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.manifests import served_model
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -25,9 +26,7 @@ def vllm_manifest(**sections: Any) -> ServedModel:
         "preprocess": {"max_input_tokens": 128},
         "postprocess": {"max_output_tokens": 32},
     }  # fmt: skip
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value}
-    return ServedModel.model_validate(data)
+    return served_model(data, **sections)
 
 
 def test_the_manifest_becomes_vllm_arguments_in_a_config_file(tmp_path: Path) -> None:

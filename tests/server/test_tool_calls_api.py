@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from support.manifests import BATCHING_MODES, real_manifest, write_manifest
+from support.manifests import BATCHING_MODES, merged_manifest, real_manifest, write_manifest
 from support.servers import ready_app
 from transformers import AutoTokenizer
 
@@ -56,9 +56,7 @@ def serve(folder: Path, tools: dict[str, Any] | None = None, **sections: Any) ->
         runtime={"max_model_len": 256, "threads": 1, "kv_cache": {"block_size": 16, "memory_budget": "8MiB"}},
         postprocess=post,
     )
-    for key, value in sections.items():
-        manifest[key] = {**manifest.get(key, {}), **value}
-    return load_manifest(write_manifest(folder, manifest))
+    return load_manifest(write_manifest(folder, merged_manifest(manifest, **sections)))
 
 
 def ready(served: ServedModel) -> Iterator[TestClient]:

@@ -21,10 +21,18 @@ def manifest_file(path: Path, text: str) -> ServedModel:
     return load_manifest(write_manifest(path.parent, text, path.name))
 
 
-def _override(data: dict[str, Any], sections: dict[str, Any]) -> dict[str, Any]:
+def merged_manifest(defaults: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    """The one manifest factory of the tests: `defaults` (a test module's shape) with each of `sections` merged
+    over it, a dict into that section's fields, any other value (None included) in its place."""
+    data = dict(defaults)
     for key, value in sections.items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return data
+
+
+def served_model(defaults: dict[str, Any], **sections: Any) -> ServedModel:
+    """`merged_manifest(defaults, **sections)`, validated."""
+    return ServedModel.model_validate(merged_manifest(defaults, **sections))
 
 
 def real_manifest(weights: str, **sections: Any) -> dict[str, Any]:
@@ -44,7 +52,7 @@ def real_manifest(weights: str, **sections: Any) -> dict[str, Any]:
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
         "failure_policy": {"max_queue": 64, "request_timeout_s": 30},
     }
-    return _override(data, sections)
+    return merged_manifest(data, **sections)
 
 
 def fake_manifest(**sections: Any) -> dict[str, Any]:
@@ -58,7 +66,7 @@ def fake_manifest(**sections: Any) -> dict[str, Any]:
         "runtime": {"max_model_len": 128},
         "postprocess": {"max_output_tokens": 32, "logprobs": True},
     }
-    return _override(data, sections)
+    return merged_manifest(data, **sections)
 
 
 BATCHING_MODES: dict[str, dict[str, Any]] = {

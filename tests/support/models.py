@@ -44,13 +44,13 @@ def char_llama(seed: int = 0) -> Any:
     )
 
 
-def save_tiny_llama(folder: Path) -> Path:
-    """`char_llama()` (seed 0) with the zoo's character tokenizer, saved as safetensors in `folder` (kept when it
-    is already there); returns `folder`."""
+def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
+    """`char_llama(seed)` with the zoo's character tokenizer, saved as safetensors in `folder` (kept when it is
+    already there); returns `folder`."""
     if (folder / "config.json").is_file():
         return folder
     from servegate.zoo.tokenizer import build_char_tokenizer
 
-    char_llama().save_pretrained(folder, safe_serialization=True)
+    char_llama(seed).save_pretrained(folder, safe_serialization=True)
     build_char_tokenizer().save_pretrained(folder)
     return folder

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servegate.capacity.bench.load_generator import BenchResult, run_bench
+from servegate.capacity.bench.process_memory import ProcessGroupMemory, measure_process_group
 from servegate.capacity.bench.prompt_file import FilePrompt
 from servegate.capacity.bench.run_metrics import SLO
 from servegate.capacity.bench.targets import HttpTarget, PromptFactory
@@ -48,6 +49,9 @@ class ServerBench:
     """One bench result per workload, in the order given."""
     peak_memory_bytes: int | None
     """Peak resident memory of the server process when it ran here (None for an endpoint)."""
+    process_memory: ProcessGroupMemory | None = None
+    """The resident memory of the server and every process it started (an engine's own processes), read after
+    the last workload (None for an endpoint)."""
 
 
 def load_tokenizer(path: str | Path | None) -> Any:
@@ -102,7 +106,7 @@ def resolve_workload(
 
 def own_server(served: ServedModel) -> AbstractContextManager[Any]:
     """The manifest's own server as a `with` block: its endpoint when it names one, else started here."""
-    if served.runtime.backend == "endpoint":
+    if served.runtime.external:
         return nullcontext(RemoteServer(str(served.runtime.endpoint_url)))
     from servegate.capacity.bench.local_server import LocalServer
 
@@ -200,4 +204,7 @@ def bench_own_server(
     with server if server is not None else own_server(served) as running:
         results = [bench_url(running.url, workload, served=served, **options) for workload in workloads]
         peak = peak_memory(running)
-    return ServerBench(results, peak)
+        pid = getattr(running, "pid", None)
+        kv = served.runtime.kv_cache
+        group = measure_process_group(pid, kv.memory_budget if kv is not None else 0) if pid is not None else None
+    return ServerBench(results, peak, group)

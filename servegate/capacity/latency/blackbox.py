@@ -13,9 +13,11 @@ the engine's scheduler taken to be continuous batching under the manifest's `max
    ITL(B, s) = c_step + c_decode_seq x B + c_decode_attn x B x s, fitted on the typical steady gap of each
    burst (its first gaps, when prefills of later arrivals share the step, are left out). A context term is
    kept only when the points clearly need it (CURVATURE_GAIN).
-3. The knee, by a short open-loop rate sweep around the capacity the fitted model predicts: per rate, the
-   throughput achieved and the p50 end-to-end latency, measured and simulated; the measured knee is the
-   highest rate the engine kept up with.
+3. The knee, by an open-loop rate search from the capacity the fitted model predicts: up or down until one
+   rate is kept up with (answers come as fast as requests are sent) and a higher one is not, then bisected
+   to within BRACKET_RATIO, and the lowest rate missed run again. Per rate: the pace of answers, the p50
+   end-to-end latency, measured and simulated. Above the knee the pace of answers is the engine's capacity,
+   so the runs there (at least two) measure it and its spread.
 The step jitter is the spread of the measured gaps around the fitted decode step.
 """
 
@@ -34,7 +36,7 @@ from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
-from servegate.capacity.latency.blackbox_fit import BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
+from servegate.capacity.latency.blackbox_fit import KEPT_UP, BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.provenance import FitQuality, Provenance, hardware_id
 from servegate.capacity.latency.simulate import SimSetup, simulate
@@ -43,17 +45,21 @@ from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 
-SWEEP_LOADS = (0.5, 0.8, 1.0, 1.2)
-"""Open-loop rates of the knee sweep, as fractions of the capacity the fitted model predicts."""
-SWEEP_SECONDS = 2.0
+SWEEP_STEP = 2.0
+"""Factor between the rates the knee search tries until it has one on each side of the knee."""
+SWEEP_EXPANSIONS = 5
+"""Rates tried out from the prediction at most (2**5 = 32x off it), before the sweep says it found no knee."""
+BRACKET_RATIO = 1.2
+"""The bisection stops when the rate missed is within this factor of the rate kept up with."""
+SWEEP_BISECTIONS = 4
+"""Rates the bisection adds at most (a bracket 2x wide is within BRACKET_RATIO after 2)."""
+SWEEP_SECONDS = 3.0
 """Seconds of arrivals at each rate of the sweep (at least SWEEP_MIN_REQUESTS requests)."""
 SWEEP_MIN_REQUESTS = 20
 STEADY_SKIP = 2
 """Gaps of each request left out of the ITL fit: the first ones can hold another request's prefill."""
 TTFT_REPEATS = 5
 """Lone requests of each prompt length per burst repeat: a TTFT is one step, so its median needs more samples."""
-KEPT_UP = 0.9
-"""A rate whose achieved throughput is at least this share of the offered one was kept up with."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,31 @@ def fit_blackbox(ttft: Sequence[TtftPoint], itl: Sequence[ItlPoint], endpoint: s
     return replace(model, jitter=jitter, fit=FitQuality(black_box=box))
 
 
+def _pace(times: Sequence[float]) -> float | None:
+    """Events per second: 1 / the Theil-Sen slope of the sorted times against their rank (the median of every
+    pairwise slope, so neither the first nor the last event, nor one slow answer, sets it); None under three."""
+    from scipy.stats import theilslopes
+
+    if len(times) < 3:
+        return None
+    slope = float(theilslopes(sorted(times), np.arange(len(times)))[0])
+    return 1.0 / slope if slope > 0 else None
+
+
+def _paces(records: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
+    """The pace of answers and the pace of scheduled sends (_pace), requests/s."""
+    return _pace([r.end for r in records if r.ok and r.end is not None]), _pace([r.scheduled for r in records])
+
+
+def kept_up_with(records: Sequence[RequestRecord]) -> bool:
+    """Whether the engine answered about as fast as it was sent to: every request completed, and the answers'
+    pace at least KEPT_UP of the sends'. Paces (not completions over the whole run) are compared, so a run short
+    against its own latency is not taken for an overload, and robust ones, so one slow answer on a busy
+    machine does not make one either."""
+    done, sent = _paces(records)
+    return all(r.ok for r in records) and done is not None and sent is not None and done >= KEPT_UP * sent
+
+
 async def knee_sweep(
     target: BenchTarget,
     prompts: PromptFactory,
@@ -225,32 +256,89 @@ async def knee_sweep(
     workload: Workload,
     seconds: float = SWEEP_SECONDS,
 ) -> KneeSweep:
-    """Open-loop runs of the workload around the predicted capacity: measured against simulated, and the knee."""
+    """Search the rate the engine stops keeping up with (see the module notes): from the predicted capacity, up
+    or down by SWEEP_STEP until one rate is kept up with and a higher one is not, then bisect (geometrically)
+    until they are within BRACKET_RATIO; the lowest rate missed is run again, a repeat of the capacity's
+    measurement."""
     from servegate.capacity.latency.prediction import saturation_throughput
 
     capacity = saturation_throughput(setup, model, workload)
-    rows = []
-    for i, factor in enumerate(SWEEP_LOADS):
-        rate = factor * capacity
+    rows: list[KneeRate] = []
+
+    async def run(rate: float) -> KneeRate:
         n = max(SWEEP_MIN_REQUESTS, round(rate * seconds))
-        specs = make_requests(with_rate(workload, rate).model_copy(update={"num_requests": n}), seed=31 + i)
-        measured = summarize(await run_open_loop(target, specs, prompts))
+        specs = make_requests(with_rate(workload, rate).model_copy(update={"num_requests": n}), seed=31 + len(rows))
+        records = await run_open_loop(target, specs, prompts)
+        measured = summarize(records)
         simulated = simulate(setup, model, specs, seed=0).summary()
-        achieved = float(measured["throughput"]["requests_per_s"])
-        rows.append(
-            KneeRate(
-                rate_rps=rate,
-                requests=n,
-                measured_requests_per_s=achieved,
-                measured_e2el_p50_ms=float(measured["e2el_ms"]["p50"]),
-                simulated_e2el_p50_ms=float(simulated["e2el_ms"]["p50"]),
-                measured_ttft_p50_ms=float(measured["ttft_ms"]["p50"]),
-                simulated_ttft_p50_ms=float(simulated["ttft_ms"]["p50"]),
-                kept_up=achieved >= KEPT_UP * rate,
-            )
+        done, sent = _paces(records)
+        row = KneeRate(
+            rate_rps=rate,
+            requests=n,
+            measured_requests_per_s=float(measured["throughput"]["requests_per_s"]),
+            measured_e2el_p50_ms=float(measured["e2el_ms"]["p50"]),
+            simulated_e2el_p50_ms=float(simulated["e2el_ms"]["p50"]),
+            measured_ttft_p50_ms=float(measured["ttft_ms"]["p50"]),
+            simulated_ttft_p50_ms=float(simulated["ttft_ms"]["p50"]),
+            kept_up=kept_up_with(records),
+            completion_rps=done,
+            sent_rps=sent,
         )
-    kept = [r.rate_rps for r in rows if r.kept_up]
-    return KneeSweep(capacity, max(kept) if kept else None, tuple(rows))
+        rows.append(row)
+        return row
+
+    row = await run(capacity)
+    up = row.kept_up
+    for _ in range(SWEEP_EXPANSIONS):  # out from the prediction until the other side of the knee is met
+        if row.kept_up != up:
+            break
+        row = await run(row.rate_rps * (SWEEP_STEP if up else 1 / SWEEP_STEP))
+    kept, missed = _bracket(rows)
+    for _ in range(SWEEP_BISECTIONS):
+        if kept is None or missed is None or missed / kept <= BRACKET_RATIO:
+            break
+        await run((kept * missed) ** 0.5)
+        kept, missed = _bracket(rows)
+    if missed is not None:
+        await run(missed)  # the repeat: a second measurement of the engine's pace once it falls behind
+        kept, missed = _bracket(rows)
+    return KneeSweep(capacity, kept, tuple(rows), missed)
+
+
+KNEE_FIT_ROUNDS = 3
+"""Newton-like rounds of fit_to_knee (each one simulation of the capacity)."""
+
+
+def fit_to_knee(
+    model: LatencyModel, knee: KneeSweep, setup: SimSetup, workload: Workload
+) -> tuple[LatencyModel, KneeSweep]:
+    """The model with a per-request serving cost (`arrival_s`: each request sent during a step adds it to the
+    step) such that its simulated capacity matches the engine's measured pace past the knee. Lone requests and
+    bursts, which the step fit read, pay none of it; under a steady stream each request's HTTP, tokenizer and
+    hand-off work competes with the engine for the CPU, which the bursts did not show (on vLLM's CPU build: the
+    API server, the engine core and the worker share the cores). 1 / capacity grows by about that cost, so each
+    round adds the gap between 1 / measured and 1 / simulated; never below 0 (a faster engine than predicted
+    keeps the fit as it is)."""
+    from servegate.capacity.latency.prediction import saturation_throughput
+
+    paces = knee.saturated_rps()
+    if len(paces) < 2:
+        return model, knee
+    measured = statistics.median(paces)
+    fitted, arrival = model, model.overheads.arrival_s
+    for _ in range(KNEE_FIT_ROUNDS):
+        simulated = saturation_throughput(setup, fitted, workload)
+        arrival = max(0.0, arrival + 1.0 / measured - 1.0 / simulated)
+        fitted = replace(fitted, overheads=replace(fitted.overheads, arrival_s=arrival))
+    return fitted, replace(knee, measured_capacity_rps=measured, arrival_s=arrival)
+
+
+def _bracket(rows: Sequence[KneeRate]) -> tuple[float | None, float | None]:
+    """The highest rate kept up with below the lowest rate missed (a slow moment can miss a rate a faster one
+    kept: the bracket is the tightest consistent pair), each None when there is none."""
+    missed = min((r.rate_rps for r in rows if not r.kept_up), default=None)
+    kept = [r.rate_rps for r in rows if r.kept_up and (missed is None or r.rate_rps < missed)]
+    return (max(kept) if kept else None), missed
 
 
 async def profile_target(
@@ -280,8 +368,10 @@ async def profile_target(
     workload = served.capacity.workload
     if workload is not None:
         if stage:
-            stage("the knee, by a short rate sweep")
-        knee = await knee_sweep(target, prompts, engine_setup(served), model, workload, sweep_seconds)
+            stage("the knee, by a rate search")
+        setup = engine_setup(served)
+        knee = await knee_sweep(target, prompts, setup, model, workload, sweep_seconds)
+        model, knee = fit_to_knee(model, knee, setup, workload)
         box = replace(box, knee=knee)
     provenance = Provenance(
         key=profile_key(served),
@@ -310,6 +400,22 @@ def profile_endpoint(
             return profile_target(target, served, prompts, repeats=repeats, sweep_seconds=sweep_seconds, stage=stage)
 
         try:
-            return against_server(server.url, served, action)
+            model: LatencyModel = against_server(server.url, served, action)
         except ConnectionError as exc:
             raise ServegateError(f"cannot profile {server.url}: {exc}") from None
+        return with_process_memory(model, served, getattr(server, "pid", None))
+
+
+def with_process_memory(model: LatencyModel, served: ServedModel, pid: int | None) -> LatencyModel:
+    """The model with the resident memory of the server's process tree (`pid`: the server servegate started;
+    None for an endpoint, whose processes it cannot see), read now, after the sweeps."""
+    from servegate.capacity.bench.process_memory import measure_process_group
+
+    box = model.fit.black_box
+    if pid is None or box is None:
+        return model
+    kv = served.runtime.kv_cache
+    # without a kv_cache section servegate starts vLLM with VLLM_CPU_KVCACHE_SPACE=1 (runtime/remote/vllm_backend.py)
+    pool = kv.memory_budget if kv is not None else (2**30 if served.runtime.starts_vllm else 0)
+    group = measure_process_group(pid, pool)
+    return replace(model, fit=replace(model.fit, black_box=replace(box, process_memory=group)))

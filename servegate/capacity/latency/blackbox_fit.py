@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from servegate.capacity.bench.process_memory import ProcessGroupMemory
+
+KEPT_UP = 0.9
+"""A rate was kept up with when the engine's answers came at least this share as fast as the requests were sent."""
+
 
 @dataclass(frozen=True)
 class TtftPoint:
@@ -40,17 +45,98 @@ class KneeRate:
     measured_ttft_p50_ms: float
     simulated_ttft_p50_ms: float
     kept_up: bool
-    """Achieved at least blackbox.KEPT_UP of the offered rate."""
+    """Every request completed, and answered at least KEPT_UP as fast as sent (completion_rps against sent_rps)."""
+    completion_rps: float | None = None
+    """The engine's pace of answers (1 / the Theil-Sen slope of completion times against their rank). Once it
+    falls behind, this is its capacity; while it keeps up, it follows the arrivals."""
+    sent_rps: float | None = None
+    """The pace of the scheduled sends, the same way: the rate the arrival process actually offered."""
 
 
 @dataclass(frozen=True)
 class KneeSweep:
-    """The short open-loop sweep around the capacity the fitted model predicts."""
+    """The open-loop rate search around the capacity the fitted model predicts (blackbox.knee_sweep)."""
 
     predicted_capacity_rps: float
     measured_knee_rps: float | None
     """The highest rate the engine kept up with (None: none of them)."""
     rates: tuple[KneeRate, ...]
+    """In the order measured."""
+    missed_rps: float | None = None
+    """The lowest rate it fell behind at (None: it kept up with every one)."""
+    measured_capacity_rps: float | None = None
+    """The median pace of answers over the runs past the knee (None: fewer than two such runs)."""
+    arrival_s: float = 0.0
+    """Seconds each request sent during a step was found to add to it, fitted so that the simulated capacity
+    matches measured_capacity_rps (blackbox.fit_to_knee); 0 when not fitted."""
+
+    @property
+    def bracketed(self) -> bool:
+        """Whether the knee lies between a rate kept up with and a higher one that was not."""
+        return self.measured_knee_rps is not None and self.missed_rps is not None
+
+    @property
+    def measured_range(self) -> tuple[float, float]:
+        """The lowest and highest rates sent."""
+        sent = [r.rate_rps for r in self.rates]
+        return (min(sent), max(sent)) if sent else (0.0, 0.0)
+
+    def saturated_rps(self) -> list[float]:
+        """The engine's pace at every rate whose answers fell behind the sends (not a run missed only because a
+        request failed): each is one measurement of its capacity."""
+        return [
+            r.completion_rps
+            for r in self.rates
+            if not r.kept_up and r.completion_rps and r.sent_rps and r.completion_rps < KEPT_UP * r.sent_rps
+        ]
+
+    def capacity_spread(self) -> float:
+        """Relative spread (standard deviation / mean) of the saturated paces; 0 with fewer than two."""
+        paces = self.saturated_rps()
+        if len(paces) < 2:
+            return 0.0
+        mean = sum(paces) / len(paces)
+        return (sum((x - mean) ** 2 for x in paces) / (len(paces) - 1)) ** 0.5 / mean
+
+    def extrapolated(self, rate: float) -> bool:
+        """Whether `rate` lies beyond what the sweep measured: above every rate it sent, or with no bracket (a rate
+        below a bracketed knee is carried, as the rate kept up with was)."""
+        return not self.bracketed or rate > self.measured_range[1]
+
+    def position(self, rate: float) -> str:
+        """Where `rate` lies against the knee, in words."""
+        if self.extrapolated(rate):
+            return "an extrapolation beyond what was measured"
+        assert self.measured_knee_rps is not None and self.missed_rps is not None
+        if rate < self.measured_knee_rps:
+            return f"below the measured knee (kept up with at {self.measured_knee_rps:.3g})"
+        if rate > self.missed_rps:
+            return f"past the measured knee (fell behind at {self.missed_rps:.3g})"
+        return "within the measured bracket"
+
+    def lines(self) -> list[str]:
+        """The knee in words: where the sweep bracketed it, and whether the predicted capacity lies there."""
+        lo, hi = self.measured_range
+        pred = self.predicted_capacity_rps
+        if self.bracketed:
+            line = (
+                f"knee: measured between {self.measured_knee_rps:.3g} requests/s (kept up) and {self.missed_rps:.3g} "
+                f"(fell behind) over {len(self.rates)} runs; the step fit predicted capacity {pred:.3g} requests/s, "
+                f"{self.position(pred)}"
+            )
+            if self.measured_capacity_rps is None:
+                return [line]
+            return [
+                line,
+                f"  past the knee the engine answered {self.measured_capacity_rps:.3g} requests/s (median of "
+                f"{len(self.saturated_rps())} runs); each request sent during a step adds {1000 * self.arrival_s:.2f} "
+                "ms to it, fitted so the simulated capacity matches",
+            ]
+        said = "kept up with every rate" if self.measured_knee_rps is not None else "kept up with none of its rates"
+        return [
+            f"knee: not measured - the sweep {said} from {lo:.3g} to {hi:.3g} requests/s; the predicted capacity "
+            f"{pred:.3g} requests/s is an extrapolation"
+        ]
 
 
 @dataclass(frozen=True)
@@ -66,6 +152,9 @@ class BlackBoxFit:
     knee: KneeSweep | None = None
     """None when the manifest declares no capacity.workload to sweep."""
     profile_seconds: float = 0.0
+    process_memory: ProcessGroupMemory | None = None
+    """The resident memory of the engine's processes after the sweeps, for an engine servegate started (None:
+    an endpoint it cannot see into)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BlackBoxFit:
@@ -81,8 +170,12 @@ class BlackBoxFit:
                 float(knee["predicted_capacity_rps"]),
                 knee.get("measured_knee_rps"),
                 tuple(KneeRate(**row) for row in knee.get("rates") or ()),
+                knee.get("missed_rps"),
+                knee.get("measured_capacity_rps"),
+                float(knee.get("arrival_s", 0.0)),
             )
             if knee
             else None,
             profile_seconds=float(data.get("profile_seconds", 0.0)),
+            process_memory=ProcessGroupMemory.from_dict(data["process_memory"]) if data.get("process_memory") else None,
         )

@@ -56,6 +56,11 @@ class MemoryPlan:
     compiled_weights_bytes: int = 0
     """The copy of the linear weights a compiled decode graph holds frozen in its own layout
     (`runtime.compile: decode`); 0 when nothing is compiled."""
+    modelled: bool = True
+    """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
+    and has not measured: planning/engine_memory.py): the total is then a partial sum, and no budget is judged."""
+    not_modelled_reason: str = ""
+    """Why not, when not modelled."""
 
     @property
     def fixed_bytes(self) -> int:
@@ -75,8 +80,15 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        """Whether the total stays within the budget (True when there is no budget)."""
-        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+        """Whether the total stays within the budget (True when there is no budget, or nothing to judge it by: see
+        `modelled`)."""
+        return self.budget_bytes is None or not self.modelled or self.total_bytes <= self.budget_bytes
+
+    @property
+    def judged_bytes(self) -> int | None:
+        """The total a memory target may be checked against (None when not modelled: a partial sum never meets
+        a target)."""
+        return self.total_bytes if self.modelled else None
 
     @property
     def shortfall_bytes(self) -> int | None:
@@ -90,7 +102,7 @@ class MemoryPlan:
     def shortfall(self) -> str | None:
         """What the budget cannot hold and by how much, with the fix (None when the plan is feasible)."""
         short = self.shortfall_bytes
-        if not short or self.budget_bytes is None:
+        if not short or self.budget_bytes is None or not self.modelled:
             return None
         held = f"the weights ({format_bytes(self.weights_bytes)}) and runtime overhead "
         held += f"({format_bytes(self.runtime_overhead_bytes)})"
@@ -107,7 +119,8 @@ class MemoryPlan:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able form, with the derived `fits` and `shortfall_bytes`."""
-        return {**asdict(self), "fits": self.fits, "shortfall_bytes": self.shortfall_bytes}
+        fits = self.fits if self.modelled else None
+        return {**asdict(self), "fits": fits, "shortfall_bytes": self.shortfall_bytes if self.modelled else None}
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line, every number with its unit."""
@@ -122,6 +135,12 @@ class MemoryPlan:
             out.append(f"compiled decode graph (frozen weights): {format_bytes(self.compiled_weights_bytes)}")
         if self.fallback_bytes:
             out.append(f"fallback engine (same server): {format_bytes(self.fallback_bytes)}")
+        if not self.modelled:
+            out.append(
+                f"total: not modelled - weights, KV pool and overhead sum to {format_bytes(self.total_bytes)}, a "
+                f"partial sum ({self.not_modelled_reason})"
+            )
+            return out
         out += [
             f"total: {format_bytes(self.total_bytes)}"
             + (

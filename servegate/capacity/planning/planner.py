@@ -176,8 +176,8 @@ def _fit_max_model_len(served: ServedModel, notes: list[str]) -> ServedModel:
 def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> tuple[ServedModel, MemoryPlan]:
     """With a memory target, give the KV pool everything the weights and runtime leave (the runtime's block count)."""
     targets, kv = served.capacity.targets, served.runtime.kv_cache
-    if targets is None or targets.memory is None or kv is None:
-        return served, memory
+    if targets is None or targets.memory is None or kv is None or not memory.modelled:
+        return served, memory  # not modelled: what is left after a partial sum is no pool size
     pool = targets.memory - memory.fixed_bytes
     if pool <= 0 or pool == kv.memory_budget:
         return served, memory
@@ -317,12 +317,14 @@ class _Search:
         except (ValidationError, ServegateError, ValueError):
             return None  # the manifest's own rules (or its KV pool) rule this policy out
         prediction = predict(setup, model, workload, n, self.seed)
-        checks = check_targets(targets, prediction.summary, self.memory.total_bytes)
+        checks = check_targets(targets, prediction.summary, self.memory.judged_bytes)
         cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
         latency_ok = all(c.met for c in checks if c.unit == "ms")
         if self.needs_capacity and latency_ok:  # only a policy that can be chosen is ranked by what it sustains
             cand.capacity_rps = saturation_throughput(setup, model, workload, seed=self.seed)
-        if self.engine and cand.feasible:
+        # an engine's memory (its processes and KV pool) is the same under every policy: a missed memory target
+        # makes none feasible, and must not leave the policy to chance, so the rest still ranks them
+        if self.engine and all(c.met for c in checks if c.name != "memory"):
             cand.max_rate_rps = quick_rate(candidate_served, model, workload, targets, min(n, 150))
         return cand
 
@@ -335,6 +337,9 @@ def _latency_score(c: Candidate) -> float:
 
 def _recommend(candidates: list[Candidate], feasible: list[Candidate], regime: str, engine: bool) -> Candidate:
     """The feasible policy the regime prefers (most sustained or carried, else lowest latency), else the closest."""
+    rated = [c for c in candidates if c.max_rate_rps is not None]
+    if not feasible and engine and rated:  # only the memory target missed, by every policy alike
+        return max(rated, key=lambda c: (c.max_rate_rps or 0.0, -_latency_score(c)))
     if not feasible:
         return min(candidates, key=lambda c: (c.worst_ratio, _latency_score(c)))
     if engine:

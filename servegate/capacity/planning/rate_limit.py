@@ -4,16 +4,25 @@ The workload's shape is kept and its rate varied (open loop, its own arrival pro
 simulator runs the same requests under several jitter seeds (the profile's step jitter), and the largest
 target ratio (predicted / target, over every declared latency percentile) of each seed says whether the
 targets hold there. Bisection finds the largest rate where they hold for the median seed (the rate), and
-where they hold for the slowest and for the fastest seed (the interval's low and high ends). Without a
-latency target the replica's capacity (requests always waiting) is the limit: throughput binds. When the KV
-pool runs full at the limit (preemptions, or blocks nearly all used), memory binds.
+where they hold for the slowest and for the fastest seed. Without a latency target, or when the targets hold
+up to it, the replica's capacity (requests always waiting) is the limit: throughput binds (a rate above it
+only looks carried on a short run, its queue growing without end). When the KV pool runs full at the limit
+(preemptions, or blocks nearly all used), memory binds.
+
+The interval (INTERVAL_LEVEL) adds, as independent normal errors, the seeds' spread and what the profile
+measured (measured_spread): for an engine profiled from outside, the spread of its pace over the knee
+search's runs past the knee (the capacity measured itself, and the model fitted to it), else the fit's
+error on the decode steps (capacity is made of them). It is at least
+as wide as the bisection's last step above the rate, which it did not resolve: never of zero width.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any
 
 from servegate.capacity.bench.workload import make_requests, with_rate
@@ -26,6 +35,8 @@ RATE_SEEDS = 5
 """Jitter seeds simulated at each rate tried."""
 BISECTIONS = 7
 """Halvings of the rate bracket for the central rate (1/128 of the capacity); 5 more for each interval end."""
+INTERVAL_LEVEL = 0.90
+"""Share of runs the per-replica interval is meant to hold (checked in benchmarks/planner_accuracy.py)."""
 KV_FULL = 0.95
 """Share of the KV pool in use at which memory is said to bind."""
 _KEYS = {"ttft_ms": "ttft_ms", "tpot_ms": "tpot_ms", "e2e_ms": "e2el_ms"}
@@ -49,8 +60,12 @@ class RateLimit:
     """The latency target that binds (e.g. `e2e_ms.p99`), when latency binds."""
     detail: str
     """One sentence on why."""
-    level: float = 0.8
-    """Share of jitter seeds between the interval's ends (all but the slowest and the fastest of RATE_SEEDS)."""
+    level: float = INTERVAL_LEVEL
+    """Share of runs the interval is meant to hold (module notes)."""
+    measured_spread: float = 0.0
+    """Relative standard deviation of the capacity as the profile measured it (measured_spread)."""
+    spread_from: str = ""
+    """What that spread was measured on."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -96,11 +111,14 @@ def max_rate(
         return sorted(max(latency_ratios(targets, r).values(), default=0.0) for r in runs(rate))
 
     declared = targets is not None and any(getattr(targets, field) is not None for field in _KEYS)
+    step = 1.2 * capacity / 2**bisections
     if not declared:
         kv = _kv_full(setup, runs(capacity))
         binding, why = ("memory", "the KV pool runs full at capacity") if kv else ("throughput", "no latency target")
         detail = f"{why}: the replica's capacity with requests always waiting, {capacity:.3g} requests/s"
-        return RateLimit(capacity, capacity, capacity, capacity, binding, None, detail)
+        low, high = _capacity_range(setup, model, workload, seeds, seed) if interval else (capacity, capacity)
+        limit = RateLimit(capacity, low, high, capacity, binding, None, detail)
+        return with_interval(limit, model, seeds, step) if interval else limit
 
     def holds(pick: Callable[[list[float]], float]) -> Callable[[float], bool]:
         return lambda rate: pick(worst(rate)) <= 1.0
@@ -109,7 +127,54 @@ def max_rate(
     rate = _bisect(holds(statistics.median), 0.0, top, bisections)
     low = _bisect(holds(max), 0.0, rate, 5) if interval and seeds > 1 else rate
     high = _bisect(holds(min), rate, top, 5) if interval and seeds > 1 else rate
-    return _limit(setup, targets, capacity, rate, low, high, runs, top / 2**bisections, seeds)
+    if rate >= capacity:  # held up to capacity: beyond it only a short run's queue has not grown yet
+        rate, low, high = capacity, capacity, capacity
+        if interval and seeds > 1:
+            low, high = _capacity_range(setup, model, workload, seeds, seed)
+    limit = _limit(setup, targets, capacity, rate, low, high, runs, step)
+    return with_interval(limit, model, seeds, step) if interval else limit
+
+
+def _capacity_range(
+    setup: SimSetup, model: LatencyModel, workload: Workload, seeds: int, seed: int
+) -> tuple[float, float]:
+    """The lowest and highest capacity over the jitter seeds."""
+    values = [saturation_throughput(setup, model, workload, seed=seed + s) for s in range(seeds)]
+    return min(values), max(values)
+
+
+def measured_spread(model: LatencyModel) -> tuple[float, str]:
+    """The relative standard deviation of a replica's capacity as the profile measured it, and on what: the
+    fit's median error on the steps, and the knee search's runs past the knee (their pace is the capacity)."""
+    fit, parts = model.fit, []
+    if (box := fit.black_box) is not None:
+        paces = box.knee.saturated_rps() if box.knee is not None else []
+        if len(paces) >= 2 and box.knee is not None:  # capacity measured itself (and fitted to): its own spread
+            parts.append((box.knee.capacity_spread(), f"{len(paces)} runs past the knee"))
+        else:
+            parts.append((box.itl_median_rel_error, f"the decode-step fit over {len(box.itl_points)} bursts"))
+    elif (err := fit.serving_steps or fit.model_steps) is not None:
+        parts.append((err.median_rel_error, f"the step fit over {err.steps} steps"))
+    return math.sqrt(sum(x * x for x, _ in parts)), ", ".join(name for _, name in parts)
+
+
+def with_interval(limit: RateLimit, model: LatencyModel, seeds: int, step: float) -> RateLimit:
+    """The limit's interval at INTERVAL_LEVEL (module notes): the seeds' range (min to max, read as the central
+    (seeds - 1) / (seeds + 1) share) and the profile's measured spread, as independent normal errors; its
+    upper end at least one bisection step above the rate."""
+    if limit.rate_rps <= 0.0:
+        return replace(limit, level=INTERVAL_LEVEL)
+    z = NormalDist().inv_cdf(0.5 + INTERVAL_LEVEL / 2)
+    z_seeds = NormalDist().inv_cdf(0.5 + (seeds - 1) / (seeds + 1) / 2) if seeds > 1 else 1.0
+    spread, source = measured_spread(model)
+    sigma = spread * limit.rate_rps
+
+    def half(seed_side: float) -> float:
+        return z * math.hypot(seed_side / z_seeds, sigma)
+
+    low = max(0.0, limit.rate_rps - half(limit.rate_rps - limit.low_rps))
+    high = max(limit.rate_rps + half(limit.high_rps - limit.rate_rps), limit.rate_rps + step)
+    return replace(limit, low_rps=low, high_rps=high, level=INTERVAL_LEVEL, measured_spread=spread, spread_from=source)
 
 
 def _bisect(ok: Callable[[float], bool], lo: float, hi: float, steps: int) -> float:
@@ -140,21 +205,19 @@ def _limit(
     high: float,
     runs: Callable[[float], list[dict[str, Any]]],
     step: float,
-    seeds: int,
 ) -> RateLimit:
     """The RateLimit at `rate`: what binds just above it."""
     above = runs(max(rate + step, step))
     ratios = latency_ratios(targets, above[len(above) // 2])
     name = max(ratios, key=lambda k: ratios[k])
-    level = (seeds - 2) / seeds if seeds > 2 else 0.0
     if rate <= 0.0:
         detail = f"{name} is missed even at {step:.3g} requests/s: no rate meets it on this replica"
-        return RateLimit(0.0, 0.0, high, capacity, "latency", name, detail, level)
+        return RateLimit(0.0, 0.0, high, capacity, "latency", name, detail)
     if _kv_full(setup, runs(rate)):
         detail = f"the KV pool runs full at {rate:.3g} requests/s (preemptions), and then {name} is missed"
-        return RateLimit(rate, low, high, capacity, "memory", name, detail, level)
+        return RateLimit(rate, low, high, capacity, "memory", name, detail)
     if rate >= capacity:
         detail = f"the latency targets hold up to the replica's capacity, {capacity:.3g} requests/s"
-        return RateLimit(rate, low, high, capacity, "throughput", None, detail, level)
+        return RateLimit(rate, low, high, capacity, "throughput", None, detail)
     detail = f"above {rate:.3g} requests/s {name} is missed (capacity {capacity:.3g} requests/s)"
-    return RateLimit(rate, low, high, capacity, "latency", name, detail, level)
+    return RateLimit(rate, low, high, capacity, "latency", name, detail)

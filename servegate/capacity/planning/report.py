@@ -75,9 +75,40 @@ def plan_json(plan: Plan, model: LatencyModel, workload: dict[str, Any], fingerp
             "fit": model.fit.as_dict(samples=False),
         },
         "per_replica": plan.rate_limit.as_dict() if plan.rate_limit else None,
+        "knee": knee_json(model, plan.rate_limit.rate_rps if plan.rate_limit else None),
         "replicas": plan.replicas.as_dict() if plan.replicas else None,
         "candidates": candidate_rows(plan),
     }
+
+
+def knee_json(model: LatencyModel, claimed: float | None) -> dict[str, Any] | None:
+    """The knee the profile's rate search measured (an engine profiled from outside), and whether the claimed
+    per-replica rate lies in its bracket or is an extrapolation; None without a knee search."""
+    box = model.fit.black_box
+    if box is None or box.knee is None:
+        return None
+    knee = box.knee
+    return {
+        "kept_up_rps": knee.measured_knee_rps,
+        "missed_rps": knee.missed_rps,
+        "measured_range_rps": list(knee.measured_range),
+        "runs": len(knee.rates),
+        "claimed_rps": claimed,
+        "extrapolated": claimed is not None and knee.extrapolated(claimed),
+        "position": knee.position(claimed) if claimed is not None else "not claimed",
+        "measured_capacity_rps": knee.measured_capacity_rps,
+    }
+
+
+def _knee_line(k: dict[str, Any]) -> str:
+    """The claimed rate against the measured knee, in one line."""
+    lo, hi = k["measured_range_rps"]
+    claimed = k["claimed_rps"] or 0.0
+    if k["kept_up_rps"] is not None and k["missed_rps"] is not None:
+        where = f"knee measured between {k['kept_up_rps']:.3g} and {k['missed_rps']:.3g} requests/s"
+    else:
+        where = f"knee not measured (the profile's {k['runs']} runs from {lo:.3g} to {hi:.3g} requests/s)"
+    return f"per replica vs the profile: {where}, at the limits the engine ran with; {claimed:.3g} is {k['position']}"
 
 
 def _verdict(c: Candidate, best: Candidate, plan: Plan) -> str:
@@ -154,11 +185,18 @@ def plan_lines(data: dict[str, Any]) -> list[str]:
             f"target {t['name']}: predicted {show(t['predicted'])} vs {show(t['target'])} - "
             + ("met" if t["met"] else f"MISSED by {show(t['missed_by'])} ({t['missed_by_pct']:.1f}%)")
         )
+    mem = data["memory"]
+    if not mem.get("modelled", True) and mem.get("budget_bytes") is not None:
+        lines.append(f"target memory: not modelled - {mem['not_modelled_reason']}; no verdict from a partial sum")
     if (r := data.get("per_replica")) is not None:
+        spread = f"{100 * r['measured_spread']:.1f}% measured on {r['spread_from']}" if r["spread_from"] else "none"
         lines.append(
             f"per replica: {r['rate_rps']:.3g} requests/s under the targets ({100 * r['level']:.0f}% interval "
-            f"{r['low_rps']:.3g}-{r['high_rps']:.3g}); binds: {r['binding']} - {r['detail']}"
+            f"{r['low_rps']:.3g}-{r['high_rps']:.3g}: jitter seeds, measured spread {spread}); binds: "
+            f"{r['binding']} - {r['detail']}"
         )
+    if (k := data.get("knee")) is not None:
+        lines.append(_knee_line(k))
     if (n := data.get("replicas")) is not None:
         lines.append(
             f"replicas: {n['replicas']} for {n['total_rps']:.4g} requests/s ({n['source']}) at "

@@ -29,6 +29,8 @@ def engine_policies(served: ServedModel) -> list[dict[str, Any]]:
     batches = [b for b in ENGINE_BATCHES if b <= max(2, 4 * declared.max_batch_size)]
     batches = sorted({*batches, declared.max_batch_size})
     budgets = sorted({max_in, 2 * max_in, 4 * max_in, 8 * max_in, declared.max_num_batched_tokens})
+    if not declared.chunked_prefill:  # vLLM refuses to start with a budget below max_model_len without chunking
+        budgets = [t for t in budgets if t >= served.runtime.max_model_len] or [served.runtime.max_model_len]
     return [
         {
             "mode": "continuous",

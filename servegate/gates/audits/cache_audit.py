@@ -41,6 +41,7 @@ from typing import Literal
 from scipy.stats import mannwhitneyu
 
 from servegate.contracts.quality_section import CacheAudit
+from servegate.contracts.report.probes import RepeatTiming
 from servegate.gates.audits.tenant_audit import MIN_CACHE_SPEEDUP
 from servegate.gates.audits.unseen_prompts import UnseenPrompts
 from servegate.gates.probes.http_probe import HttpProbe, ProbeError, TimedAnswer, answers_checked, random_text
@@ -109,52 +110,6 @@ def judge_samples(s: RepeatSamples, config: CacheAudit, alpha: float) -> tuple[F
     if unseen_within < alpha:  # only a request no cache can hold shows the uncached cost: another seed may not
         return "no_cache", p
     return "inconclusive", p
-
-
-@dataclass(frozen=True)
-class RepeatTiming:
-    """What the response-cache detector measured and found (medians in ms)."""
-
-    pairs: int
-    """Rounds timed (each: a first send, then a repeat, another seed, a never-seen prompt)."""
-    declared: bool
-    """Whether the manifest declares a response cache (postprocess.response_cache.enabled)."""
-    repeat_median_ms: float
-    other_seed_median_ms: float
-    """The same prompt with another seed."""
-    unseen_median_ms: float
-    """Never-seen prompts of the same shape (length in tokens, max_tokens): what an uncached answer costs."""
-    first_send_median_ms: float
-    """The probe prompts' first sends: the engine's own cost of those very requests (reported, not judged: a cache
-    below may hold them from an earlier gate)."""
-    speedup: float
-    """Never-seen median / repeat median: how much faster an exact repeat answers than an uncached request."""
-    seed_speedup: float
-    """Other-seed median / repeat median: how much of that a change of seed undoes (about 1: the seed is ignored)."""
-    max_speedup: float
-    p_seed_faster: float
-    """One-sided Mann-Whitney p that other-seed times exceed max_speedup x repeat times (a cache keyed on the seed)."""
-    p_seed_within: float
-    """p that other-seed times stay below max_speedup x repeat times."""
-    p_unseen_faster: float
-    """p that never-seen times exceed max_speedup x both the repeat and the other-seed times (the larger of two)."""
-    p_unseen_within: float
-    """p that never-seen times stay below max_speedup x repeat times (no cache answers the repeat)."""
-    alpha: float
-    """Level each look is judged at: quality.cache_audit.alpha over the number of looks."""
-    header_hits: int
-    """Repeats servegate's X-Servegate-Cache header marked `hit`."""
-    ignore_eos: bool
-    """Whether the audit's requests asked for exactly max_tokens tokens (false: the deployment refused the field)."""
-    unseen_unit: str
-    """What the never-seen prompts' length was matched in: `tokens` (the manifest's tokenizer) or `characters`."""
-    unseen_shape_mismatches: int
-    """Never-seen prompts whose prompt_tokens, as the deployment counted them, differed from their probe's."""
-    unseen_length_mismatches: int
-    """Never-seen answers of another length than the probe's (their times were scaled by the bounds)."""
-    finding: Finding
-    verdict: Verdict
-    reason: str
 
 
 def _verdict(finding: Finding, declared: bool, header_hits: int, pairs: int) -> tuple[Verdict, str]:

@@ -33,12 +33,12 @@ import math
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from scipy.stats import mannwhitneyu, norm
 
 from servegate.contracts.quality_section import CacheAudit
+from servegate.contracts.report.probes import TenantTiming
 from servegate.gates.probes.http_probe import HttpProbe, chars_per_token, prompt_budget, random_text
 from servegate.gates.result import Verdict
 
@@ -64,36 +64,6 @@ def detectable_shift_sd(n: int, alpha: float, power: float = POWER) -> float:
     """The smallest shift (in standard deviations) `n` requests per side find with the given power."""
     z = norm.ppf(1 - alpha) + norm.ppf(power)
     return math.sqrt(2 * z**2 / (n * MIN_ARE))
-
-
-@dataclass(frozen=True)
-class TenantTiming:
-    """What the tenant isolation audit measured and found (times to first token, ms)."""
-
-    samples: int
-    """Requests per side."""
-    prompt_tokens: int
-    """Mean prompt length of the audit prompts, tokens."""
-    tokens_counted_by: Literal["server", "tokenizer", "characters"]
-    """Who counted prompt_tokens: the server's usage; the manifest's tokenizer (answers the output contract refused
-    carry no usage); or neither (characters, an upper bound)."""
-    fresh_median_ms: float
-    cross_median_ms: float
-    own_median_ms: float
-    p_own_faster: float
-    """Mann-Whitney p (one-sided) that A's own repeats are faster than fresh prompts: the cache shows in TTFT."""
-    p_cross_faster: float
-    """p that tenant B on A's prompts is faster than fresh prompts: B reaches A's cache entries."""
-    p_cross_slower_than_own: float
-    """p that tenant B on A's prompts is slower than A's own repeats: B does not."""
-    leak_share: float | None
-    """(fresh - cross) / (fresh - own) of the medians: the share of A's speed-up B gets (None: no speed-up)."""
-    alpha: float
-    detectable_shift_sd: float
-    """Shift in standard deviations this sample finds with power 0.9 at alpha (see the module docstring)."""
-    finding: Finding
-    verdict: Verdict
-    reason: str
 
 
 def judge_tenants(

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.measurements import BatchingMeasurements
 from servegate.gates.base import Gate, GateContext, GateSetupError
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, Measurements, example
+from servegate.gates.result import GateResult, example
 from servegate.gates.suites.evaluation import (
     ItemOutput,
     SuiteData,
@@ -37,33 +37,6 @@ from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest
 PROBES_PER_SUITE = 12
 DEADLINE_SLACK_S = 0.25
 """Tolerance on e2e_s <= deadline for scheduling jitter, in seconds."""
-
-
-@dataclass(frozen=True)
-class BatchingMeasurements(Measurements):
-    """What the batching gate compared, and how requests past their deadline ended."""
-
-    mode: str
-    """The batching mode under test (none, static, dynamic, continuous)."""
-    max_batch_size: int
-    """The most requests in one batch (requests)."""
-    probes: int
-    """Probe prompts sent in every arrangement (prompts)."""
-    arrangements: list[str]
-    """The arrangements each probe ran in (labels: one at a time, in order, reversed, shuffled)."""
-    outputs_compared: int
-    """Outputs compared with the unbatched reference, over all arrangements (outputs)."""
-    mismatches: int
-    """Outputs whose text, tokens or error differ from the unbatched reference (outputs)."""
-    mismatch_rate: float
-    """mismatches / outputs_compared (fraction, 0 to 1)."""
-    expired_request: str
-    """How a request whose deadline passed before it arrived ended (an error code, or `an answer`)."""
-    finished_after_deadline: int
-    """Requests that finished later than failure_policy.request_timeout_s plus the slack (requests)."""
-    token_source: str = "engine"
-    """Where the candidate's output tokens came from (runtime.types.TokenSource: engine, remote, logprobs,
-    tokenizer; several joined by ', '); with `tokenizer` the texts alone decide equality."""
 
 
 def without_caches(served: ServedModel) -> ServedModel:

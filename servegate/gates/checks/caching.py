@@ -14,51 +14,23 @@ apart, so B's hits on A's entries are expected. Timing audits cover what no coun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.audits.timing_audits import TimingAudits, run_timing_audits
-from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.contracts.report.measurements import CachingMeasurements
+from servegate.contracts.report.probes import TimingAudits
+from servegate.gates.audits.timing_audits import audit_checks, run_timing_audits
+from servegate.gates.base import Gate, GateContext
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements, Verdict, example
+from servegate.gates.result import GateResult, Verdict, example
 from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteItem, generate, probe_items, requests_for
 from servegate.runtime.engine.interface import Engine
 from servegate.runtime.types import GenerationRequest
 
 PROBES_PER_SUITE = 8
 CONTROL, TENANT_A, TENANT_B = "servegate-control", "servegate-tenant-a", "servegate-tenant-b"
-
-
-@dataclass(frozen=True)
-class CachingMeasurements(Measurements):
-    """Which caches are on, and the cache hits the probe passes saw (absent when no probe ran)."""
-
-    caches: list[str]
-    """The caches the candidate enables (prefix cache, response cache)."""
-    tenants_identified: bool
-    """Whether preprocess.tenant_from identifies tenants."""
-    shared_across_tenants: list[str]
-    """The enabled caches whose entries every tenant shares (empty when each is scoped per tenant)."""
-    probes: int | None = field(default=None, metadata=OPTIONAL)
-    """Probe prompts sent in each pass (prompts)."""
-    cold_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
-    """Prefix-cache hits in the cold pass: prompts sharing a prefix within the pass (hits)."""
-    warm_prefix_hits: int | None = field(default=None, metadata=OPTIONAL)
-    """Prefix-cache hits in the warm pass (hits)."""
-    repeat_response_hits: int | None = field(default=None, metadata=OPTIONAL)
-    """Response-cache hits when the cold pass is repeated (hits)."""
-    tenant_b_extra_hits: int | None = field(default=None, metadata=OPTIONAL)
-    """Hits tenant B got beyond the cold pass's own, from tenant A's entries (hits; 0 when tenants are apart)."""
-    stale_hits_after_fingerprint_change: int | None = field(default=None, metadata=OPTIONAL)
-    """Hits an engine with a changed fingerprinted field got beyond the cold pass's own (hits)."""
-    output_mismatches: int | None = field(default=None, metadata=OPTIONAL)
-    """Cached outputs that differ from the cold output (outputs)."""
-    prefix_cache_observable: bool | None = field(default=None, metadata=OPTIONAL)
-    """False when the prefix cache runs inside a remote, where its hits cannot be counted."""
-    timing_audits: TimingAudits | None = field(default=None, metadata=OPTIONAL)
-    """The black-box response-cache detector and tenant isolation audit, timed over HTTP (docs/cache-audits.md)."""
 
 
 def shared_across_tenants(served: ServedModel) -> list[str]:
@@ -113,7 +85,7 @@ def _same_greedy(cold: ItemOutput, warm: ItemOutput) -> bool:
 
 def _timing_note(audits: TimingAudits | None) -> str:
     """What the tenant timing audit adds to a scope failure: that a client can time the leak too."""
-    found = audits.tenant_isolation if audits is not None else None
+    found = audits.isolation if audits is not None else None
     return f"; timing shows it: {found.reason}" if found is not None and found.finding == "shared" else ""
 
 
@@ -135,12 +107,13 @@ class CachingGate(Gate):
         shared = shared_across_tenants(served)
         measurements = CachingMeasurements(caches=enabled, tenants_identified=tenants, shared_across_tenants=shared)
         probes = probe_items(ctx.suites(), PROBES_PER_SUITE)
-        if not enabled and not on_remote(served):
+        if not enabled and not served.runtime.remote:
             return self.result("pass", "no prefix or response cache is enabled", measurements)
         if not probes:
             return self.result("warn", "no eval suites declared: no probes to send", measurements)
         if not enabled:  # a remote's own caches are invisible but for their timing
-            return self._timed_only(replace(measurements, timing_audits=run_timing_audits(ctx, served, probes)))
+            audits = run_timing_audits(ctx, served, probes)
+            return self._timed_only(measurements.updated(timing_audits=audits), audits)
         ctx.progress.start("caching: probes", 5)
         engine = ctx.engines.fresh(served)
         cold, self_hits, cold_response = _pass(engine, _requests(probes, CONTROL))
@@ -170,14 +143,14 @@ class CachingGate(Gate):
                             example(item.id, data.suite.public, suite=data.name, prompt=item.prompt,
                                     baseline=c.text, candidate=got.text, cache=label)
                         )  # fmt: skip
-        remote = on_remote(served)
+        remote = served.runtime.remote
         # a remote told of no tenant (tenant_from: none) shares its prefix cache by design: nobody to keep apart
         leaked = (b_hits - self_hits if tenants or not remote else 0) + b_response
         # one remote serves every pass, and a prompt's KV does not depend on the seed: there a prefix hit after the
         # seed changed is a right hit, not a stale one (a fresh reference engine starts with an empty cache)
         stale = (0 if remote else stale_hits - self_hits) + stale_response
-        measurements = replace(
-            measurements,
+        audits = run_timing_audits(ctx, served, probes)  # what a client can time, on any backend
+        measurements = measurements.updated(
             probes=len(probes),
             cold_prefix_hits=self_hits,
             warm_prefix_hits=warm_hits,
@@ -185,14 +158,22 @@ class CachingGate(Gate):
             tenant_b_extra_hits=leaked,
             stale_hits_after_fingerprint_change=stale,
             output_mismatches=len(problems),
-            timing_audits=run_timing_audits(ctx, served, probes),  # what a client can time, on any backend
+            timing_audits=audits,
         )
-        return self._verdict(served, measurements, problems, evidence)
+        return self._verdict(served, measurements, audits, problems, evidence)
 
     def _verdict(
-        self, served: ServedModel, m: CachingMeasurements, problems: list[str], evidence: list[dict[str, Any]]
+        self,
+        served: ServedModel,
+        m: CachingMeasurements,
+        audits: TimingAudits,
+        problems: list[str],
+        evidence: list[dict[str, Any]],
     ) -> GateResult:
-        """The worst finding first: changed outputs, a leak across tenants, stale hits; then what went unexercised."""
+        """The worst finding first: changed outputs, a leak across tenants, stale hits; then what went unexercised.
+
+        `audits` are the timing audits `m` holds (`audit_checks` says what each found).
+        """
         shared, leaked = m.shared_across_tenants, m.tenant_b_extra_hits or 0
         stale = m.stale_hits_after_fingerprint_change or 0
         warm_hits, repeat_response = m.warm_prefix_hits or 0, m.repeat_response_hits or 0
@@ -203,7 +184,7 @@ class CachingGate(Gate):
                 "fail",
                 f"tenants are identified (preprocess.tenant_from: {served.preprocess.tenant_from}) but "
                 f"{' and '.join(shared)}: tenants would see each other's entries and timing "
-                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(m.timing_audits)})",
+                f"(tenant B got {leaked} hit(s) from tenant A's probes{_timing_note(audits)})",
                 m,
             )
         if leaked > 0 and not shared:
@@ -214,11 +195,11 @@ class CachingGate(Gate):
             )
         if stale > 0:
             return self.result("fail", f"{stale} stale cache hit(s) after a fingerprinted field changed", m)
-        timed = m.timing_audits.checks() if m.timing_audits is not None else []
+        timed = audit_checks(audits)
         failed = [r for v, r in timed if v == "fail"]
         if failed:
             return self.result("fail", failed[0], m)
-        repeats = m.timing_audits.response_cache if m.timing_audits is not None else None
+        repeats = audits.response_cache
         if repeats is not None and repeats.finding == "cache_ignores_seed":  # no counter sees it, on any backend
             return self.result(repeats.verdict, f"response-cache timing: {repeats.reason}", m)
         if warm_hits == 0 and repeat_response == 0:
@@ -227,8 +208,8 @@ class CachingGate(Gate):
             f"warm == cold on {m.probes} probes ({warm_hits} prefix, {repeat_response} response hits), "
             "no cross-tenant or stale hits"
         )
-        isolation = m.timing_audits.tenant_isolation if m.timing_audits is not None else None
-        if on_remote(served) and "prefix cache" in m.caches:  # its hits are counted inside the remote
+        isolation = audits.isolation
+        if served.runtime.remote and "prefix cache" in m.caches:  # its hits are counted inside the remote
             if warm_hits > 0 and not m.tenants_identified:  # its usage said them: prompt_tokens_details
                 return self.result(
                     "pass",
@@ -237,18 +218,18 @@ class CachingGate(Gate):
                     m,
                 )
             if isolation is not None and isolation.finding == "isolated":
-                verified = replace(m, prefix_cache_observable=False)
+                verified = m.updated(prefix_cache_observable=False)
                 return self.result("pass", f"{checked}; the remote's {isolation.reason}", verified)
             note = f" ({isolation.reason})" if isolation is not None else ""
             return self.result(
                 "warn",
                 f"{checked}; the remote's prefix cache is declared, not verified: its hits and tenant scope are not "
                 f"visible from outside (servegate salts it per tenant on vLLM){note}",
-                replace(m, prefix_cache_observable=False),
+                m.updated(prefix_cache_observable=False),
             )
         warned = [r for v, r in timed if v == "warn"]
-        problem = m.timing_audits is not None and m.timing_audits.problem is not None
-        if warned and (on_remote(served) or problem):  # on the reference the counters above decided
+        problem = audits.problem is not None
+        if warned and (served.runtime.remote or problem):  # on the reference the counters above decided
             return self.result("warn", f"{checked}; {warned[0]}", m)
         if served.postprocess.response_cache.enabled and repeat_response == 0 and warned:
             return self.result("warn", f"{checked}; {warned[0]}", m)
@@ -261,9 +242,9 @@ class CachingGate(Gate):
             )
         return self.result("pass", checked, m)
 
-    def _timed_only(self, m: CachingMeasurements) -> GateResult:
+    def _timed_only(self, m: CachingMeasurements, audits: TimingAudits) -> GateResult:
         """A remote that declares no cache: only timing can show one it has anyway."""
-        checks = m.timing_audits.checks() if m.timing_audits is not None else []
+        checks = audit_checks(audits)
         for wanted in ("fail", "warn"):
             found = [r for v, r in checks if v == wanted]
             if found:

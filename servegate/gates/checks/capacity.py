@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from servegate.capacity.bench.contention import (
@@ -33,6 +33,7 @@ from servegate.capacity.planning.target_checks import TargetCheck, check_targets
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.measurements import CapacityMeasurements
 from servegate.gates.audits.capacity_machine import (
     Control,
     excuse,
@@ -49,9 +50,9 @@ from servegate.gates.audits.capacity_paired import (
     judge,
     paired_mode,
 )
-from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.gates.base import Gate, GateContext
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements
+from servegate.gates.result import GateResult
 
 
 class _RunningVllm:
@@ -94,44 +95,25 @@ def _memory(served: ServedModel) -> Any:
         return None
 
 
-@dataclass(frozen=True)
-class CapacityMeasurements(Measurements):
-    """The bench at the declared workload: latency and throughput as measured, each target's check, memory."""
+@dataclass
+class CapacityPreparation:
+    """What CapacityGate.prepare starts ahead of the gate's turn; run takes each piece it uses (leaving None), and
+    release stops the rest."""
 
-    ttft_ms: dict[str, Any]
-    """Time to first token (milliseconds): mean, p50/p95/p99 with their intervals, count."""
-    tpot_ms: dict[str, Any]
-    """Time per output token after the first (milliseconds): as ttft_ms."""
-    e2el_ms: dict[str, Any]
-    """End-to-end latency of a request (milliseconds): as ttft_ms."""
-    throughput: dict[str, Any]
-    """requests_per_s (requests/s) and output_tokens_per_s (tokens/s) over the bench."""
-    goodput: dict[str, Any]
-    """requests_per_s (requests/s) within the SLO, the fraction (0 to 1) within it, and the SLO (milliseconds)."""
-    requests: dict[str, int]
-    """Requests sent, completed and failed (requests)."""
-    targets: list[dict[str, Any]]
-    """One check per declared target: name, target, predicted (the measured value), unit, verdict, met, missed_by."""
-    memory_total_bytes: int | None
-    """The planned memory (weights, KV pool, runtime estimate) in bytes; None when not planned."""
-    peak_memory_bytes: int | None
-    """Peak resident memory of the server process, or a remote's own report (bytes); None when not measured."""
-    machine_speed: dict[str, Any] | None
-    """This machine's speed probe during the bench (microseconds per probe, spread, steady); None when not run."""
-    client_limited: bool | None
-    """Whether the load generator, not the server, limited the rate."""
-    load_average: dict[str, Any] | None
-    """The system load average before and after the bench, the CPUs, and whether they were oversubscribed."""
-    paired: bool
-    """Whether the candidate was benched interleaved with the baseline (a change), not alone."""
-    memory_unchecked: str | None = field(default=None, metadata=OPTIONAL)
-    """Why the memory target was not checked; absent when it was."""
-    contention: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
-    """For a server benched here: the contention probe's team over one thread, the server threads' share of time
-    waiting for a core, whether its cores were contended and why (capacity/bench/contention.py)."""
-    control: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
-    """After a miss on a machine that seemed to hold: the reference form benched interleaved with the candidate,
-    its per-round p50s and spread, the candidate's verdict in that bench, whether the machine moved and why."""
+    server: AbstractContextManager[Any] | None = None
+    """The candidate's own server, launched (a `with` block over it benches it and stops it)."""
+    probe: ContentionProbe | None = None
+    """The contention probe of a server benched alone here."""
+    baseline: AbstractContextManager[Any] | None = None
+    """The baseline's own server, launched, for a change benched interleaved."""
+
+    def stop(self) -> None:
+        """Stop every piece not taken."""
+        for piece in (self.server, self.probe, self.baseline):
+            stop = getattr(piece, "stop", None)
+            if callable(stop):
+                stop()
+        self.server = self.probe = self.baseline = None
 
 
 @register_gate(
@@ -146,6 +128,10 @@ class CapacityGate(Gate):
     server_factory: ClassVar[staticmethod[[ServedModel], AbstractContextManager[Any]]] = staticmethod(own_server)
     """Starts the server to bench (tests substitute one with known delays)."""
 
+    def __init__(self) -> None:
+        self.prepared = CapacityPreparation()
+        """What prepare started for run (tests set its pieces to bench servers of their own)."""
+
     def prepare(self, ctx: GateContext) -> None:
         """Launch the candidate's own server now, so its start-up (seconds of imports and loading) overlaps
         the gates that run before this one."""
@@ -155,11 +141,15 @@ class CapacityGate(Gate):
             if not served.runtime.remote:
                 from servegate.capacity.bench.local_server import LocalServer
 
-                ctx.prepared[self.name] = LocalServer(served).launch()
+                self.prepared.server = LocalServer(served).launch()
                 if not paired_mode(ctx.mode, ctx.baseline, served):  # torch's import overlaps the other gates
-                    ctx.prepared[f"{self.name}:probe"] = _probe(served)
+                    self.prepared.probe = _probe(served)
                 if paired_mode(ctx.mode, ctx.baseline, served) and not ctx.baseline.runtime.remote:
-                    ctx.prepared[f"{self.name}:baseline"] = LocalServer(ctx.baseline).launch()
+                    self.prepared.baseline = LocalServer(ctx.baseline).launch()
+
+    def release(self) -> None:
+        """Stop the servers and probe prepared and not benched."""
+        self.prepared.stop()
 
     def run(self, ctx: GateContext) -> GateResult:
         """Bench the candidate and compare each declared target with what was measured."""
@@ -169,19 +159,21 @@ class CapacityGate(Gate):
             return self.result("skipped", "no capacity.targets declared")
         if workload is None:
             return self.result("fail", "capacity.targets are declared but capacity.workload is not: declare the load")
-        memory = _memory(served) if targets.memory is not None and not on_remote(served) else None
+        memory = _memory(served) if targets.memory is not None and not served.runtime.remote else None
         paired = paired_mode(ctx.mode, ctx.baseline, served)
         total = workload.num_requests * (2 if paired else 1)
         label = f"capacity: {total} requests" + (" (baseline and candidate interleaved)" if paired else "")
         ctx.progress.start(label, total)  # shown while the server starts; the bench restarts it
-        prepared = ctx.prepared.pop(self.name, None)
-        if prepared is None and served.runtime.backend == "vllm" and type(self).server_factory is own_server:
+        prepared, self.prepared.server = self.prepared.server, None
+        if prepared is None and served.runtime.starts_vllm and type(self).server_factory is own_server:
             prepared = _RunningVllm(ctx.engines.get(served))  # the vLLM the other gates use, started once
         server = prepared if prepared is not None else self.server_factory(served)
         own_note = getattr(server, "memory_note", None)
         # a server that runs here shares this machine's cores: a miss counts only when they held (capacity_machine.py)
         here = not served.runtime.remote and not paired
-        probe = (ctx.prepared.pop(f"{self.name}:probe", None) or _probe(served)) if here else None
+        probe: ContentionProbe | None = None
+        if here:
+            probe, self.prepared.probe = self.prepared.probe or _probe(served), None
         change = control = contention = None
         try:
             with server as running:
@@ -211,12 +203,12 @@ class CapacityGate(Gate):
             control=control.as_dict() if control is not None else None,
         )
         if report["requests"]["completed"] == 0:
-            if on_remote(served):
+            if served.runtime.remote:
                 where = served.runtime.endpoint_url
                 return self.result("unavailable", f"no request to {where} completed", measurements)
             return self.result("fail", "no request of the bench completed", measurements)
         if unchecked:
-            measurements = replace(measurements, memory_unchecked=unchecked)
+            measurements = measurements.updated(memory_unchecked=unchecked)
         if verdict.verdict != "pass":
             also = f"; {unchecked}" if unchecked else ""
             excused = any(c.get("machine_moved") for c in verdict.checks)  # the machine's moves said there already
@@ -245,7 +237,7 @@ class CapacityGate(Gate):
         # memory: the server this gate ran, its whole process (interpreter, torch, both engines) as an operator
         # sees it; a remote's own report of its whole deployment; unchecked otherwise
         note, unchecked, memory_bytes = "", "", peak
-        if targets.memory is not None and peak is None and on_remote(served):
+        if targets.memory is not None and peak is None and served.runtime.remote:
             peak, note = _remote_memory(served, ctx.remote)
             memory_bytes = peak
             unchecked = "" if peak is not None else f"memory target not checked: {note}"
@@ -302,7 +294,7 @@ class CapacityGate(Gate):
     def _bench_change(self, candidate_url: str, ctx: GateContext) -> Any:
         """A change: the baseline's server started beside the candidate's and both benched interleaved."""
         served = ctx.candidate
-        prepared = ctx.prepared.pop(f"{self.name}:baseline", None)
+        prepared, self.prepared.baseline = self.prepared.baseline, None
         runs, _, _ = self._bench_beside(ctx, ctx.baseline, candidate_url, prepared)
         return bench_change_sides(runs, served, slo_from_targets(served.capacity.targets), candidate_url)
 
@@ -312,7 +304,7 @@ class CapacityGate(Gate):
         """`other`'s server (`prepared`, else started) beside the candidate's, both benched interleaved with the
         same prompts: the runs, and the wall-clock times (time.time()) the bench began and ended."""
         served = ctx.candidate
-        prompts = PromptFactory(manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None)
+        prompts = PromptFactory(manifest_tokenizer(served) if not served.runtime.external else None)
         with prepared if prepared is not None else self.server_factory(other) as other_server:
             began = time.time()
             runs = asyncio.run(
@@ -376,7 +368,7 @@ def _bench_alone(
         running.url,
         workload,
         served=served,
-        tokenizer=manifest_tokenizer(served) if served.runtime.backend != "endpoint" else None,
+        tokenizer=manifest_tokenizer(served) if not served.runtime.external else None,
         slo=slo_from_targets(served.capacity.targets),
         progress=progress,
         label=label,

@@ -17,7 +17,6 @@ import json
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import jsonschema
@@ -25,7 +24,8 @@ import jsonschema
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.contracts.report.measurements import ContractMeasurements, RemoteIdentity
+from servegate.gates.base import Gate, GateContext
 from servegate.gates.probes.constraint_load import check_constraints
 from servegate.gates.probes.contract_measure import (
     CONTEXT_FIELD,
@@ -51,12 +51,11 @@ from servegate.gates.probes.contract_probes import (
 )
 from servegate.gates.probes.http_target import REQUEST_TIMEOUT_S, wait_ready
 from servegate.gates.probes.penalty_probe import check_penalties
-from servegate.gates.probes.probe_phases import ProbesUnderLoad
-from servegate.gates.probes.structured_load import StructuredUnderLoad, check_structured
+from servegate.gates.probes.structured_load import check_structured
 from servegate.gates.probes.template_probe import check_template
 from servegate.gates.probes.tool_load import check_tools
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements
+from servegate.gates.result import GateResult
 from servegate.runtime.types import FinishEvent, GenerationRequest, SamplingParams
 
 if TYPE_CHECKING:
@@ -159,38 +158,6 @@ class _Servers:
         return self.clients[variant]
 
 
-@dataclass(frozen=True)
-class ContractMeasurements(Measurements):
-    """What the contract gate probed: over HTTP (the probes and codes), or on the engine alone."""
-
-    remote: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
-    """The identity a remote reported, when it differs from the manifest (the drift failure)."""
-    http_checked: bool | None = field(default=None, metadata=OPTIONAL)
-    """False when servegate.server was unavailable and only the engine-level checks ran."""
-    probes: int | None = field(default=None, metadata=OPTIONAL)
-    """HTTP probes sent, one per catalogued behaviour and variant (probes)."""
-    codes_provoked: list[str] | None = field(default=None, metadata=OPTIONAL)
-    """Catalogue error codes the probes provoked."""
-    not_provokable: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
-    """Catalogue error codes no request can provoke from outside (e.g. an internal error), with the reason."""
-    prompts_checked: int | None = field(default=None, metadata=OPTIONAL)
-    """Prompts whose outputs were checked for validity, streaming and seeding (prompts)."""
-    structured_under_load: StructuredUnderLoad | None = field(default=None, metadata=OPTIONAL)
-    """Schema validity and answer size at concurrency 1 and under load (when output_schema or
-    max_output_bytes is declared)."""
-    constraints_under_load: ProbesUnderLoad | None = field(default=None, metadata=OPTIONAL)
-    """Every allowed output-constraint kind alone and under load (when postprocess.structured_output is declared)."""
-    tools_under_load: ProbesUnderLoad | None = field(default=None, metadata=OPTIONAL)
-    """Every forced tool_choice mode alone and under load (when postprocess.tools serves required or named)."""
-    checked: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
-    """How each measured field was checked: field -> `reported` / `measured` and what was seen (the seed
-    everywhere; runtime.max_model_len on a remote)."""
-    not_verified: list[str] | None = field(default=None, metadata=OPTIONAL)
-    """Fields that could be neither read nor measured, each with why (the verdict is then warn)."""
-    field_requests: int | None = field(default=None, metadata=OPTIONAL)
-    """Requests the field measurements sent: the seed draws and the context probe (requests)."""
-
-
 @register_gate(
     "contract",
     watches=GATE_WATCHES["contract"],
@@ -213,7 +180,7 @@ class ContractGate(Gate):
         prompts = [item.prompt for data in ctx.suites() for item in data.items[:4]] or ["1+1="]
         drift = remote_drift(ctx.candidate, ctx.remote)
         if drift:
-            seen = ContractMeasurements(remote=ctx.remote.to_dict())
+            seen = ContractMeasurements(remote=RemoteIdentity.model_validate(ctx.remote))
             return self.result("fail", f"{drift[0]} ({len(drift)} problem(s))", seen, [{"problem": p} for p in drift])
         context = remote_context(ctx)
         if create_app is None:
@@ -232,11 +199,11 @@ class ContractGate(Gate):
             server_log.setLevel(level)
         if structured is not None:
             problems += structured_problems
-            measurements = replace(measurements, structured_under_load=structured)
+            measurements = measurements.updated(structured_under_load=structured)
         if constraints is not None:
-            measurements = replace(measurements, constraints_under_load=constraints)
+            measurements = measurements.updated(constraints_under_load=constraints)
         if tools is not None:
-            measurements = replace(measurements, tools_under_load=tools)
+            measurements = measurements.updated(tools_under_load=tools)
         checks = [c for c in (context, seed, constrained, tooled, template, penalties) if c is not None]
         problems += [c.problem for c in checks if c.problem]
         measurements = with_checks(measurements, checks)
@@ -363,8 +330,7 @@ def _held(check: FieldCheck) -> str:
 
 def with_checks(measurements: ContractMeasurements, checks: list[FieldCheck]) -> ContractMeasurements:
     """The measurements with how each field was checked, and the fields not verified, filled in."""
-    return replace(
-        measurements,
+    return measurements.updated(
         checked={c.field: f"{c.how}: {c.detail}" for c in checks if c.how != "not verified"} or None,
         not_verified=[f"{c.field}: {c.detail}" for c in checks if c.how == "not verified"] or None,
         field_requests=sum(c.requests for c in checks),
@@ -402,7 +368,7 @@ def remote_context(ctx: GateContext) -> FieldCheck | None:
     """The context a remote candidate serves: as its /v1/models reports it, else measured with one prompt at the
     declared context sent to the remote directly; None for servegate's own runtime (it enforces the limit)."""
     served = ctx.candidate
-    if not on_remote(served):
+    if not served.runtime.remote:
         return None
     import httpx
 

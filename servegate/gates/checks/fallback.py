@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -18,11 +17,13 @@ from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.errors import CATALOGUE, ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext, GateSetupError, on_remote
-from servegate.gates.quality.comparison import QualityComparison, SuiteScores, compare_runs
-from servegate.gates.quality.statistics import BoundaryCheck, boundary_check
+from servegate.contracts.report.quality import BoundaryCheck
+from servegate.contracts.report.quality_measurements import FallbackMeasurements, ForcedRouting
+from servegate.gates.base import Gate, GateContext, GateSetupError
+from servegate.gates.quality.comparison import QualityComparison, compare_runs
+from servegate.gates.quality.statistics import boundary_check
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, Measurements, Verdict, worst
+from servegate.gates.result import GateResult, Verdict, worst
 from servegate.gates.suites.evaluation import SuiteRun, burst, make_suite_data, requests_for
 from servegate.runtime.types import ErrorEvent, FinishEvent
 
@@ -35,7 +36,7 @@ def forced_count(primary: ServedModel, trigger: str) -> int:
     The endpoint backend keeps `batching.max_batch_size` requests in flight to its remote before any waits
     in its queue of 1, so a burst no larger than that finishes normally and provokes nothing.
     """
-    if trigger == "overload" and on_remote(primary):
+    if trigger == "overload" and primary.runtime.remote:
         return primary.batching.max_batch_size + 1 + FORCED_REQUESTS
     return FORCED_REQUESTS
 
@@ -62,40 +63,6 @@ def load_fallback(served: ServedModel) -> ServedModel:
         return load_manifest(path)
     except ServegateError as exc:
         raise GateSetupError(f"the fallback manifest {path} does not load: {exc}") from None
-
-
-@dataclass(frozen=True)
-class ForcedRouting:
-    """Requests sent while one trigger (overload, a missed deadline) was forced on the primary."""
-
-    sent: int
-    """Requests sent (requests)."""
-    answered: int
-    """Requests that ended in an answer or a catalogued error (requests)."""
-    routed_to_fallback: int
-    """Answers the fallback gave (requests)."""
-    errors: dict[str, int]
-    """Error code -> requests that ended with it."""
-    errors_after_first_token: int
-    """Trigger errors on streams that had already sent tokens, where switching models is not allowed (requests)."""
-
-
-@dataclass(frozen=True)
-class FallbackMeasurements(Measurements):
-    """The declared fallback, its output contract and boundary per suite, and how forced failures were routed."""
-
-    fallback: str
-    """The fallback manifest's name."""
-    triggers: list[str]
-    """failure_policy.fallback.triggers: the failures it takes over (overload, timeout)."""
-    boundary: dict[str, float]
-    """failure_policy.fallback.boundary: metric -> the floor the fallback's score must keep (fraction, 0 to 1)."""
-    contract: dict[str, SuiteScores]
-    """Suite name -> paired tests of the validity metrics, the fallback against the primary."""
-    boundaries: dict[str, BoundaryCheck]
-    """`suite/metric` -> the fallback's score against its declared floor."""
-    routing: dict[str, ForcedRouting]
-    """Trigger (overload, timeout) -> how the forced requests ended; empty with no suite items to send."""
 
 
 @register_gate(

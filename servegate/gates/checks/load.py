@@ -26,13 +26,15 @@ from typing import Any
 
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import Gate, GateContext, on_remote
+from servegate.contracts.report.measurements import LoadMeasurements
+from servegate.contracts.report.probes import QualityUnderLoad, StreamingUnderLoad, SuitePairedTest
+from servegate.gates.base import Gate, GateContext
 from servegate.gates.probes.http_target import Answer, HttpTarget, load_concurrency, open_target
-from servegate.gates.probes.stream_checks import StreamingUnderLoad, streaming_consistency
+from servegate.gates.probes.stream_checks import streaming_consistency
 from servegate.gates.quality.comparison import QualityComparison, compare_runs, margin_for
 from servegate.gates.quality.statistics import exact_n_min
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, Measurements, Verdict, example
+from servegate.gates.result import GateResult, Verdict, example
 from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, make_suite_data, score_run
 
 SAMPLE_PER_SUITE = 6
@@ -44,49 +46,9 @@ SEED = 25
 Sample = list[tuple[SuiteData, SuiteItem]]
 
 
-@dataclass(frozen=True)
-class QualityUnderLoad:
-    """Outputs of the sample under load against the same items sent alone."""
-
-    comparison: str
-    """`token-exact` (the batching promises greedy equality) or `paired non-inferiority`."""
-    items: int
-    """Sample items sent alone and under load."""
-    mismatches: int
-    """Items whose text under load differs from their text at rest (or was refused under load)."""
-    mismatch_rate: float
-    """mismatches / items."""
-    refused_under_load: int
-    """Sample items that answered alone but were refused under load."""
-    tests: tuple[dict[str, Any], ...] = ()
-    """The paired tests (suite, metric, bounds, verdict) when the comparison is paired."""
-
-
-@dataclass(frozen=True)
-class LoadMeasurements(Measurements):
-    """What the load gate measured: where, at what concurrency, and both checks' figures."""
-
-    target: str
-    """Where the answers came from (servegate's server in process, or the remote directly)."""
-    concurrency: int
-    """Requests kept in flight during the load phase."""
-    concurrency_from: str
-    """The manifest field the concurrency comes from."""
-    requests: int
-    """Requests of the load phase (sample items twice, plus the other prompts that keep it full)."""
-    load_phase_s: float
-    """Seconds the load phase took."""
-    throughput_rps: float
-    """Requests/s completed during the load phase."""
-    quality: QualityUnderLoad
-    """The sample's outputs under load against the same items sent alone."""
-    streaming: StreamingUnderLoad
-    """Every streamed answer against its non-streamed twin, usage, end of sequence and max_tokens."""
-
-
 def promises_greedy_equality(served: ServedModel) -> bool:
     """Whether greedy outputs must be token-identical in any batch: servegate's runtime promises it, a remote not."""
-    return not on_remote(served)
+    return not served.runtime.remote
 
 
 def _sample(served: ServedModel, suites: list[SuiteData], exact: bool) -> Sample:
@@ -210,7 +172,7 @@ class LoadGate(Gate):
     def run(self, ctx: GateContext) -> GateResult:
         """Send the sample alone, then under load; compare the outputs and check every stream."""
         served = ctx.candidate
-        if not on_remote(served):  # a response cache would answer the repeats from memory, hiding the engine
+        if not served.runtime.remote:  # a response cache would answer the repeats from memory, hiding the engine
             post = served.postprocess.model_dump(mode="python")
             post["response_cache"] = {**post["response_cache"], "enabled": False}
             served = served.with_changes(postprocess=post)
@@ -234,7 +196,9 @@ class LoadGate(Gate):
             mismatches=len(differ),
             mismatch_rate=round(len(differ) / len(sample), 6),
             refused_under_load=refused,
-            tests=tuple({"suite": s, **t.to_dict()} for s, t in paired.tests) if paired is not None else (),
+            tests=tuple(SuitePairedTest.model_validate({"suite": s, **t.to_dict()}) for s, t in paired.tests)
+            if paired is not None
+            else (),
         )
         measured = LoadMeasurements(
             target=run.target,

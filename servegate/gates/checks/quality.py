@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from servegate.contracts.diff import GATE_WATCHES
+from servegate.contracts.report.quality_measurements import QualityMeasurements
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.quality.comparison import SuiteScores, compare_on_suites
+from servegate.gates.quality.comparison import compare_on_suites
 from servegate.gates.quality.divergence import next_token_report
 from servegate.gates.registry import register_gate
-from servegate.gates.result import GateResult, Measurements
-
-
-@dataclass(frozen=True)
-class QualityMeasurements(Measurements):
-    """What the quality gate compared: the fields taken from the candidate, each suite's tests, divergence."""
-
-    compared_fields: list[str]
-    """The changed fields the isolated candidate took from the candidate (`(whole candidate)` when forced)."""
-    suites: dict[str, SuiteScores]
-    """Suite name -> its items and per-metric paired tests."""
-    next_token: dict[str, Any]
-    """Suite name -> next-token agreement (fraction) and KL divergence (nats), or {"unavailable": why}."""
+from servegate.gates.result import GateResult
 
 
 @register_gate(

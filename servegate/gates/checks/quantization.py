@@ -4,49 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.quality_measurements import CheckpointScheme, QuantizationMeasurements
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.quality.comparison import SuiteScores, compare_on_suites
+from servegate.gates.quality.comparison import compare_on_suites
 from servegate.gates.quality.divergence import next_token_report
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements
-from servegate.runtime.model.checkpoint_scheme import CheckpointScheme
+from servegate.gates.result import GateResult
 from servegate.runtime.model.weights import served_scheme
 
 PRECISION_FIELDS: tuple[str, ...] = ("runtime.quantization", "runtime.dtype", "weights.dtype", "runtime.kv_cache.dtype")
 SIMULATED = frozenset({"int2-weight", "int3-weight"})
 """Schemes the runtime simulates by round-tripping weights (labelled as such in every report)."""
-
-
-@dataclass(frozen=True)
-class QuantizationMeasurements(Measurements):
-    """The candidate's precision settings and, when suites are declared, each suite's paired tests."""
-
-    method: str
-    """runtime.quantization.method (e.g. none, int8-weight, int4-weight)."""
-    simulated: bool
-    """Whether the runtime simulates the scheme by round-tripping weights instead of running it."""
-    group_size: int | None
-    """Weights per quantization group (weights); None for schemes without groups."""
-    dtype: str
-    """runtime.dtype: the activations' and unquantized weights' precision."""
-    kv_cache_dtype: str | None
-    """runtime.kv_cache.dtype; None without a paged KV cache."""
-    calibration: dict[str, Any] | None
-    """The calibration suite's name, split, item count and sha256 of its items; None when undeclared."""
-    checkpoint: CheckpointScheme | None = field(default=None, metadata=OPTIONAL)
-    """A toolchain checkpoint's own scheme (compressed-tensors, GGUF): what made it, its scheme, group size and
-    calibration as its files record them, and how the reference runtime ran it; absent for load-time schemes."""
-    parent: str | None = field(default=None, metadata=OPTIONAL)
-    """The weights the checkpoint is compared with (the baseline's source), when the candidate is a checkpoint."""
-    suites: dict[str, SuiteScores] | None = field(default=None, metadata=OPTIONAL)
-    """Suite name -> its items and per-metric paired tests."""
-    next_token: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
-    """Suite name -> next-token agreement (fraction) and KL divergence (nats), or {"unavailable": why}."""
 
 
 def _load_time_group(method: str, group_size: int) -> int | None:
@@ -93,7 +65,7 @@ class QuantizationGate(Gate):
             dtype=candidate.runtime.dtype,
             kv_cache_dtype=candidate.runtime.kv_cache.dtype if candidate.runtime.kv_cache else None,
             calibration=scheme.calibration if scheme else calibration_identity(candidate),
-            checkpoint=scheme,
+            checkpoint=CheckpointScheme.model_validate(scheme) if scheme else None,
             parent=ctx.baseline.weights.source if scheme else None,
         )
         if not ctx.candidate.quality.suites:
@@ -101,9 +73,8 @@ class QuantizationGate(Gate):
                 "warn", "no eval suites declared (quality.suites): quantization cannot be judged", measurements
             )
         comparison = compare_on_suites(ctx, ctx.baseline, candidate)
-        measurements = replace(
-            measurements, suites=comparison.suite_scores(), next_token=next_token_report(ctx, candidate)
-        )
+        scores, next_token = comparison.suite_scores(), next_token_report(ctx, candidate)
+        measurements = measurements.updated(suites=scores, next_token=next_token)
         reason = comparison.reason()
         if measurements.simulated:
             reason = f"{reason} ({quant.method} simulated)"

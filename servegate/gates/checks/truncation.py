@@ -7,15 +7,14 @@ must come back unchanged), and tests the whole suite, paired, with the candidate
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 from servegate.contracts.diff import GATE_WATCHES
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.quality_measurements import OverLimitScores, TruncationMeasurements, TruncationSuite
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.quality.comparison import QualityComparison, SuiteScores, compare_runs, margin_for
+from servegate.gates.quality.comparison import QualityComparison, compare_runs, margin_for
 from servegate.gates.quality.statistics import paired_noninferiority
 from servegate.gates.registry import register_gate
-from servegate.gates.result import OPTIONAL, GateResult, Measurements, example
+from servegate.gates.result import GateResult, example
 from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteRun, same_output, score_run, token_sources
 
 TRUNCATION_FIELDS = (
@@ -26,63 +25,6 @@ TRUNCATION_FIELDS = (
 )
 UNDER_LIMIT_SAMPLE = 16
 """Unaffected items re-run per suite to confirm that they really are unaffected."""
-
-
-@dataclass(frozen=True)
-class OverLimitScores:
-    """The suite's first metric on the prompts over the limit only, with full context and under the policy."""
-
-    metric: str
-    """The metric compared (the suite's first)."""
-    full_context: float
-    """Its mean on those prompts with the whole prompt (fraction, 0 to 1)."""
-    under_policy: float
-    """Its mean on those prompts under the candidate's limit and policy (fraction, 0 to 1)."""
-
-
-@dataclass(frozen=True)
-class TruncationSuite:
-    """What the limit does to one suite: how many prompts it cuts, the tokens lost, and rejections."""
-
-    items: int
-    """Items in the suite (items)."""
-    over_limit: int
-    """Prompts longer than the candidate's limit (items)."""
-    share_over_limit: float
-    """over_limit / items (fraction, 0 to 1)."""
-    over_reference_limit: int
-    """Prompts the reference form itself could not take whole (items)."""
-    unaffected_rechecked: int
-    """Prompts under the limit re-run to confirm they come back unchanged (items)."""
-    tokens_lost_total: int
-    """Prompt tokens dropped over all answered prompts over the limit (tokens)."""
-    tokens_lost_mean: float
-    """Prompt tokens dropped per answered prompt over the limit (tokens)."""
-    tokens_lost_max: int
-    """The most prompt tokens dropped from one prompt (tokens)."""
-    rejected: int
-    """Prompts over the limit answered input_too_long (items)."""
-    over_limit_scores: OverLimitScores | None = field(default=None, metadata=OPTIONAL)
-    """The first metric on the prompts over the limit alone; absent when no prompt is over it."""
-
-
-@dataclass(frozen=True)
-class TruncationMeasurements(Measurements):
-    """The limit and policy under test, what they do to each suite, and the paired tests of the whole suites."""
-
-    limit_tokens: int
-    """preprocess.max_input_tokens of the candidate (tokens)."""
-    policy: str
-    """preprocess.truncation of the candidate (left, right, middle, reject)."""
-    per_suite: dict[str, TruncationSuite]
-    """Suite name -> what the limit does to it."""
-    suites: dict[str, SuiteScores]
-    """Suite name -> the per-metric paired tests of the whole suite, the candidate's results spliced in."""
-    token_source: str = "engine"
-    """Where the candidate's output tokens came from (runtime.types.TokenSource: engine, remote, logprobs,
-    tokenizer; several joined by ', '); with `tokenizer` the texts alone decide whether an item came back unchanged."""
-    long_prompt_notes: list[str] | None = field(default=None, metadata=OPTIONAL)
-    """Suites whose prompts over the limit fail on their own though the whole suite passes; absent on a failure."""
 
 
 def _spread(indices: list[int], k: int) -> list[int]:
@@ -132,7 +74,7 @@ class TruncationGate(Gate):
         reason = comparison.reason()
         if verdict == "pass" and subset_notes:
             verdict, reason = "warn", f"suites pass overall, but {subset_notes[0]}"
-        return self.result(verdict, reason, replace(measurements, long_prompt_notes=subset_notes), evidence)
+        return self.result(verdict, reason, measurements.updated(long_prompt_notes=subset_notes), evidence)
 
 
 def _suite(

@@ -17,10 +17,11 @@ import json
 
 from servegate.contracts.constraint_fields import ANY_JSON_OBJECT, OutputConstraint
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.probes import ProbesUnderLoad
 from servegate.gates.base import GateContext
 from servegate.gates.probes.contract_measure import FieldCheck
 from servegate.gates.probes.http_target import Answer, HttpTarget, open_target
-from servegate.gates.probes.probe_phases import ProbesUnderLoad, phases_check, run_phases
+from servegate.gates.probes.probe_phases import phases_check, run_phases
 from servegate.runtime.postprocess import constraint_problem
 
 MAX_TOKENS = 32

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import httpx
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import GateContext, GateSetupError, on_remote
+from servegate.gates.base import GateContext, GateSetupError
 from servegate.gates.probes.contract_probes import CHAT, COMPLETIONS, tenant_fields, tenant_headers
 from servegate.runtime.types import GenerationRequest, SamplingParams
 
@@ -258,7 +258,7 @@ async def open_target(ctx: GateContext, served: ServedModel, front: bool = False
     """The served model over HTTP: servegate's app in process, or the candidate's remote directly (`front`:
     servegate's app in front of the remote, for what only servegate does, such as reading tool calls)."""
     async with AsyncExitStack() as stack:
-        if on_remote(served) and not front:
+        if served.runtime.remote and not front:
             engine = cast("EndpointEngine", ctx.engines.get(served))  # a remote manifest's engine talks to its URL
             await asyncio.to_thread(engine.start_sync)
             client = await stack.enter_async_context(

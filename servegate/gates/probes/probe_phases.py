@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
+from servegate.contracts.report.probes import ProbePhase, ProbesUnderLoad
 from servegate.gates.base import GateContext
 from servegate.gates.probes.contract_measure import FieldCheck
 from servegate.gates.probes.http_target import Answer, HttpTarget, load_concurrency
@@ -24,36 +24,6 @@ Send = Callable[[HttpTarget, str, str, bool], Awaitable[Answer]]
 """(target, probe, prompt, stream) -> the answer."""
 Judge = Callable[[str, Answer], tuple[bool, str | None]]
 """(probe, answer) -> (whether it ended, so is judged; why it is broken, or None)."""
-
-
-@dataclass(frozen=True)
-class ProbePhase:
-    """The answers of one probe in one phase."""
-
-    probe: str
-    """What was probed: a constraint kind, a tool_choice mode."""
-    concurrency: int
-    """Requests in flight during the phase (1: alone)."""
-    stream: bool
-    """Whether the answers were streamed."""
-    answers: int
-    """Answers received (refusals included)."""
-    ended: int
-    """Answers that ended, so could be judged."""
-    broken: int
-    """Ended answers that are broken, and answers the server refused as invalid_output."""
-
-
-@dataclass(frozen=True)
-class ProbesUnderLoad:
-    """Every probe at concurrency 1 and at the declared concurrency, streamed and not."""
-
-    target: str
-    """Where the answers came from (servegate's server in process, or the remote directly)."""
-    phases: tuple[ProbePhase, ...]
-    """Four phases per probe."""
-    first_broken: str | None
-    """The first broken answer, as the judge described it (None when none broke)."""
 
 
 async def run_phases(
@@ -72,7 +42,7 @@ async def run_phases(
                 phase, broken = await _phase(ctx, target, (probe, level, stream), chosen, send, judge)
                 phases.append(phase)
                 first = first or broken
-    return ProbesUnderLoad(target.label, tuple(phases), first)
+    return ProbesUnderLoad(target=target.label, phases=tuple(phases), first_broken=first)
 
 
 async def _phase(
@@ -92,7 +62,8 @@ async def _phase(
     judged = [judge(probe, a) for a in answers]
     ended, broken = sum(e for e, _ in judged), sum(why is not None for _, why in judged)
     first = next((why for _, why in judged if why), None)
-    return ProbePhase(probe, level, stream, len(answers), ended, broken), first
+    phase = ProbePhase(probe=probe, concurrency=level, stream=stream, answers=len(answers), ended=ended, broken=broken)
+    return phase, first
 
 
 def phases_check(field: str, measured: ProbesUnderLoad, broken_as: str, silent_as: str, held_as: str) -> FieldCheck:

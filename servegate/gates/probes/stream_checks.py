@@ -16,47 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from servegate.contracts.report.probes import StreamingUnderLoad
 from servegate.gates.probes.http_target import Answer
 
 Counter = Callable[[Answer], int]
 """Tokens received in an answer (HttpTarget.tokens_received)."""
-
-
-@dataclass(frozen=True)
-class StreamingUnderLoad:
-    """What the streaming-consistency check measured at the declared concurrency."""
-
-    concurrency: int
-    """Requests kept in flight while the streams ran."""
-    streams: int
-    """Streamed answers checked against their non-streamed twin."""
-    answers: int
-    """Answers (streamed and not) whose usage, end of sequence and max_tokens were checked."""
-    refused: int
-    """Answers that came back as errors (not compared; a refusal is the contract gate's business)."""
-    twin_mismatches: int
-    """Streamed answers whose text differs from the non-streamed twin's."""
-    first_token_mismatches: int
-    """Streamed answers whose first chunk is not the beginning of the final text."""
-    end_of_sequence_violations: int
-    """Answers with no or several finish_reasons, or text after the finish."""
-    usage_miscounts: int
-    """Answers whose usage.completion_tokens is missing or differs from the tokens received."""
-    max_tokens_exceeded: int
-    """Answers with more tokens (received or reported) than the max_tokens asked for."""
-    token_count: str
-    """How tokens received were counted: `token ids` sent by the server, or `tokenizer` on the text."""
-
-    @property
-    def violations(self) -> int:
-        """Every inconsistency counted above."""
-        return (
-            self.twin_mismatches
-            + self.first_token_mismatches
-            + self.end_of_sequence_violations
-            + self.usage_miscounts
-            + self.max_tokens_exceeded
-        )
 
 
 @dataclass

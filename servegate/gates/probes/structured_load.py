@@ -12,54 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import GateContext, on_remote
+from servegate.contracts.report.probes import StructuredPhase, StructuredUnderLoad
+from servegate.gates.base import GateContext
 from servegate.gates.probes.http_target import Answer, load_concurrency, open_target
 from servegate.gates.quality.comparison import margin_for
 
 MIN_REQUESTS = 16
 """Requests per phase at least (and at least twice the concurrency, so the server stays full)."""
-
-
-@dataclass(frozen=True)
-class StructuredPhase:
-    """Answers of one phase: how many were valid under output_schema, and how large they were."""
-
-    concurrency: int
-    """Requests in flight during the phase (1: alone)."""
-    stream: bool
-    """Whether the phase's answers were streamed."""
-    answers: int
-    """Answers received (refusals included)."""
-    valid: int | None
-    """Answers that are JSON valid under output_schema (None when no schema is declared); a refusal is invalid."""
-    validity: float | None
-    """Share of answers valid under output_schema (None without a schema)."""
-    bytes_max: int
-    """Largest answer, bytes of UTF-8."""
-    bytes_mean: float
-    """Mean answer size, bytes of UTF-8."""
-    over_limit: int
-    """Answers longer than postprocess.max_output_bytes."""
-
-
-@dataclass(frozen=True)
-class StructuredUnderLoad:
-    """Structured output at concurrency 1 and at the declared concurrency, streamed and not."""
-
-    target: str
-    """Where the answers came from (servegate's server in process, or the remote directly)."""
-    margin: float
-    """Largest allowed drop of validity under load (quality.margins.json_schema_valid, else the default)."""
-    max_output_bytes: int | None
-    """postprocess.max_output_bytes, when declared."""
-    phases: tuple[StructuredPhase, ...]
-    """The four phases: concurrency 1 and under load, each not streamed and streamed."""
 
 
 def _prompts(ctx: GateContext) -> list[tuple[str, int]]:
@@ -119,8 +83,12 @@ async def _measure(ctx: GateContext, served: ServedModel, prompts: list[tuple[st
 
                 answers = list(await asyncio.gather(*(one(p, m) for p, m in chosen)))
                 phases.append(_phase(served, level, stream, answers))
-    return StructuredUnderLoad(target.label, margin_for(served, "json_schema_valid"),
-                               served.postprocess.max_output_bytes, tuple(phases))  # fmt: skip
+    return StructuredUnderLoad(
+        target=target.label,
+        margin=margin_for(served, "json_schema_valid"),
+        max_output_bytes=served.postprocess.max_output_bytes,
+        phases=tuple(phases),
+    )
 
 
 def structured_problems(measured: StructuredUnderLoad) -> list[str]:
@@ -153,7 +121,7 @@ def check_structured(ctx: GateContext) -> tuple[list[str], StructuredUnderLoad |
     prompts = _prompts(ctx)
     if not prompts:
         return [], None
-    if not on_remote(served):  # repeats must reach the engine, not the response cache
+    if not served.runtime.remote:  # repeats must reach the engine, not the response cache
         data = post.model_dump(mode="python")
         data["response_cache"] = {**data["response_cache"], "enabled": False}
         served = served.with_changes(postprocess=data)

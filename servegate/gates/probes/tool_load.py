@@ -19,10 +19,11 @@ from typing import Any
 import jsonschema
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.probes import ProbesUnderLoad
 from servegate.gates.base import GateContext
 from servegate.gates.probes.contract_measure import FieldCheck
 from servegate.gates.probes.http_target import Answer, HttpTarget, open_target
-from servegate.gates.probes.probe_phases import ProbesUnderLoad, phases_check, run_phases
+from servegate.gates.probes.probe_phases import phases_check, run_phases
 
 MAX_TOKENS = 64
 """Tokens per probe answer at most (and at most the manifest's max_output_tokens): room for one short call."""

@@ -7,29 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
-from servegate.gates.base import GateContext, on_remote
-from servegate.gates.quality.output_length import OutputLength, output_length
+from servegate.contracts.report.quality import OutputLength, SuiteScores
+from servegate.gates.base import GateContext
+from servegate.gates.quality.output_length import length_reason, output_length
 from servegate.gates.quality.statistics import PairedComparison, paired_noninferiority
-from servegate.gates.result import FLATTEN, OPTIONAL, Verdict, example, worst
+from servegate.gates.result import Verdict, example, worst
 from servegate.gates.suites.evaluation import SuiteData, SuiteItem, SuiteRun
-
-
-@dataclass(frozen=True)
-class SuiteScores:
-    """One suite in a paired comparison: its size, where the baseline came from, and each metric's test."""
-
-    items: int | None = field(default=None, metadata=OPTIONAL)
-    """Items in the suite (items)."""
-    baseline_from_cache: bool | None = field(default=None, metadata=OPTIONAL)
-    """Whether the baseline's outputs were read from the output cache instead of generated."""
-    candidate_errors: int | None = field(default=None, metadata=OPTIONAL)
-    """Items the candidate answered with an error (items)."""
-    lm_eval_aggregate: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
-    """lm-eval's own aggregate of each side ({"baseline": ..., "candidate": ...}), for lm-eval suites."""
-    metrics: dict[str, PairedComparison] = field(default_factory=dict, metadata=FLATTEN)
-    """Metric name -> its paired non-inferiority test (scores are fractions 0 to 1); one report key each."""
-    output_length: OutputLength | None = field(default=None, metadata=OPTIONAL)
-    """The output-length guard: mean generated tokens per item of both sides against quality.length_band."""
 
 
 @dataclass
@@ -70,7 +53,7 @@ class QualityComparison:
                     return f"{suite}/{test.metric}: {test.reason}"
             for guard in self.lengths:
                 if guard.verdict == wanted:
-                    return f"output length changed although the metrics hold: {guard.reason}"
+                    return f"output length changed although the metrics hold: {length_reason(guard)}"
         suite, weakest = min(self.tests, key=lambda t: t[1].lower + t[1].margin)
         ratios = [g.ratio for g in self.lengths if g.ratio is not None]
         length = f"; output length ratio {min(ratios):.2f}-{max(ratios):.2f} in band" if ratios else ""
@@ -91,10 +74,12 @@ class QualityComparison:
         """Suite name -> its suite-level numbers and per-metric tests, in the order the suites were tested."""
         lengths = {g.suite: g for g in self.lengths}
         return {
-            suite: SuiteScores(
-                **self.suites.get(suite, {}),
-                metrics={c.metric: c for s, c in self.tests if s == suite},
-                output_length=lengths.get(suite),
+            suite: SuiteScores.model_validate(
+                {
+                    **self.suites.get(suite, {}),
+                    "metrics": {c.metric: c for s, c in self.tests if s == suite},
+                    "output_length": lengths.get(suite),
+                }
             )
             for suite in dict.fromkeys(s for s, _ in self.tests)
         }
@@ -135,7 +120,8 @@ def compare_runs(
         )
         out.tests.append((data.name, test))
     if all(g.suite != data.name for g in out.lengths):  # a suite compared twice keeps its first guard
-        guard = output_length(data.name, base.outputs, cand.outputs, quality.length_band, tokens=not on_remote(served))
+        tokens = not served.runtime.remote
+        guard = output_length(data.name, base.outputs, cand.outputs, quality.length_band, tokens=tokens)
         out.lengths.append(guard)
     first = data.suite.metrics[0]
     room = quality.max_failure_examples - sum(e["suite"] == data.name for e in out.evidence)

@@ -8,41 +8,10 @@ items both answered, against `quality.length_band` (in characters when the candi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from servegate.contracts.quality_section import LengthBand
+from servegate.contracts.report.quality import OutputLength
 from servegate.gates.result import Verdict
 from servegate.gates.suites.evaluation import ItemOutput
-
-
-@dataclass(frozen=True)
-class OutputLength:
-    """Mean generated tokens per item of both sides of one suite, and whether their ratio is in the band."""
-
-    suite: str
-    items: int
-    """Items both sides answered without an error (the ones averaged)."""
-    unit: str
-    """`tokens`, or `characters` for a remote candidate (or a side without token ids)."""
-    baseline_mean_tokens: float
-    candidate_mean_tokens: float
-    ratio: float | None
-    """candidate / baseline mean tokens (None when the baseline generated no tokens: nothing to compare)."""
-    band_low: float
-    band_high: float
-    verdict: Verdict
-
-    @property
-    def reason(self) -> str:
-        """One line naming the figures."""
-        if self.ratio is None:
-            return f"{self.suite}: no generated tokens on the baseline ({self.items} items): length not compared"
-        where = "inside" if self.verdict == "pass" else "outside"
-        return (
-            f"{self.suite}: mean generated {self.unit} {self.candidate_mean_tokens:.2f} vs baseline "
-            f"{self.baseline_mean_tokens:.2f} per item (ratio {self.ratio:.3f}, {where} quality.length_band "
-            f"{self.band_low:g}-{self.band_high:g}, n={self.items})"
-        )
 
 
 def output_length(
@@ -63,5 +32,26 @@ def output_length(
     ratio = c_mean / b_mean if b_mean > 0 else None
     verdict: Verdict = "pass" if ratio is None or band.low <= ratio <= band.high else "fail"
     unit = "tokens" if by_tokens else "characters"
-    return OutputLength(suite, n, unit, round(b_mean, 4), round(c_mean, 4), None if ratio is None else round(ratio, 4),
-                        band.low, band.high, verdict)  # fmt: skip
+    return OutputLength(
+        suite=suite,
+        items=n,
+        unit=unit,
+        baseline_mean_tokens=round(b_mean, 4),
+        candidate_mean_tokens=round(c_mean, 4),
+        ratio=None if ratio is None else round(ratio, 4),
+        band_low=band.low,
+        band_high=band.high,
+        verdict=verdict,
+    )
+
+
+def length_reason(guard: OutputLength) -> str:
+    """One line naming the guard's figures."""
+    if guard.ratio is None:
+        return f"{guard.suite}: no generated tokens on the baseline ({guard.items} items): length not compared"
+    where = "inside" if guard.verdict == "pass" else "outside"
+    return (
+        f"{guard.suite}: mean generated {guard.unit} {guard.candidate_mean_tokens:.2f} vs baseline "
+        f"{guard.baseline_mean_tokens:.2f} per item (ratio {guard.ratio:.3f}, {where} quality.length_band "
+        f"{guard.band_low:g}-{guard.band_high:g}, n={guard.items})"
+    )

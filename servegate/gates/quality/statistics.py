@@ -21,6 +21,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from servegate.contracts.report.quality import BoundaryCheck
+
 Method = Literal["auto", "exact", "bootstrap"]
 
 
@@ -188,25 +190,6 @@ def paired_noninferiority(
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class BoundaryCheck:
-    """Whether one model's score stays at or above a declared boundary (e.g. a fallback's floor)."""
-
-    metric: str
-    n: int
-    score: float
-    lower: float
-    """One-sided lower confidence bound of the score."""
-    boundary: float
-    confidence: float
-    verdict: Literal["pass", "fail", "warn"]
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return asdict(self)
-
-
 def boundary_check(
     scores: Sequence[float], boundary: float, *, confidence: float = 0.95, metric: str = "score"
 ) -> BoundaryCheck:
@@ -215,7 +198,16 @@ def boundary_check(
     n = int(values.size)
     score = float(values.mean()) if n else 0.0
     if n == 0:
-        return BoundaryCheck(metric, 0, 0.0, 0.0, boundary, confidence, "warn", "no items")
+        return BoundaryCheck(
+            metric=metric,
+            n=0,
+            score=0.0,
+            lower=0.0,
+            boundary=boundary,
+            confidence=confidence,
+            verdict="warn",
+            reason="no items",
+        )
     if _is_binary(values):
         lower = cp_lower(int(values.sum()), n, confidence)
     else:
@@ -228,7 +220,16 @@ def boundary_check(
         verdict, reason = "fail", f"{metric} {score:.4f} is below the declared boundary {boundary:g}"
     else:
         verdict, reason = "warn", f"{metric} {score:.4f} but lower bound {lower:.4f} < boundary {boundary:g} at n={n}"
-    return BoundaryCheck(metric, n, score, lower, boundary, confidence, verdict, reason)
+    return BoundaryCheck(
+        metric=metric,
+        n=n,
+        score=score,
+        lower=lower,
+        boundary=boundary,
+        confidence=confidence,
+        verdict=verdict,
+        reason=reason,
+    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ from servegate.contracts.manifest import ServedModel
 from servegate.runtime.types import EngineStats, Event, GenerationRequest, Result, ScoreResult, Sink
 
 
+def vocab_size(engine: Engine) -> int | None:
+    """The size of the tokenizer the engine encodes with (token ids are 0 to size - 1); None where it has none."""
+    tokenizer = engine.tokenizer
+    return len(tokenizer) if tokenizer is not None else None
+
+
 class EngineIdentity(Protocol):
     """What a remote engine reported itself to be at start (remote/identity.RemoteIdentity)."""
 

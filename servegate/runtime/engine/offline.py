@@ -29,7 +29,7 @@ from servegate.contracts import logprob_bodies
 from servegate.contracts.errors import ServegateError, ServingError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.requests import parse_request
-from servegate.runtime.engine.interface import Engine
+from servegate.runtime.engine.interface import Engine, vocab_size
 from servegate.runtime.request_translator import engine_requests
 from servegate.runtime.types import ErrorEvent, FinishEvent, GenerationRequest
 
@@ -125,10 +125,11 @@ def recover_output(path: Path, input_ids: set[RecordId]) -> set[RecordId]:
     return done
 
 
-def to_generation_request(served: ServedModel, item: InputLine) -> GenerationRequest:
-    """The engine request of an input line, validated as the API validates it (ServingError if bad)."""
+def to_generation_request(served: ServedModel, item: InputLine, vocab: int | None = None) -> GenerationRequest:
+    """The engine request of an input line, validated as the API validates it (ServingError if bad); `vocab`:
+    the engine's vocabulary size, which its token ids are checked against as `gate serve` checks them."""
     chat = "messages" in item.data
-    body = parse_request(served, "chat" if chat else "completions", {"model": served.name, **item.data})
+    body = parse_request(served, "chat" if chat else "completions", {"model": served.name, **item.data}, vocab)
     if body.n > 1 or body.prompt_count() > 1:
         param = "n" if body.n > 1 else "prompt"
         detail = f"{param}: an input line is one request with one answer; write one line per prompt and choice"
@@ -185,7 +186,7 @@ def result_record(
 
 async def _result_of(engine: Any, served: ServedModel, item: InputLine) -> dict[str, Any]:
     try:
-        request = to_generation_request(served, item)
+        request = to_generation_request(served, item, vocab_size(engine))
     except ServingError as error:
         return result_record(item.id, ErrorEvent(str(item.id), error))
     final: FinishEvent | ErrorEvent | None = None

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.field_checks import check_token_ids
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.engine.loop_jobs import LoopJobs, result_of
 from servegate.runtime.engine.parts import EngineParts
@@ -62,6 +63,8 @@ def score_requests(served: ServedModel, parts: EngineParts, requests: Sequence[G
     results: list[ScoreResult] = []
     for request in requests:
         try:
+            if not request.from_api:  # a request built in code (lm-eval's, a probe's): ids checked as at admission
+                check_token_ids(preprocessor.vocab_size, {"prompt": request.prompt_token_ids or []})
             encoded = preprocessor.encode(request)
             ids = list(encoded.token_ids)
             if not ids:

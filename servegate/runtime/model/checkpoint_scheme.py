@@ -26,6 +26,8 @@ RUNNABLE_CT_FORMATS = ("pack-quantized", "int-quantized", "naive-quantized", "fl
 """compressed-tensors storage formats whose decompressors turn the weights back into dense tensors on CPU."""
 BUILD_RECORD = "servegate-build.json"
 """What `make checkpoints` (scripts/build_checkpoints.py) writes beside a build: toolchain, recipe, calibration."""
+UNQUANTIZED_GGUF_TYPES = ("F32", "F16", "BF16")
+"""GGUF tensor (and file) types that hold plain floats: a GGUF of only these can be a quantized build's parent."""
 ARCHITECTURE_KEYS = (
     "model_type",
     "num_hidden_layers",
@@ -71,9 +73,17 @@ class CheckpointScheme:
     notes: tuple[str, ...] = field(default=())
     """Anything else a reader of the report should know about this build."""
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the files hold quantized weights (False for plain formats and for an F16, BF16 or F32 GGUF)."""
+        return self.scheme != "none" and self.scheme not in UNQUANTIZED_GGUF_TYPES
+
     def summary(self) -> str:
         """One line for tables: scheme, groups, toolchain and calibration."""
         parts = [f"{self.format} {self.scheme}"]
+        if self.format == "gguf" and self.storage:  # a llama.cpp file type names a mix: say what the tensors hold
+            held = [t for t in self.storage.split(", ") if t.split(" ")[0] not in UNQUANTIZED_GGUF_TYPES]
+            parts[0] += f" ({', '.join(held) if held else self.storage})"
         if self.group_size:
             parts.append(f"group {self.group_size}")
         if self.activations:
@@ -270,7 +280,7 @@ def _gguf_scheme(path: Path) -> CheckpointScheme:
     counts: dict[str, int] = {}
     for tensor in reader.tensors:
         counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
-    plain = {"F32", "F16", "BF16"}
+    plain = UNQUANTIZED_GGUF_TYPES
     unknown = sorted(t for t in counts if t not in plain and gguf.GGMLQuantizationType[t] not in _type_traits)
     if unknown:
         raise ServegateError(
@@ -282,16 +292,33 @@ def _gguf_scheme(path: Path) -> CheckpointScheme:
     quantized = {t: n for t, n in counts.items() if t not in plain}
     main = max(quantized, key=quantized.__getitem__) if quantized else None
     architecture = _field(reader, "general.architecture")
+    build = _build_record(path.parent)
+    toolchain = "llama.cpp (GGUF)"
+    if build.get("toolchain"):  # scripts/build_gguf.py records the tools' version and the command
+        toolchain = f"{build['toolchain']} {build.get('toolchain_version', '')}".strip()
+    notes = [f"file {path.name}"]
+    if architecture:
+        notes.append(f"architecture {architecture}")
+    if main is not None and _gguf_bits(main) != _gguf_bits(label):
+        # llama-quantize gives a tensor whose rows do not fill its K-quant's 256-weight super-blocks a fallback
+        # type, so the file type's name can understate (or overstate) what most tensors hold
+        notes.append(f"{quantized[main]} of {sum(quantized.values())} quantized tensors are {main}, not the "
+                     f"{label} the file type names (llama-quantize's fallback for rows its blocks do not "
+                     "divide)")  # fmt: skip
+    if build.get("command"):
+        source = build.get("source") or {}
+        notes.append(f"built by `{build['command']}` from {source.get('file', '?')} (sha256 "
+                     f"{str(source.get('sha256', '?'))[:16]}...)")  # fmt: skip
     return CheckpointScheme(
         format="gguf",
         scheme=label,
         weight_bits=_gguf_bits(main),
         strategy=f"{main} blocks" if main else None,
         storage=", ".join(f"{t} x{n}" for t, n in sorted(counts.items())),
-        toolchain="llama.cpp (GGUF)" + (f", architecture {architecture}" if architecture else ""),
+        toolchain=toolchain,
         executed_as="every tensor dequantized once at load by transformers' GGUF reader, computed in the runtime "
         "dtype (llama.cpp itself also quantizes activations in its dot products)",
-        notes=(f"file {path.name}",),
+        notes=tuple(notes),
     )
 
 
@@ -314,8 +341,9 @@ def _file_type_name(gguf: Any, file_type: int) -> str:
 
 
 def _gguf_bits(tensor_type: str | None) -> int | None:
-    """Nominal bits per weight of a GGUF block type (Q4_K -> 4, IQ3_S -> 3, TQ1_0 -> 1)."""
-    if tensor_type is None:
+    """Nominal bits per weight of a GGUF block or file type (Q4_K -> 4, Q4_K_M -> 4, IQ3_S -> 3, TQ1_0 -> 1),
+    None for an unquantized type (F16, BF16, F32)."""
+    if tensor_type is None or tensor_type in UNQUANTIZED_GGUF_TYPES:
         return None
     digits = "".join(ch for ch in tensor_type.split("_")[0] if ch.isdigit())
     return int(digits) if digits else None

@@ -147,18 +147,17 @@ class Scheduler(abc.ABC):
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _chunk(self, seq: Sequence, num_tokens: int) -> tuple[ScheduledChunk, SeqChunk]:
-        """The plan entry and the runner input for num_tokens of seq starting at its computed tokens."""
+    def _chunk(self, seq: Sequence, num_tokens: int) -> ScheduledChunk:
+        """The plan entry, with its runner input, for num_tokens of seq starting at its computed tokens."""
         start = seq.num_computed_tokens
         end = start + num_tokens
         blocks = self.block_manager.blocks_for_tokens(end)
-        plan = ScheduledChunk(seq.seq_id, num_tokens, start, samples=end == seq.num_tokens)
         model_input = SeqChunk(seq.seq_id, tuple(seq.token_ids[start:end]), start, tuple(seq.block_table[:blocks]))
-        return plan, model_input
+        return ScheduledChunk(seq.seq_id, num_tokens, start, samples=end == seq.num_tokens, model_input=model_input)
 
     @staticmethod
     def _output(
-        pairs: list[tuple[ScheduledChunk, SeqChunk]],
+        chunks: list[ScheduledChunk],
         *,
         admitted: Iterable[Sequence] = (),
         preempted: Iterable[Sequence] = (),
@@ -168,11 +167,10 @@ class Scheduler(abc.ABC):
     ) -> SchedulerOutput:
         admitted = list(admitted)
         return SchedulerOutput(
-            chunks=tuple(p for p, _ in pairs),
-            model_inputs=tuple(m for _, m in pairs),
+            chunks=tuple(chunks),
             admitted=tuple(s.seq_id for s in admitted),
             preempted=tuple(s.seq_id for s in preempted),
-            num_batched_tokens=sum(p.num_tokens for p, _ in pairs),
+            num_batched_tokens=sum(c.num_tokens for c in chunks),
             num_cached_tokens=sum(s.num_cached_tokens for s in admitted),
             padded_slots=padded_slots,
             wake_at=wake_at,

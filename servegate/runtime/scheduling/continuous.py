@@ -5,7 +5,6 @@ from __future__ import annotations
 from servegate.runtime.scheduling.base import Scheduler
 from servegate.runtime.scheduling.output import ScheduledChunk, SchedulerOutput
 from servegate.runtime.scheduling.sequence import Sequence
-from servegate.runtime.types import SeqChunk
 
 
 class ContinuousScheduler(Scheduler):
@@ -39,7 +38,7 @@ class ContinuousScheduler(Scheduler):
         """
         cfg, bm = self.config, self.block_manager
         budget = cfg.max_num_batched_tokens
-        pairs: list[tuple[ScheduledChunk, SeqChunk]] = []
+        chunks: list[ScheduledChunk] = []
         preempted: list[Sequence] = []
         admitted: list[Sequence] = []
 
@@ -56,7 +55,7 @@ class ContinuousScheduler(Scheduler):
             if seq in preempted:
                 break
             bm.append_slot(seq, num_new)
-            pairs.append(self._chunk(seq, num_new))
+            chunks.append(self._chunk(seq, num_new))
             budget -= num_new
             i += 1
 
@@ -77,6 +76,6 @@ class ContinuousScheduler(Scheduler):
             bm.allocate(seq, num_new)
             self._admit(seq, now)
             admitted.append(seq)
-            pairs.append(self._chunk(seq, num_new))
+            chunks.append(self._chunk(seq, num_new))
             budget -= num_new
-        return self._output(pairs, admitted=admitted, preempted=preempted, rejected=rejected)
+        return self._output(chunks, admitted=admitted, preempted=preempted, rejected=rejected)

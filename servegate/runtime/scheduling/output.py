@@ -18,6 +18,8 @@ class ScheduledChunk:
     """Tokens of the sequence already in the KV cache before this step."""
     samples: bool
     """True when the chunk reaches the sequence's last known token, so its logits give the next token."""
+    model_input: SeqChunk = field(repr=False, compare=False)
+    """The same chunk as the model runner takes it (its token ids and block table filled in)."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +28,6 @@ class SchedulerOutput:
 
     chunks: tuple[ScheduledChunk, ...] = ()
     """Sequences computed this step, in the order their logits come back."""
-    model_inputs: tuple[SeqChunk, ...] = ()
-    """The same chunks as the model runner takes them (token ids and block tables filled in)."""
     admitted: tuple[int, ...] = ()
     """seq_ids that left the waiting queue this step (new, or resumed after preemption)."""
     preempted: tuple[int, ...] = ()
@@ -42,6 +42,11 @@ class SchedulerOutput:
     """time.monotonic() at which to schedule again even if nothing arrives (a batch window closing)."""
     rejected: tuple[int, ...] = field(default=())
     """seq_ids that can never be scheduled (need more blocks than the whole pool); the engine fails them."""
+
+    @property
+    def model_inputs(self) -> tuple[SeqChunk, ...]:
+        """The chunks as the model runner takes them, in the same order."""
+        return tuple(chunk.model_input for chunk in self.chunks)
 
     @property
     def is_empty(self) -> bool:

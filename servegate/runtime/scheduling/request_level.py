@@ -53,9 +53,9 @@ class RequestLevelScheduler(Scheduler):
                     admitted, rejected = self._start_batch(now)
                 else:
                     wake_at = start
-        pairs = [self._chunk(seq, seq.num_remaining) for seq in self.running]
-        padded = self.config.max_batch_size - len(pairs) if self.hold_finished_slots and pairs else 0
-        return self._output(pairs, admitted=admitted, rejected=rejected, wake_at=wake_at, padded_slots=padded)
+        chunks = [self._chunk(seq, seq.num_remaining) for seq in self.running]
+        padded = self.config.max_batch_size - len(chunks) if self.hold_finished_slots and chunks else 0
+        return self._output(chunks, admitted=admitted, rejected=rejected, wake_at=wake_at, padded_slots=padded)
 
     def _start_batch(self, now: float) -> tuple[list[Sequence], list[Sequence]]:
         """Admit up to max_batch_size waiting sequences, first come first served, while memory lasts."""

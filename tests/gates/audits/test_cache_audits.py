@@ -145,12 +145,12 @@ def test_an_endpoint_with_a_hidden_global_response_cache_fails_and_its_twin_pass
         hidden = caching(endpoint(remote.url))
     assert hidden.verdict == "fail", hidden.reason
     assert "an undeclared response cache answers exact repeats" in hidden.reason
-    found = hidden.measurements.to_dict()["timing_audits"]["response_cache"]
+    found = hidden.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]
     assert found["finding"] == "cache" and found["speedup"] > 1.5 and found["header_hits"] == 0
     with FakeRemote(RemoteBehaviour(delay_s=0.06)) as remote:
         clean = caching(endpoint(remote.url))
     assert clean.verdict == "pass", clean.reason
-    assert clean.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] == "no_cache"
+    assert clean.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]["finding"] == "no_cache"
 
 
 def test_an_endpoint_whose_response_cache_ignores_the_seed_is_found_not_passed_as_absent() -> None:
@@ -161,7 +161,7 @@ def test_an_endpoint_whose_response_cache_ignores_the_seed_is_found_not_passed_a
         blind = caching(endpoint(remote.url))
     assert blind.verdict == "fail", blind.reason
     assert "ignores the seed" in blind.reason and "no response cache" not in blind.reason
-    found = blind.measurements.to_dict()["timing_audits"]["response_cache"]
+    found = blind.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]
     assert found["finding"] == "cache_ignores_seed", found["reason"]
     assert found["unseen_median_ms"] > 1.5 * max(found["repeat_median_ms"], found["other_seed_median_ms"])
     assert found["unseen_shape_mismatches"] == 0  # the never-seen prompts had the probes' length in tokens
@@ -192,7 +192,7 @@ def test_an_endpoint_in_front_of_gate_serve_finds_no_cache_there_and_finds_its_r
             gate = caching(endpoint(server.base_url + "/v1"))
         finally:
             server.stop()
-        found[cached] = gate, gate.measurements.to_dict()["timing_audits"]["response_cache"]
+        found[cached] = gate, gate.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]
     honest, timing = found[False]
     assert honest.verdict != "fail" and timing["finding"] in ("no_cache", "inconclusive"), timing["reason"]
     assert timing["ignore_eos"] and timing["unseen_shape_mismatches"] == 0 and timing["unseen_length_mismatches"] == 0
@@ -231,11 +231,11 @@ def test_an_endpoint_prefix_cache_shared_across_tenants_shows_only_in_ttft_and_f
         leaky = caching(tenant_endpoint(remote.url))
     assert leaky.verdict == "fail", leaky.reason
     assert "a prompt cache is shared across tenants" in leaky.reason
-    assert leaky.measurements.to_dict()["tenant_b_extra_hits"] == 0  # the counters saw nothing: only the clock did
+    assert leaky.measurements.tenant_b_extra_hits == 0  # the counters saw nothing: only the clock did
     with prefix_remote("salted") as remote:
         salted = caching(tenant_endpoint(remote.url))
     assert salted.verdict == "pass", salted.reason
-    assert salted.measurements.to_dict()["timing_audits"]["isolation"]["finding"] == "isolated"
+    assert salted.measurements.model_dump(mode="json")["timing_audits"]["isolation"]["finding"] == "isolated"
     assert all("cache_salt" in body for body in remote.bodies)
 
 
@@ -255,7 +255,7 @@ def test_under_an_output_schema_the_tenant_audit_times_first_tokens_and_finds_sh
             served = tenant_endpoint(remote.url)
             post = {**served.postprocess.model_dump(mode="python"), "output_schema": {"type": "object"}}
             gate = caching(served.with_changes(postprocess=post))
-        audits = gate.measurements.to_dict()["timing_audits"]
+        audits = gate.measurements.model_dump(mode="json")["timing_audits"]
         assert audits["problem"] is None, audits["problem"]
         found = audits["isolation"]
         assert found is not None and found["finding"] == finding, found and found["reason"]
@@ -270,7 +270,7 @@ def test_a_response_cache_detector_whose_answers_are_all_refused_stops_alone_and
         served = tenant_endpoint(remote.url)
         post = {**served.postprocess.model_dump(mode="python"), "output_schema": {"type": "object"}}
         gate = caching(served.with_changes(postprocess=post))
-    audits = gate.measurements.to_dict()["timing_audits"]
+    audits = gate.measurements.model_dump(mode="json")["timing_audits"]
     assert audits["response_cache"] is None and "response-cache timing:" in audits["problem"], audits["problem"]
     assert "invalid_output" in audits["problem"] and "tenant timing" not in audits["problem"]
     assert audits["isolation"]["finding"] == "isolated", audits["isolation"]["reason"]
@@ -280,7 +280,7 @@ def test_a_response_cache_detector_whose_answers_are_all_refused_stops_alone_and
 def test_the_tenant_audit_at_the_papers_250_per_side_finds_the_shared_cache() -> None:
     with prefix_remote("shared") as remote:
         leaky = caching(tenant_endpoint(remote.url, samples=250))
-    found = leaky.measurements.to_dict()["timing_audits"]["isolation"]
+    found = leaky.measurements.model_dump(mode="json")["timing_audits"]["isolation"]
     assert leaky.verdict == "fail" and found["samples"] == 250 and found["p_cross_faster"] < 1e-20
 
 
@@ -344,7 +344,7 @@ def test_a_hidden_response_cache_in_the_reference_engine_fails_and_the_real_engi
     assert "an undeclared response cache" in planted.reason
     real = caching(served)
     assert real.verdict == "pass", real.reason
-    assert real.measurements.to_dict()["timing_audits"]["response_cache"]["finding"] != "cache"
+    assert real.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]["finding"] != "cache"
 
 
 def test_on_the_reference_engine_a_seed_blind_cache_fails_and_servegates_own_response_cache_is_found() -> None:
@@ -352,12 +352,12 @@ def test_on_the_reference_engine_a_seed_blind_cache_fails_and_servegates_own_res
 
     served = reference_with_prefix_cache()
     blind = caching(served, engine_factory=lambda s: HiddenResponseCache(build(s), ignore_seed=True))
-    found = blind.measurements.to_dict()["timing_audits"]["response_cache"]
+    found = blind.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]
     assert blind.verdict == "fail" and found["finding"] == "cache_ignores_seed", found["reason"]
     assert "an undeclared response cache answers exact repeats and ignores the seed" in blind.reason
     cached = {"max_output_tokens": 16, "response_cache": {"enabled": True, "scope": "tenant"}}
     own = caching(served.with_changes(postprocess=cached))
-    found = own.measurements.to_dict()["timing_audits"]["response_cache"]
+    found = own.measurements.model_dump(mode="json")["timing_audits"]["response_cache"]
     assert own.verdict == "pass", own.reason
     assert found["finding"] == "cache" and found["header_hits"] == found["pairs"], found["reason"]  # keys on the seed
 
@@ -372,7 +372,7 @@ def test_under_an_output_schema_the_audit_keeps_answers_valid_and_still_times_th
                              "metrics": ["json_schema_valid"]}], "cache_audit": {"repeat_samples": 16}},
     )  # fmt: skip
     gate = caching(served)
-    audits = gate.measurements.to_dict()["timing_audits"]
+    audits = gate.measurements.model_dump(mode="json")["timing_audits"]
     assert audits["problem"] is None, audits["problem"]
     timing = audits["response_cache"]
     assert not timing["ignore_eos"] and timing["finding"] in ("no_cache", "inconclusive"), timing["reason"]
@@ -388,11 +388,11 @@ def test_a_prefix_cache_shared_across_tenants_on_the_reference_backend_shows_in_
     """760-token prompts: a prefill of 30-60 ms against 8 ms from the prefix cache on a loaded 2-core machine."""
     audit = {"cache_audit": {"repeat_samples": 8, "tenant_samples": 16}}
     shared = caching(ServedModel.model_validate(long_context_manifest(long_model, "global", **audit)))
-    found = shared.measurements.to_dict()["timing_audits"]["isolation"]
+    found = shared.measurements.model_dump(mode="json")["timing_audits"]["isolation"]
     assert shared.verdict == "fail" and found["finding"] == "shared", found["reason"]
     assert "timing shows it: a prompt cache is shared across tenants" in shared.reason
     isolated = caching(ServedModel.model_validate(long_context_manifest(long_model, "tenant", **audit)))
-    found = isolated.measurements.to_dict()["timing_audits"]["isolation"]
+    found = isolated.measurements.model_dump(mode="json")["timing_audits"]["isolation"]
     assert isolated.verdict == "pass", isolated.reason
     assert found["finding"] == "isolated", found["reason"]
     assert found["prompt_tokens"] > 700

@@ -147,7 +147,7 @@ def test_a_miss_beside_competing_processes_is_inconclusive_and_says_why(held_mac
     assert probe.wait_ready()
     with spinning(threads, nice):
         ctx = GateContext(served.reference_form(), served, mode="reference")
-        ctx.prepared["capacity:probe"] = probe
+        gate.prepared.probe = probe
         result = gate.run(ctx)
     assert result.verdict == "warn", result.reason
     assert "the machine moved during the bench" in result.reason and "inconclusive" in result.reason

@@ -11,6 +11,7 @@ from support.synthetic_server import Delays, SyntheticServer
 
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import GateContext
+from servegate.gates.checks.capacity import CapacityPreparation
 from servegate.gates.registry import GATES
 
 
@@ -105,12 +106,13 @@ def test_a_prepared_server_is_the_one_benched(gate_class: type) -> None:
     with SyntheticServer(Delays(ttft_ms=20, itl_ms=5)) as server:
         manifest = served(server.url, {"e2e_ms": {"p50": 1000}})
         ctx = GateContext(manifest, manifest)
-        gate_class().prepare(ctx)
-        assert ctx.prepared == {}  # an endpoint needs no server started
-        ctx.prepared["capacity"] = started = Started(server)
-        result = gate_class().run(ctx)
+        gate = gate_class()
+        gate.prepare(ctx)
+        assert gate.prepared == CapacityPreparation()  # an endpoint needs no server started
+        gate.prepared.server = started = Started(server)
+        result = gate.run(ctx)
     assert result.verdict == "pass", result.reason
-    assert started.entered and started.stopped and "capacity" not in ctx.prepared
+    assert started.entered and started.stopped and gate.prepared.server is None
 
 
 def test_what_a_gate_prepared_and_never_used_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +125,7 @@ def test_what_a_gate_prepared_and_never_used_is_stopped(monkeypatch: pytest.Monk
             stopped.append("left")
 
     def prepare(self: Any, ctx: GateContext) -> None:
-        ctx.prepared[self.name] = Left()
+        self.prepared.baseline = Left()
 
     def fail(self: Any, ctx: GateContext) -> Any:
         raise RuntimeError("the gate broke before using what it prepared")
@@ -161,8 +163,9 @@ def test_memory_is_the_peak_of_the_server_process_it_ran(gate_class: type, peak_
     with SyntheticServer(Delays(ttft_ms=5, itl_ms=2)) as server:
         manifest = served(server.url, {"e2e_ms": {"p50": 1000}, "memory": "512MiB"})
         ctx = GateContext(manifest, manifest)
-        ctx.prepared["capacity"] = Measured(server, peak_mib * 2**20)
-        result = gate_class().run(ctx)
+        gate = gate_class()
+        gate.prepared.server = Measured(server, peak_mib * 2**20)
+        result = gate.run(ctx)
     assert result.verdict == verdict, result.reason
     assert result.measurements.peak_memory_bytes == peak_mib * 2**20
     memory = next(t for t in result.measurements.targets if t["name"] == "memory")

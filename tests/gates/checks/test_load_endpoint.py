@@ -74,7 +74,7 @@ def test_a_safe_endpoint_passes_measured_directly_at_the_declared_concurrency(an
     assert result.verdict == "pass", result.reason
     m = result.measurements
     assert m.quality.comparison == "paired non-inferiority" and m.quality.items == 3 * 17
-    assert {t["verdict"] for t in m.quality.tests} == {"pass"}
+    assert {t.verdict for t in m.quality.tests} == {"pass"}
     assert "directly" in m.target and "vllm 0.32.0" in m.ran_on
     assert m.streaming.streams == 51 and m.streaming.usage_miscounts == 0
     assert remote.busy_max > 1  # the load reached the remote with requests in flight together

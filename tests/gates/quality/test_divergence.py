@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from support.models import save_tiny_llama
+from transformers import LlamaForCausalLM
 
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import Suite
@@ -17,23 +18,10 @@ from servegate.gates.suites.evaluation import ItemOutput, SuiteItem
 from servegate.zoo.tokenizer import build_char_tokenizer
 
 
-def _checkpoint(folder: Path, seed: int) -> Path:
-    tokenizer = build_char_tokenizer()
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two random tiny checkpoints with the zoo's character tokenizer."""
-    return _checkpoint(tmp_path_factory.mktemp("a"), 0), _checkpoint(tmp_path_factory.mktemp("b"), 1)
+    return save_tiny_llama(tmp_path_factory.mktemp("a"), 0), save_tiny_llama(tmp_path_factory.mktemp("b"), 1)
 
 
 def _served(path: Path) -> ServedModel:

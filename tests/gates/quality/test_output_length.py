@@ -16,7 +16,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.quality_section import LengthBand
 from servegate.contracts.schema import manifest_json_schema
 from servegate.gates.check import run_check
-from servegate.gates.quality.output_length import output_length
+from servegate.gates.quality.output_length import length_reason, output_length
 from servegate.gates.suites.evaluation import ItemOutput
 from servegate.gates.suites.output_cache import OutputCache
 
@@ -35,7 +35,8 @@ def test_the_guard_passes_inside_the_band_and_fails_outside_with_the_figures() -
     assert (inside.verdict, inside.ratio) == ("pass", 0.95)
     short = output_length("arith", outputs(10, 10), outputs(5, 5), band)
     assert (short.verdict, short.ratio, short.unit) == ("fail", 0.5, "tokens")
-    assert "mean generated tokens 5.00 vs baseline 10.00" in short.reason and "0.9-1.1" in short.reason
+    reason = length_reason(short)
+    assert "mean generated tokens 5.00 vs baseline 10.00" in reason and "0.9-1.1" in reason
     long = output_length("arith", outputs(10, 10), outputs(12, 12), band)
     assert long.verdict == "fail"
 
@@ -95,7 +96,7 @@ def test_a_cut_output_cap_that_keeps_exact_match_fails_on_the_reference_backend(
     cut = quality_of(reference_manifest(32), reference_manifest(4), cache)
     assert cut.verdict == "fail", cut.reason
     assert "output length changed although the metrics hold" in cut.reason and "ratio 0.800" in cut.reason
-    arith = cut.measurements.to_dict()["suites"]["arith"]
+    arith = cut.measurements.model_dump(mode="json")["suites"]["arith"]
     assert arith["exact_match"]["verdict"] == "pass"  # the metric alone would have passed it
     assert arith["output_length"]["verdict"] == "fail" and arith["output_length"]["candidate_mean_tokens"] == 4.0
     safe = quality_of(reference_manifest(32), reference_manifest(8), cache)

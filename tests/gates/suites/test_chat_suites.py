@@ -18,9 +18,8 @@ import servegate.gates.suites.chat_items as chat_items
 from servegate.cli.app import main
 from servegate.contracts.errors import ManifestError, ServegateError
 from servegate.contracts.loading import load_manifest
-from servegate.gates.base import EnginePool, GateContext
 from servegate.gates.quality.comparison import QualityComparison, compare_runs
-from servegate.gates.suites.evaluation import SuiteRun, load_suite_data, score_run
+from servegate.gates.suites.evaluation import ItemOutput, SuiteRun, load_suite_data, score_run
 from servegate.zoo import ZooError, zoo_model_path
 
 pytest.importorskip("llguidance")
@@ -86,15 +85,25 @@ def test_gate_eval_scores_extraction_and_tool_calls(
     assert tools["tool_name_match"]["score"] > 0 and 0 <= tools["tool_arguments_match"]["score"] <= 1
 
 
+def faithful_answer(reference: str) -> str:
+    """The answer a model that gets the item right writes under tool_choice required: the expected calls as a
+    JSON list of {"name", "parameters"}."""
+    expected = json.loads(reference)
+    calls = expected if isinstance(expected, list) else [expected]
+    return json.dumps([{"name": call["name"], "parameters": call["arguments"]} for call in calls])
+
+
 def test_a_parser_that_drops_the_last_argument_fails_the_tools_suite(
-    smol: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    smol: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SERVEGATE_CACHE", str(tmp_path / "cache"))
+    # The answers are the items' own references rather than SmolLM2's: how many calls a 135M model gets right
+    # depends on the CPU's kernels (0 of 16 on one AMD EPYC kind, some on another), and what this test checks is
+    # the parser through the paired test, which needs answers whose arguments are right.
     served = load_manifest(smol).with_changes(quality={"suites": [PAIRED_TOOLS], "default_margin": 0.25})
-    ctx = GateContext(served, served, engines=EnginePool())
-    data = next(d for d in ctx.suites() if d.name == "tools")
-    run = ctx.run_suite(served, data, role="baseline")
-    assert any(score > 0 for score in run.scores["tool_arguments_match"])
+    data = load_suite_data(served, served.quality.suites[0])
+    outputs = [ItemOutput(item.id, faithful_answer(item.reference), finish_reason="stop") for item in data.items]
+    run = SuiteRun(data, outputs, score_run(data, outputs))
+    assert all(score == 1.0 for score in run.scores["tool_arguments_match"]), run.scores
 
     def compared(candidate: SuiteRun) -> QualityComparison:
         out = QualityComparison()
