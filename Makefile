@@ -58,7 +58,8 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
-# Real-engine tests: servegate against a running vLLM server (9.5 min on a busy 2-core machine).
+# Real-engine tests: servegate against a running vLLM server (9.5 min on a busy 2-core machine) and against
+# llama.cpp's llama-server on the GGUF builds (`make llamacpp`, `make gguf-builds`: the Q8_0 build against its f16 parent).
 engines: install vllm-venv gguf-builds
 	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
 	SERVEGATE_LLAMACPP_SERVER=$(CURDIR)/$(LLAMACPP)/bin/llama-server $(BIN)/pytest -q -m engines

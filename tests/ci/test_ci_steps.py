@@ -1,6 +1,6 @@
 """The CI files' gate steps (examples/ci/run-steps.sh), run as CI runs them in a temporary repository whose main
-holds the quickstart manifest, and two branches: a safe change (the response cache's TTL) and an unsafe one (a
-24-token input limit that truncates away every recall key). Real `gate`, real tiny models, no network."""
+holds the quickstart manifest unquantized, and two branches: int8 weights (safe) and int2 weights (unsafe: far
+fewer answers survive). Real `gate`, real tiny models, no network."""
 
 from __future__ import annotations
 
@@ -26,17 +26,22 @@ def _git(repo: Path, *args: str) -> None:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """main: the quickstart manifest and its fallback; `safe` and `unsafe` branch off it, one commit each."""
+    """main: the quickstart manifest (quantization none) and its fallback; `safe` (int8) and `unsafe` (int2) branch
+    off it, one commit each."""
     root = tmp_path / "repo"
     root.mkdir()
     _git(root, "init", "-q", "-b", "main")
     for name in ("manifest.yaml", "fallback.yaml"):
         shutil.copy(ROOT / "examples" / "quickstart" / name, root / name)
+    quickstart = (root / "manifest.yaml").read_text()
+    quantized = re.search(r"    method: int8-weight[^\n]*\n    calibration: zoo:arith\n", quickstart)
+    assert quantized is not None
+    (root / "manifest.yaml").write_text(quickstart.replace(quantized.group(0), "    method: none\n"))
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "quickstart")
     manifest = (root / "manifest.yaml").read_text()
-    for branch, old, new in (("safe", "    ttl_s: 300", "    ttl_s: 600"),
-                             ("unsafe", "  max_input_tokens: 64 ", "  max_input_tokens: 24 ")):  # fmt: skip
+    for branch, method in (("safe", "int8-weight"), ("unsafe", "int2-weight")):
+        old, new = "    method: none\n", f"    method: {method}\n    calibration: zoo:arith\n"
         assert old in manifest
         _git(root, "checkout", "-q", "-b", branch, "main")
         (root / "manifest.yaml").write_text(manifest.replace(old, new))
@@ -78,23 +83,24 @@ def test_the_workflow_steps_pass_a_safe_change_and_block_an_unsafe_one(repo: Pat
     assert (tmp_path / "cache" / "KEY").read_text() == key.stdout
     assert (tmp_path / "safe" / "exit-code").read_text() == "0\n"
     cases = _junit(tmp_path / "safe" / "gates.xml")
-    assert cases["caching"] == "pass" and "failure" not in cases.values()
+    assert cases["quantization"] == "pass" and "failure" not in cases.values()
     summary = (tmp_path / "safe" / "summary.md").read_text()
     assert "### gate check: quickstart 1.0.0: **PASS**" in summary
-    assert "| postprocess.response_cache.ttl_s | `300.0` | `600.0` | contract, caching |" in summary
+    changed = r'\| runtime\.quantization\.method \| `"none"` \| `"int8-weight"` \| quantization'
+    assert re.search(changed, summary), summary
     assert f"Full report: `{tmp_path / 'safe' / 'report.json'}`." in summary
 
     _git(repo, "checkout", "-q", "unsafe")
     unsafe = _steps(repo, tmp_path, "check", "unsafe")
     assert unsafe.returncode == 1, unsafe.stdout + unsafe.stderr
     assert (tmp_path / "unsafe" / "exit-code").read_text() == "1\n"
-    assert _junit(tmp_path / "unsafe" / "gates.xml")["truncation"] == "failure"
+    assert _junit(tmp_path / "unsafe" / "gates.xml")["quantization"] == "failure"
     summary = (tmp_path / "unsafe" / "summary.md").read_text()
     assert "### gate check: quickstart 1.0.0: **FAIL**" in summary
-    assert "1 of 2 gate(s) run failed: truncation" in summary
-    row = r"\| truncation \| \*\*FAIL\*\* \| recall/exact_match Δ -1\.000 \(margin -0\.030\) \| \[-1\.000, "
-    assert re.search(row, summary)
-    assert "<details><summary>truncation: fail</summary>" in summary
+    assert re.search(r"\d+ of \d+ gate\(s\) run failed: quantization", summary), summary
+    row = r"\| quantization \| \*\*FAIL\*\* \| [a-z_]+/[a-z_]+ Δ -\d\.\d{3} \(margin -\d\.\d{3}\) \| \["
+    assert re.search(row, summary), summary
+    assert "<details><summary>quantization: fail</summary>" in summary
     assert "Baseline: manifest.yaml read from git main" in summary
     # both summaries went to the job's summary page, in order
     page = (tmp_path / "step-summary.md").read_text()
