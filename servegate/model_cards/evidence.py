@@ -2,8 +2,9 @@
 
 Each is the JSON another command writes (`gate check --json`, `gate bench --json`, `gate plan --json`).
 They are read here once, checked for the shape the note needs, and given a time: the report's own
-`created_at` when it has one, otherwise the file's modification time. The check report is read through its
-schema (servegate.contracts.report), so the note sees typed results; the bench and the plan stay JSON objects.
+`created_at` when it has one, otherwise the file's modification time. All three are read through their types in
+servegate.contracts.report (the check report's schema; the parts of the bench and the plan the note uses, in
+capacity_evidence), so the note sees typed figures and a file of another shape is refused in one line.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.report.capacity_evidence import BenchEvidence, PlanEvidence
 from servegate.contracts.report.check_report import CheckReport, ReportError, first_problem, report_from_json_data
 
 EvidenceKind = Literal["report", "bench", "plan"]
+_Capacity = TypeVar("_Capacity", BenchEvidence, PlanEvidence)
 
 _PRODUCERS: dict[EvidenceKind, str] = {
     "report": "gate check MANIFEST --json check.json",
@@ -105,6 +108,32 @@ def read_evidence(kind: EvidenceKind, path: Path) -> tuple[dict[str, Any], datet
     return data, parse_time(data.get("created_at")) or file_time(path)
 
 
+def _typed(model: type[_Capacity], data: dict[str, Any], origin: str) -> _Capacity:
+    """`data` (already shaped like a bench or a plan) as `model`; a NoteError naming the file and the field
+    otherwise."""
+    kind: EvidenceKind = "bench" if model is BenchEvidence else "plan"
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise NoteError(
+            f"{origin}: not a {kind} in the format `{producer(kind)}` writes ({first_problem(exc)})"
+        ) from None
+
+
+def as_bench(bench: BenchEvidence | dict[str, Any], origin: str = "bench result") -> BenchEvidence:
+    """A bench result as its type (a dict is checked for its shape and validated once)."""
+    return (
+        bench
+        if isinstance(bench, BenchEvidence)
+        else _typed(BenchEvidence, check_shape("bench", bench, origin), origin)
+    )
+
+
+def as_plan(plan: PlanEvidence | dict[str, Any], origin: str = "capacity plan") -> PlanEvidence:
+    """A capacity plan as its type (a dict is checked for its shape and validated once)."""
+    return plan if isinstance(plan, PlanEvidence) else _typed(PlanEvidence, check_shape("plan", plan, origin), origin)
+
+
 def read_check_report(path: Path) -> tuple[CheckReport, datetime]:
     """Read a check report file through its schema, and when its gates ran (created_at, else the file's mtime)."""
     data, _ = read_evidence("report", path)  # names a bench or plan file passed as the report
@@ -134,10 +163,10 @@ class Evidence:
 
     report: CheckReport | None = None
     """`gate check --json` output."""
-    bench: dict[str, Any] | None = None
-    """`gate bench --json` output."""
-    plan: dict[str, Any] | None = None
-    """`gate plan --json` output."""
+    bench: BenchEvidence | None = None
+    """`gate bench --json` output (the parts the note reads)."""
+    plan: PlanEvidence | None = None
+    """`gate plan --json` output (the parts the note reads)."""
     report_at: datetime | None = None
     """When the gate results were produced."""
     base_dir: Path | None = None
@@ -153,11 +182,11 @@ class Evidence:
             out.report, out.report_at = read_check_report(report)
             out.sources["report"] = report.name
         if bench is not None:
-            out.bench, _ = read_evidence("bench", bench)
+            out.bench = _typed(BenchEvidence, read_evidence("bench", bench)[0], str(bench))
             out.sources["bench"] = bench.name
             out.base_dir = bench.resolve().parent
         if plan is not None:
-            out.plan, _ = read_evidence("plan", plan)
+            out.plan = _typed(PlanEvidence, read_evidence("plan", plan)[0], str(plan))
             out.sources["plan"] = plan.name
         return out
 
@@ -165,8 +194,8 @@ class Evidence:
     def from_data(
         cls,
         report: CheckReport | dict[str, Any] | None = None,
-        bench: dict[str, Any] | None = None,
-        plan: dict[str, Any] | None = None,
+        bench: BenchEvidence | dict[str, Any] | None = None,
+        plan: PlanEvidence | dict[str, Any] | None = None,
         report_at: datetime | None = None,
     ) -> Evidence:
         """Wrap evidence already in memory (e.g. the report `gate check` just produced; its time defaults to now)."""
@@ -174,8 +203,9 @@ class Evidence:
         if report is not None:
             typed = as_check_report(report)
             report_at = parse_time(typed.created_at) or report_at or datetime.now(timezone.utc)
-        if bench is not None:
-            check_shape("bench", bench, "bench result")
-        if plan is not None:
-            check_shape("plan", plan, "capacity plan")
-        return cls(report=typed, bench=bench, plan=plan, report_at=report_at)
+        return cls(
+            report=typed,
+            bench=as_bench(bench) if bench is not None else None,
+            plan=as_plan(plan) if plan is not None else None,
+            report_at=report_at,
+        )

@@ -10,6 +10,15 @@ import math
 from typing import Any
 
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.capacity_evidence import (
+    BenchEvidence,
+    Goodput,
+    LatencyFigures,
+    PlanEvidence,
+    PlanPrediction,
+    RequestCounts,
+    Throughput,
+)
 from servegate.model_cards.evidence import Evidence, missing
 
 LATENCIES = (("ttft_ms", "TTFT", "ttft_ms"), ("tpot_ms", "TPOT", "tpot_ms"), ("e2e_ms", "E2E latency", "e2el_ms"))
@@ -23,37 +32,22 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else float(value)
 
 
-def _section(data: dict[str, Any] | None, *names: str) -> dict[str, Any]:
-    """The first of `names` found at the top of `data` or under its `predicted` / `memory` / `policy` parts."""
-    if not data:
-        return {}
-    for scope in (data, data.get("predicted"), data.get("prediction"), data.get("memory")):
-        if isinstance(scope, dict):
-            for name in names:
-                if isinstance(scope.get(name), dict):
-                    return scope[name]
-    return {}
+def _latency(figures: BenchEvidence | PlanPrediction | None, key: str) -> LatencyFigures:
+    """One latency's figures (`ttft_ms`, `tpot_ms`, `e2el_ms`) from the bench or the plan's prediction."""
+    found: LatencyFigures | None = getattr(figures, key) if figures is not None else None
+    return found or LatencyFigures()
 
 
-def _value(data: dict[str, Any] | None, *names: str) -> Any:
-    if not data:
-        return None
-    for scope in (data, data.get("memory"), data.get("predicted"), data.get("policy")):
-        if isinstance(scope, dict):
-            for name in names:
-                if name in scope:
-                    return scope[name]
-    return None
+def _throughput(figures: BenchEvidence | PlanPrediction | None) -> Throughput:
+    return (figures.throughput if figures is not None else None) or Throughput()
 
 
 def workload_shape(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
     """Item 4: context length, batch size and concurrency, request rate, response mode."""
     workload = served.capacity.workload
     source = "capacity.workload"
-    if workload is None and evidence.bench and isinstance(evidence.bench.get("workload"), dict):
-        from servegate.contracts.capacity_section import Workload
-
-        workload, source = Workload.model_validate(evidence.bench["workload"]), "the bench's workload"
+    if workload is None and evidence.bench is not None and evidence.bench.workload is not None:
+        workload, source = evidence.bench.workload, "the bench's workload"
     if workload is None:
         raise missing(
             "workload shape",
@@ -106,31 +100,41 @@ def _row(metric: str, unit: str, target: Any, predicted: Any, measured: Any, hig
 def capacity_rows(served: ServedModel, evidence: Evidence) -> list[dict[str, Any]]:
     """Latency percentiles, throughput, memory: target, predicted, measured."""
     targets = served.capacity.targets
+    prediction = evidence.plan.predicted if evidence.plan is not None else None
     rows = []
     for field, label, key in LATENCIES:
         declared = getattr(targets, field) if targets else None
-        predicted = _section(evidence.plan, key, field)
-        measured = _section(evidence.bench, key, field)
+        predicted = _latency(prediction, key)
+        measured = _latency(evidence.bench, key)
         for p in PERCENTILES:
             target = getattr(declared, p) if declared else None
-            if target is None and predicted.get(p) is None and measured.get(p) is None:
+            if target is None and predicted.percentile(p) is None and measured.percentile(p) is None:
                 continue
-            rows.append(_row(f"{label} {p}", "ms", target, predicted.get(p), measured.get(p)))
+            rows.append(_row(f"{label} {p}", "ms", target, predicted.percentile(p), measured.percentile(p)))
     floor = targets.throughput if targets else None
-    measured_tp = _section(evidence.bench, "throughput")
-    predicted_tp = _section(evidence.plan, "throughput")
+    measured_tp = _throughput(evidence.bench)
+    predicted_tp = _throughput(prediction)
     for unit, key in (("requests/s", "requests_per_s"), ("tokens/s", "output_tokens_per_s")):
         target = floor.value if floor and floor.unit == unit else None
-        if target is None and measured_tp.get(key) is None and predicted_tp.get(key) is None:
+        if target is None and getattr(measured_tp, key) is None and getattr(predicted_tp, key) is None:
             continue
         label = "throughput" if unit == "requests/s" else "output throughput"
-        rows.append(_row(label, unit, target, predicted_tp.get(key), measured_tp.get(key), higher=True))
+        rows.append(_row(label, unit, target, getattr(predicted_tp, key), getattr(measured_tp, key), higher=True))
     memory_target = targets.memory if targets else None
-    predicted_mem = _value(evidence.plan, "total_bytes", "memory_bytes")
-    measured_mem = _value(evidence.bench, "peak_memory_bytes", "memory_bytes")
+    predicted_mem = _plan_total_bytes(evidence.plan)
+    measured_mem = evidence.bench.peak_memory_bytes if evidence.bench is not None else None
     if memory_target is not None or predicted_mem is not None or measured_mem is not None:
         rows.append(_row("memory", "bytes", memory_target, predicted_mem, measured_mem))
     return rows
+
+
+def _plan_total_bytes(plan: PlanEvidence | None) -> float | None:
+    """The plan's predicted memory: at the top of a memory-only plan, under `memory` in a full one."""
+    if plan is None:
+        return None
+    if plan.total_bytes is not None:
+        return plan.total_bytes
+    return plan.memory.total_bytes if plan.memory is not None else None
 
 
 def _cost(served: ServedModel, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -153,89 +157,84 @@ def _ms_words(ms: float) -> str:
     return f"{ms / 1000:.3g} s" if ms >= 1000 else f"{ms:.3g} ms"
 
 
-def capacity_sentence(plan: dict[str, Any] | None) -> str | None:
+def capacity_sentence(plan: PlanEvidence | None) -> str | None:
     """The plan in one plain sentence: what one replica holds under which target, with its interval, the replicas
     for the total rate, and which constraint binds (None without a plan's per-replica figures)."""
-    plan = plan or {}
-    per = plan.get("per_replica")
-    if not isinstance(per, dict) or _number(per.get("rate_rps")) is None:
+    per = plan.per_replica if plan is not None else None
+    if plan is None or per is None or _number(per.rate_rps) is None:
         return None
-    rate, low, high = float(per["rate_rps"]), _number(per.get("low_rps")), _number(per.get("high_rps"))
-    name = per.get("binding_target")
-    target = next((t for t in plan.get("targets") or [] if t.get("name") == name), None) if name else None
-    if isinstance(target, dict) and _number(target.get("target")) is not None:
+    rate, low, high = float(per.rate_rps), _number(per.low_rps), _number(per.high_rps)
+    name = per.binding_target
+    target = next((t for t in plan.targets if t.name == name), None) if name else None
+    if target is not None and _number(target.target) is not None:
         field, _, point = str(name).partition(".")
-        under = f" with {point} {_TARGET_WORDS.get(field, field)} under {_ms_words(float(target['target']))}"
+        under = f" with {point} {_TARGET_WORDS.get(field, field)} under {_ms_words(float(target.target or 0))}"
     else:
         under = ""
     if rate <= 0:
-        text = f"no load meets the targets on one replica: {per.get('detail', '')}".rstrip(": ")
+        text = f"no load meets the targets on one replica: {per.detail}".rstrip(": ")
         return text[0].upper() + text[1:] + "."
     holds = f"One replica holds {rate:.3g} requests/s of this workload{under}"
     if low is not None and high is not None and high > low:
-        holds += f" ({100 * float(per.get('level', 0.8)):.0f}% interval {low:.3g}-{high:.3g})"
-    replicas = plan.get("replicas")
-    if isinstance(replicas, dict) and _number(replicas.get("replicas")) is not None:
-        holds += f"; {int(replicas['replicas'])} replicas for {float(replicas['total_rps']):.3g} requests/s"
+        holds += f" ({100 * float(per.level):.0f}% interval {low:.3g}-{high:.3g})"
+    replicas = plan.replicas
+    if replicas is not None:
+        holds += f"; {int(replicas.replicas)} replicas for {float(replicas.total_rps):.3g} requests/s"
     binding = {"latency": f"latency ({name})" if name else "latency", "memory": "memory (the KV pool)"}.get(
-        str(per.get("binding")), "throughput (the replica's capacity)"
+        str(per.binding), "throughput (the replica's capacity)"
     )
     return f"{holds}. The binding constraint is {binding}."
 
 
-def _plan_summary(plan: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not plan:
+def _plan_summary(plan: PlanEvidence | None) -> dict[str, Any] | None:
+    if plan is None:
         return None
-    policy = plan.get("policy") or plan.get("recommended_policy") or plan.get("recommended")
-    if isinstance(policy, dict) and isinstance(policy.get("batching"), dict):  # {"batching": {...}, "kv_blocks": n}
-        policy = {**{k: v for k, v in policy.items() if k != "batching"}, **policy["batching"]}
-    binding = _value(plan, "binding_constraint")
-    if isinstance(binding, dict):  # {"name": ..., "detail": ...}
-        binding = ": ".join(str(binding[k]) for k in ("name", "detail") if binding.get(k)) or None
+    policy: dict[str, Any] | None = None
+    if plan.recommended is not None:  # the policy's own fields, then its batching section's, scalars only
+        rec = plan.recommended
+        flat = {"kv_blocks": rec.kv_blocks, "max_model_len": rec.max_model_len, **rec.batching}
+        policy = {k: v for k, v in flat.items() if isinstance(v, str | int | float | bool)}
+    binding = plan.binding_constraint
     return {
-        "weights_bytes": _number(_value(plan, "weights_bytes")),
-        "kv_bytes_per_token": _number(_value(plan, "kv_bytes_per_token")),
-        "max_concurrent_sequences": _number(_value(plan, "max_concurrent_sequences")),
-        "binding_constraint": binding if isinstance(binding, str) else None,
-        "bound": _value(plan, "bound", "regime"),
+        "weights_bytes": _number(plan.weights_bytes),
+        "kv_bytes_per_token": _number(plan.kv_bytes_per_token),
+        "max_concurrent_sequences": _number(plan.max_concurrent_sequences),
+        "binding_constraint": ": ".join(v for v in (binding.name, binding.detail) if v) or None if binding else None,
+        "bound": plan.regime,
         "sentence": capacity_sentence(plan),
-        "policy": {k: v for k, v in policy.items() if isinstance(v, str | int | float | bool)}
-        if isinstance(policy, dict)
-        else None,
+        "policy": policy,
     }
 
 
-def _bench_summary(bench: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not bench:
+def _bench_summary(bench: BenchEvidence | None) -> dict[str, Any] | None:
+    if bench is None:
         return None
-    requests = sent if isinstance(sent := bench.get("requests"), dict) else {}
-    goodput = good if isinstance(good := bench.get("goodput"), dict) else {}
-    runs = found if isinstance(found := bench.get("runs"), list) else []
+    requests, goodput = bench.requests or RequestCounts(), bench.goodput or Goodput()
     return {
-        "requests_sent": _number(requests.get("sent")),
-        "requests_failed": _number(requests.get("failed")),
-        "goodput_requests_per_s": _number(goodput.get("requests_per_s")),
-        "goodput_fraction": _number(goodput.get("fraction")),
-        "runs": len(runs),
+        "requests_sent": _number(requests.sent),
+        "requests_failed": _number(requests.failed),
+        "goodput_requests_per_s": _number(goodput.requests_per_s),
+        "goodput_fraction": _number(goodput.fraction),
+        "runs": len(bench.runs),
     }
 
 
-def supported_statements(bench: dict[str, Any] | None) -> list[str]:
+def supported_statements(bench: BenchEvidence | None) -> list[str]:
     """What the measured figures support, in words: p50 and p99 of each latency with its interval and floors,
     and what the bench found about its own run (failures, the workload's shape, a client that fell behind)."""
     from servegate.capacity.bench.percentiles import describe
 
-    if not bench:
+    if bench is None:
         return []
     out: list[str] = []
-    for field, label, key in LATENCIES:
-        stats = _section(bench, key, field)
-        if stats.get("count"):
-            out += [describe(label, stats, q) for q in (50, 99) if stats.get(f"p{q}") is not None]
-    if bench.get("client_limited"):
+    for _, label, key in LATENCIES:
+        stats = _latency(bench, key)
+        if stats.count:
+            figures = stats.model_dump()
+            out += [describe(label, figures, q) for q in (50, 99) if stats.percentile(f"p{q}") is not None]
+    if bench.client_limited:
         out.append("the bench's client fell behind its schedule: latencies include the client's own delay")
-    shape = bench.get("workload_shape") if isinstance(bench.get("workload_shape"), dict) else {}
-    if shape and not shape.get("achieved", True):
+    if bench.workload_shape is not None and not bench.workload_shape.achieved:
         out.append("the server's usage shows the workload's shape was not run as declared (see the bench warnings)")
     return out
 
@@ -253,8 +252,8 @@ def capacity_target(served: ServedModel, evidence: Evidence) -> dict[str, Any]:
         "rows": rows,
         "sources": {
             "target": "capacity.targets" if served.capacity.targets else None,
-            "predicted": evidence.sources.get("plan", "gate plan") if evidence.plan else None,
-            "measured": evidence.sources.get("bench", "gate bench") if evidence.bench else None,
+            "predicted": evidence.sources.get("plan", "gate plan") if evidence.plan is not None else None,
+            "measured": evidence.sources.get("bench", "gate bench") if evidence.bench is not None else None,
         },
         "cost": _cost(served, rows),
         "plan": _plan_summary(evidence.plan),

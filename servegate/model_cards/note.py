@@ -19,9 +19,10 @@ from typing import Any
 
 from servegate import __version__
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.capacity_evidence import BenchEvidence
 from servegate.contracts.report.check_report import CheckReport
 from servegate.contracts.report.measurements import CapacityMeasurements
-from servegate.model_cards.evidence import Evidence, NoteError, file_time, iso
+from servegate.model_cards.evidence import Evidence, NoteError, as_bench, file_time, iso
 from servegate.model_cards.items_capacity import capacity_target, workload_shape
 from servegate.model_cards.items_contract import input_contract, model_identity, output_contract
 from servegate.model_cards.items_observability import observability
@@ -182,24 +183,25 @@ def manifest_problems(served: ServedModel, *, capacity_gate_runs: bool) -> list[
     return problems
 
 
-def capacity_gate_bench(report: CheckReport | None) -> dict[str, Any] | None:
-    """The bench figures the `capacity` gate measured inside `gate check`, in the bench's JSON shape (None when
-    it did not run)."""
+def capacity_gate_bench(report: CheckReport | None) -> BenchEvidence | None:
+    """The bench figures the `capacity` gate measured inside `gate check`, read as a bench's (None when it did
+    not run)."""
     gate = report.gate("capacity") if report is not None else None
     if gate is None or gate.verdict not in ("pass", "fail") or not isinstance(gate.measurements, CapacityMeasurements):
         return None
     m = gate.measurements
-    bench: dict[str, Any] = {
-        "ttft_ms": m.ttft_ms,
-        "tpot_ms": m.tpot_ms,
-        "e2el_ms": m.e2el_ms,
-        "throughput": m.throughput,
-        "goodput": m.goodput,
-        "requests": m.requests,
-    }
-    if m.peak_memory_bytes is not None:
-        bench["peak_memory_bytes"] = m.peak_memory_bytes
-    return bench
+    return as_bench(
+        {
+            "ttft_ms": m.ttft_ms,
+            "tpot_ms": m.tpot_ms,
+            "e2el_ms": m.e2el_ms,
+            "throughput": m.throughput,
+            "goodput": m.goodput,
+            "requests": m.requests,
+            "peak_memory_bytes": m.peak_memory_bytes,
+        },
+        "the capacity gate's measurements",
+    )
 
 
 def build_note(served: ServedModel, evidence: Evidence, public_filter: PublicFilter | None = None) -> ServingNote:

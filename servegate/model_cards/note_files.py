@@ -12,6 +12,7 @@ from typing import Any
 
 from servegate.contracts.files import write_atomic
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.capacity_evidence import BenchEvidence, PlanEvidence
 from servegate.model_cards.evidence import Evidence, NoteError, parse_time
 from servegate.model_cards.model_card import update_model_card_text
 from servegate.model_cards.note import ServingNote, build_note, twin_path
@@ -60,8 +61,8 @@ def write_note(
     served: ServedModel,
     report: Any,
     out_path: str | Path,
-    bench: dict[str, Any] | None = None,
-    plan: dict[str, Any] | None = None,
+    bench: BenchEvidence | dict[str, Any] | None = None,
+    plan: PlanEvidence | dict[str, Any] | None = None,
     *,
     model_card: str | Path | None = None,
     report_at: datetime | str | None = None,

@@ -2,7 +2,7 @@
 
 The bench may have written the PNGs itself (listed under `plots` in its JSON); they are copied next
 to the note. Otherwise they are drawn here with matplotlib's Agg canvas (no display, no pyplot state)
-from the bench JSON: the CDF through the raw latencies when the JSON carries them, else through the
+from the bench JSON (read as servegate.contracts.report.capacity_evidence.BenchEvidence): the CDF through the
 reported percentiles; throughput and p99 latency against the offered load of each run.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.files import write_atomic
+from servegate.contracts.report.capacity_evidence import BenchEvidence, BenchRunFigures, LatencyFigures, Throughput
 
 PlotFile = tuple[dict[str, str], bytes]
 """({title, path relative to the note}, PNG bytes)."""
@@ -31,11 +32,6 @@ def _finite(value: Any) -> float | None:
     return None
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """`value` when it is a JSON object, else an empty one."""
-    return value if isinstance(value, dict) else {}
-
-
 def _png(draw: Callable[[Any], None]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -49,26 +45,17 @@ def _png(draw: Callable[[Any], None]) -> bytes:
     return buffer.getvalue()
 
 
-def _samples(bench: dict[str, Any], key: str) -> list[float]:
-    """Raw per-request latencies in ms when the bench JSON carries them (`samples: {e2el_ms: [...]}`)."""
-    raw = (bench.get("samples") or {}).get(key) if isinstance(bench.get("samples"), dict) else None
-    return sorted(v for v in (raw or []) if _finite(v) is not None)
-
-
-def draw_latency_cdf(bench: dict[str, Any]) -> bytes:
-    """Latency CDF: fraction of requests at or below each latency, for TTFT, TPOT and E2E."""
+def draw_latency_cdf(bench: BenchEvidence) -> bytes:
+    """Latency CDF through the reported percentiles: fraction of requests at or below each, for TTFT, TPOT and E2E."""
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
         from_percentiles = False
         for key, label in _LATENCIES:
-            samples = _samples(bench, key)
-            if samples:
-                n = len(samples)
-                ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=label)
-                continue
-            stats = _object(bench.get(key))
-            points = [(v, q) for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)) if (v := _finite(stats.get(p)))]
+            stats: LatencyFigures = getattr(bench, key) or LatencyFigures()
+            points = [
+                (v, q) for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)) if (v := _finite(stats.percentile(p)))
+            ]
             if points:
                 from_percentiles = True
                 ax.plot([v for v, _ in points], [q for _, q in points], marker="o", label=f"{label} (p50/p95/p99)")
@@ -83,22 +70,24 @@ def draw_latency_cdf(bench: dict[str, Any]) -> bytes:
     return _png(draw)
 
 
-def _load_points(bench: dict[str, Any]) -> tuple[str, list[tuple[float, float | None, float | None]]]:
-    """(x label, [(offered load, requests/s achieved, p99 E2E ms)]) from the bench's runs."""
-    runs = [r for r in bench.get("runs") or [] if isinstance(r, dict)] or [bench]
-    closed = all(_finite(r.get("rate_rps")) is None for r in runs)
-    workload = _object(bench.get("workload"))
+def _load_points(bench: BenchEvidence) -> tuple[str, list[tuple[float, float | None, float | None]]]:
+    """(x label, [(offered load, requests/s achieved, p99 E2E ms)]) from the bench's runs (the bench itself
+    when it lists none)."""
+    runs: list[BenchRunFigures] = bench.runs or [BenchRunFigures(throughput=bench.throughput, e2el_ms=bench.e2el_ms)]
+    closed = all(_finite(r.rate_rps) is None for r in runs)
+    workload = bench.workload
+    declared = (workload.concurrency if closed else workload.rate_rps) if workload is not None else None
     points = []
     for run in runs:
-        load = _finite(run.get("concurrency" if closed else "rate_rps"))
-        load = load if load is not None else _finite(workload.get("concurrency" if closed else "rate_rps"))
-        throughput, e2e = _object(run.get("throughput")), _object(run.get("e2el_ms"))
+        load = _finite(run.concurrency if closed else run.rate_rps)
+        load = load if load is not None else _finite(declared)
+        throughput, e2e = run.throughput or Throughput(), run.e2el_ms or LatencyFigures()
         if load is not None:
-            points.append((load, _finite(throughput.get("requests_per_s")), _finite(e2e.get("p99"))))
+            points.append((load, _finite(throughput.requests_per_s), _finite(e2e.p99)))
     return ("concurrency (requests in flight)" if closed else "offered load (requests/s)"), sorted(points)
 
 
-def draw_throughput_vs_load(bench: dict[str, Any]) -> bytes:
+def draw_throughput_vs_load(bench: BenchEvidence) -> bytes:
     """Achieved throughput (requests/s) and p99 E2E latency (ms) against the offered load of each run."""
     xlabel, points = _load_points(bench)
 
@@ -122,13 +111,12 @@ def draw_throughput_vs_load(bench: dict[str, Any]) -> bytes:
     return _png(draw)
 
 
-def _bench_pngs(bench: dict[str, Any], base_dir: Path | None) -> dict[tuple[str, str], Path]:
-    """The bench's own PNGs by kind, from its `plots` (a name -> path map or a list of paths)."""
-    listed = bench.get("plots")
-    entries = listed.items() if isinstance(listed, dict) else ((str(p), p) for p in listed or [])
+def _bench_pngs(bench: BenchEvidence, base_dir: Path | None) -> dict[tuple[str, str], Path]:
+    """The bench's own PNGs by kind, from its `plots` (the paths it wrote)."""
     found: dict[tuple[str, str], Path] = {}
-    for name, value in entries:
-        if not isinstance(value, str) or not value.lower().endswith(".png"):
+    for value in bench.plots:
+        name = value
+        if not value.lower().endswith(".png"):
             continue
         # `gate bench --plots DIR` records paths as given on its command line: try them as they are, then
         # relative to the bench JSON's folder.
@@ -143,7 +131,7 @@ def _bench_pngs(bench: dict[str, Any], base_dir: Path | None) -> dict[tuple[str,
     return found
 
 
-def prepare_plots(bench: dict[str, Any], base_dir: Path | None, note_path: Path) -> list[PlotFile]:
+def prepare_plots(bench: BenchEvidence, base_dir: Path | None, note_path: Path) -> list[PlotFile]:
     """Both plots for the note at `note_path`: the bench's PNGs when it wrote them, else drawn here."""
     own = _bench_pngs(bench, base_dir)
     out: list[PlotFile] = []

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from servegate.contracts.report.capacity_evidence import PlanEvidence
 from servegate.model_cards.items_capacity import capacity_sentence
 
 
-def plan(per_replica: dict[str, Any], replicas: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "targets": [{"name": "e2e_ms.p99", "target": 2000.0, "predicted": 1800.0, "unit": "ms", "met": True}],
-        "per_replica": per_replica,
-        "replicas": replicas,
-    }
+def plan(per_replica: dict[str, Any], replicas: dict[str, Any] | None = None) -> PlanEvidence:
+    """The parts of a `gate plan --json` file the sentence reads, through the note's reader."""
+    return PlanEvidence.model_validate(
+        {
+            "targets": [{"name": "e2e_ms.p99", "target": 2000.0, "predicted": 1800.0, "unit": "ms", "met": True}],
+            "per_replica": per_replica,
+            "replicas": replicas,
+        }
+    )
 
 
 LATENCY_BOUND = {"rate_rps": 3.1, "low_rps": 2.8, "high_rps": 3.4, "level": 0.6, "capacity_rps": 4.0,
@@ -51,7 +55,7 @@ def test_an_unreachable_target_says_no_load_meets_it() -> None:
 
 
 def test_no_sentence_without_per_replica_figures() -> None:
-    assert capacity_sentence({"targets": []}) is None
+    assert capacity_sentence(PlanEvidence()) is None
     assert capacity_sentence(None) is None
 
 

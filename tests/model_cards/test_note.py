@@ -10,6 +10,7 @@ from note_evidence import dump, make_bench, make_plan, make_report
 
 from servegate.contracts.errors import CATALOGUE
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.report.capacity_evidence import BenchEvidence
 from servegate.model_cards.note import ITEMS, ServingNote, twin_path
 from servegate.model_cards.note_files import write_note
 from servegate.model_cards.render_markdown import read_metadata
@@ -95,9 +96,9 @@ def test_bench_pngs_are_copied_when_the_bench_wrote_them(served: ServedModel, tm
     from servegate.model_cards.note_files import write_note_files
     from servegate.model_cards.plots import draw_latency_cdf
 
-    own = draw_latency_cdf({"e2el_ms": {"p50": 1, "p95": 2, "p99": 3}})
+    own = draw_latency_cdf(BenchEvidence.model_validate({"e2el_ms": {"p50": 1, "p95": 2, "p99": 3}}))
     (tmp_path / "bench-latency-cdf.png").write_bytes(own)
-    bench = {**make_bench(), "plots": {"latency_cdf": "bench-latency-cdf.png"}}
+    bench = {**make_bench(), "plots": ["bench-latency-cdf.png"]}  # as `gate bench --plots` lists them
     report = make_report(served)
     evidence = Evidence.from_files(report=dump(tmp_path / "check.json", report), bench=dump(tmp_path / "b.json", bench))
     note = write_note_files(served, evidence, tmp_path / "out" / "SERVING.md")
@@ -130,7 +131,8 @@ def test_bench_plot_paths_as_gate_bench_records_them(
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bench-plots").mkdir()
-    cdf, rate = draw_latency_cdf(make_bench()), draw_throughput_vs_load(make_bench())
+    typed = BenchEvidence.model_validate(make_bench())
+    cdf, rate = draw_latency_cdf(typed), draw_throughput_vs_load(typed)
     (tmp_path / "bench-plots" / "latency_cdf.png").write_bytes(cdf)
     (tmp_path / "bench-plots" / "rate_curves.png").write_bytes(rate)
     (tmp_path / "results").mkdir()
