@@ -21,7 +21,8 @@ from servegate.capacity.bench.local_server import LocalServer
 from servegate.capacity.bench.own_server import bench_url, load_tokenizer
 from servegate.contracts.capacity_section import LengthDistribution, Workload
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
+from servegate.runtime.remote.server_process import free_port
+from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer
 
 SERVED_NAME = "bench"
 """The model name both servers answer to."""

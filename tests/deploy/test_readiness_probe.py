@@ -11,7 +11,7 @@ from support.fake_deployment import EngineState, fake_engine
 
 from servegate.contracts.manifest import ServedModel
 from servegate.deploy.probe_script import readiness_probe_script
-from servegate.runtime.remote.vllm_process import free_port
+from servegate.runtime.remote.server_process import free_port
 
 SERVED = ServedModel.model_validate(
     {

@@ -18,7 +18,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.loading import load_manifest
 from servegate.deploy.deployment_facts import expected_kv_blocks
 from servegate.deploy.verify import verify_deployment
-from servegate.runtime.remote.vllm_process import free_port
+from servegate.runtime.remote.server_process import free_port
 
 MANIFEST = """\
 name: verify-me

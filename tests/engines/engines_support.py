@@ -7,7 +7,8 @@ from pathlib import Path
 from support.manifests import manifest_file
 
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer, free_port
+from servegate.runtime.remote.server_process import free_port
+from servegate.runtime.remote.vllm_process import VllmLaunch, VllmServer
 
 SERVED_NAME = "tiny-primary"
 """The name the vLLM server serves zoo:tiny-primary under (`--served-model-name`)."""

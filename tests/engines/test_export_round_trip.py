@@ -21,7 +21,8 @@ from support.manifests import manifest_file
 
 from servegate.gates.check import check_manifest
 from servegate.gates.suites.output_cache import OutputCache
-from servegate.runtime.remote.vllm_process import VllmServer, free_port
+from servegate.runtime.remote.server_process import free_port
+from servegate.runtime.remote.vllm_process import VllmServer
 
 pytestmark = pytest.mark.engines
 

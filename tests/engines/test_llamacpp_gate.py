@@ -17,7 +17,7 @@ from servegate.deploy.verify import verify_deployment
 from servegate.gates.check import run_check
 from servegate.gates.suites.output_cache import OutputCache
 from servegate.runtime.remote.llamacpp_process import LlamaCppLaunchError
-from servegate.runtime.remote.vllm_process import free_port
+from servegate.runtime.remote.server_process import free_port
 
 pytestmark = pytest.mark.engines
 
@@ -87,9 +87,9 @@ def test_the_exported_server_verifies_and_passes_gate_check_against_its_referenc
         print(f"exported server against its reference form: {verdicts}")
         assert verdicts["quality"][0] == "pass", verdicts
     finally:
-        from servegate.runtime.remote.vllm_process import _stop_group
+        from servegate.runtime.remote.server_process import stop_group
 
-        _stop_group(process, 10.0)
+        stop_group(process, 10.0)
         log.close()
 
 

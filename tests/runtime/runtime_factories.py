@@ -196,9 +196,11 @@ def reference_outputs(seqs: Sequence[Seq], eos: int | None = TOY_EOS) -> dict[in
 class ToyPreprocessor:
     """Token ids as given, or the toy tokenizer's ids of the prompt text (no truncation)."""
 
-    def __init__(self, tokenizer: ToyTokenizer | None = None) -> None:
+    def __init__(self, tokenizer: ToyTokenizer | None = None, vocab_size: int | None = None) -> None:
         self.tokenizer = tokenizer or ToyTokenizer()
-        self.vocab_size = len(self.tokenizer)
+        # the model's vocabulary where a test's model has more ids than the toy tokenizer names (admission checks
+        # prompt ids against it, as the real Preprocessor checks them against its tokenizer's)
+        self.vocab_size = vocab_size or len(self.tokenizer)
 
     def encode(self, request: GenerationRequest) -> EncodedPrompt:
         """The request's prompt ids."""

@@ -156,7 +156,11 @@ def check_setup(arch_case: dict[str, Any], setup: str) -> None:
     served = toy_manifest(**sections)
     runner = model_runner.PagedModelRunner(arch_case["model"], num_blocks=num_blocks, block_size=BLOCK)
     engine = ReferenceEngine(
-        served, runner=runner, tokenizer=ToyTokenizer(), preprocessor=ToyPreprocessor(), sampler=sampler()
+        served,
+        runner=runner,
+        tokenizer=ToyTokenizer(),
+        preprocessor=ToyPreprocessor(vocab_size=VOCAB),
+        sampler=sampler(),
     )
     reqs, expected = arch_case["requests"], arch_case["expected"]
     try:

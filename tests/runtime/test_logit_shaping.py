@@ -188,7 +188,10 @@ def test_shaped_greedy_output_equals_transformers_in_every_batching_mode(
     sections["runtime"] = {"max_model_len": MAX_LEN, **sections.get("runtime", {})}
     runner = model_runner.PagedModelRunner(shaped_case["model"], num_blocks=200, block_size=BLOCK)
     engine = ReferenceEngine(
-        toy_manifest(**sections), runner=runner, tokenizer=ToyTokenizer(), preprocessor=ToyPreprocessor()
+        toy_manifest(**sections),
+        runner=runner,
+        tokenizer=ToyTokenizer(),
+        preprocessor=ToyPreprocessor(vocab_size=VOCAB),
     )
     try:
         results = engine.generate(shaped_case["requests"])

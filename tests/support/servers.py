@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import httpx
 
-from servegate.runtime.remote.vllm_process import free_port
+from servegate.runtime.remote.server_process import free_port
 from support.manifests import write_manifest
 
 GATE = Path(sys.executable).with_name("gate")

@@ -21,7 +21,7 @@ import httpx
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.runtime.remote.vllm_process import free_port
+from servegate.runtime.remote.server_process import free_port
 
 
 class LocalServer:

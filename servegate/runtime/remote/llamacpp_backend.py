@@ -47,8 +47,8 @@ from servegate.runtime.remote.llamacpp_process import (
     find_server,
 )
 from servegate.runtime.remote.llamacpp_requests import llama_body, openai_line, unsupported
+from servegate.runtime.remote.server_process import free_port
 from servegate.runtime.remote.vllm_args import EngineArgs
-from servegate.runtime.remote.vllm_process import free_port
 from servegate.runtime.types import ErrorEvent, GenerationRequest, ScoreResult
 
 log = logging.getLogger("servegate.runtime")
@@ -236,7 +236,7 @@ class LlamaCppEngine(EndpointEngine):
 
     def memory_bytes(self) -> int | None:
         """Resident memory of the llama-server process now, bytes."""
-        return self.server.rss_bytes() if self.server is not None else None
+        return self.server.group_rss_bytes() if self.server is not None else None
 
 
 def launch_key(served: ServedModel) -> str:

@@ -8,17 +8,16 @@ their expected outputs. The server gets its own process group, stopped whole (as
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
 from servegate.runtime.remote.llamacpp_args import command_line
-from servegate.runtime.remote.vllm_process import _stop_group, parse_metrics
+from servegate.runtime.remote.server_process import ChildServer
 
 LLAMACPP_SERVER_ENV = "SERVEGATE_LLAMACPP_SERVER"
 """Environment variable naming the `llama-server` binary."""
@@ -82,33 +81,11 @@ class LlamaCppLaunch:
         return env
 
 
-class LlamaCppServer:
+class LlamaCppServer(ChildServer):
     """One running llama-server: `start()`, `wait_ready()`, `stop()` (or a context manager)."""
 
-    def __init__(self, launch: LlamaCppLaunch, log_path: Path) -> None:
-        self.launch = launch
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.started_at: float | None = None
-        self.ready_after_s: float | None = None
-        """Seconds from start() to the last good warm-up completion."""
-        self._log: IO[bytes] | None = None
-
-    def start(self) -> None:
-        """Start the server in its own process group, its output streamed to `log_path`."""
-        if self.process is not None:
-            raise LlamaCppLaunchError("this server was already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("wb")
-        self.started_at = time.monotonic()
-        self.process = subprocess.Popen(
-            self.launch.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.launch.environment(),
-            start_new_session=True,
-        )
+    launch: LlamaCppLaunch
+    launch_error = LlamaCppLaunchError
 
     def wait_healthy(self, timeout_s: float = 300.0) -> None:
         """Block until GET /health answers 200; LlamaCppLaunchError (with the log) if it exits or times out."""
@@ -153,49 +130,8 @@ class LlamaCppServer:
         tail = "\n  ".join(self.log_tail(8))
         return LlamaCppLaunchError(f"{what}\nlast log lines:\n  {tail}\n(full log: {self.log_path})")
 
-    def log_tail(self, lines: int = 40) -> list[str]:
-        """The last `lines` lines of the server log."""
-        if self._log is not None:
-            self._log.flush()
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-        except FileNotFoundError:
-            return []
-
     def get(self, path: str) -> Any:
         """GET a JSON route of the server (/props, /slots, ...)."""
         resp = httpx.get(self.launch.base_url + path, timeout=30.0)
         resp.raise_for_status()
         return resp.json()
-
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """The server's /metrics (Prometheus text) as {sample name: [(labels, value), ...]}."""
-        resp = httpx.get(self.launch.base_url + "/metrics", timeout=30.0)
-        resp.raise_for_status()
-        return parse_metrics(resp.text)
-
-    def rss_bytes(self) -> int | None:
-        """Resident memory of the server process, bytes (llama-server is one process)."""
-        if self.process is None:
-            return None
-        try:
-            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        return int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM the process group, SIGKILL it after grace_s; returns the server's exit status."""
-        process, self.process = self.process, None
-        status = _stop_group(process, grace_s) if process is not None else None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return status
-
-    def __enter__(self) -> LlamaCppServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

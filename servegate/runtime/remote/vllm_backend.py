@@ -24,8 +24,9 @@ from servegate.contracts.engine_sections import VllmProcess
 from servegate.contracts.errors import RemoteUnavailable, ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.remote.endpoint import EndpointEngine
+from servegate.runtime.remote.server_process import free_port
 from servegate.runtime.remote.vllm_args import EngineArgs, engine_args
-from servegate.runtime.remote.vllm_process import VLLM_PYTHON_ENV, VllmLaunch, VllmLaunchError, VllmServer, free_port
+from servegate.runtime.remote.vllm_process import VLLM_PYTHON_ENV, VllmLaunch, VllmLaunchError, VllmServer
 
 log = logging.getLogger("servegate.runtime")
 

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
 
 import httpx
+
+from servegate.runtime.remote.server_process import ChildServer
 
 VLLM_PYTHON_ENV = "SERVEGATE_VLLM_PYTHON"
 """Environment variable naming the interpreter that has vLLM installed."""
@@ -39,13 +37,6 @@ def find_vllm_python(repo_root: Path, environ: Mapping[str, str] = os.environ) -
     named = environ.get(VLLM_PYTHON_ENV)
     candidate = Path(named) if named else repo_root / ".venvs" / "vllm" / "bin" / "python"
     return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -111,34 +102,16 @@ class VllmLaunch:
         return env
 
 
-class VllmServer:
+class VllmServer(ChildServer):
     """One running vLLM server: `start()`, `wait_ready()`, `stop()` (or use it as a context manager)."""
 
-    def __init__(self, launch: VllmLaunch, log_path: Path) -> None:
-        self.launch = launch
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.started_at: float | None = None
-        self.ready_after_s: float | None = None
-        """Seconds from start() to the first good completion."""
-        self._log: IO[bytes] | None = None
+    launch: VllmLaunch
+    launch_error = VllmLaunchError
+    stop_grace_s = 15.0
 
-    def start(self) -> None:
-        """Start the server in its own process group, its stdout and stderr streamed to `log_path`."""
-        if self.process is not None:
-            raise VllmLaunchError("this server was already started")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+    def prepare(self) -> None:
+        """vLLM's cache folder (VLLM_CACHE_ROOT), made before it starts."""
         self.launch.cache_root.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("wb")
-        self.started_at = time.monotonic()
-        self.process = subprocess.Popen(
-            self.launch.command(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.launch.environment(),
-            start_new_session=True,
-        )
 
     def wait_ready(
         self, prompt: str = "12+34=", max_tokens: int = 8, expect: str | None = None, timeout_s: float = 300.0
@@ -185,19 +158,6 @@ class VllmServer:
         parts.append(f"(full log: {self.log_path})")
         return VllmLaunchError("\n".join(parts))
 
-    def log_text(self) -> str:
-        """Everything the server has written so far."""
-        if self._log is not None:
-            self._log.flush()
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> list[str]:
-        """The last `lines` lines of the server log."""
-        return self.log_text().splitlines()[-lines:]
-
     def engine_errors(self) -> list[str]:
         """The distinct exception lines of the server log ("RuntimeError: ..."), first seen first."""
         found: dict[str, None] = {}
@@ -212,85 +172,9 @@ class VllmServer:
         found = _KV_TOKENS.search(self.log_text())
         return int(found.group(1).replace(",", "")) if found else None
 
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """The server's /metrics as {sample name: [(labels, value), ...]} (Prometheus text format)."""
-        resp = httpx.get(self.launch.base_url + "/metrics", timeout=30.0)
-        resp.raise_for_status()
-        return parse_metrics(resp.text)
-
     def cache_config(self) -> dict[str, str]:
         """The labels of `vllm:cache_config_info`: block_size, kv_cache_memory_bytes, kv_cache_size_tokens, ..."""
         samples = self.metrics().get("vllm:cache_config_info") or [({}, 0.0)]
         return samples[0][0]
 
-    def group_rss_bytes(self) -> int | None:
-        """Resident memory of every process in the server's group (API server, engine core, workers), bytes."""
-        if self.process is None:
-            return None
-        total = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # a process that ended while we looked
-            if int(fields[2]) == self.process.pid:  # field 5 of stat: the process group id
-                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: resident pages
-        return total or None
 
-    def stop(self, grace_s: float = 15.0) -> int | None:
-        """SIGTERM the whole process group, SIGKILL it after grace_s; returns the server's exit status."""
-        process, self.process = self.process, None
-        status: int | None = None
-        if process is not None:
-            status = _stop_group(process, grace_s)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return status
-
-    def __enter__(self) -> VllmServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text exposition as {sample name: [(labels, value), ...]}, in the order given."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-    return out
-
-
-def _stop_group(process: subprocess.Popen[bytes], grace_s: float) -> int | None:
-    """Stop a child started with start_new_session and everything in its group (engine core, workers)."""
-    pgid = process.pid  # start_new_session makes the child its group's leader
-    _signal_group(pgid, signal.SIGTERM)
-    end = time.monotonic() + grace_s
-    while time.monotonic() < end:
-        process.poll()  # reap the leader, or its zombie keeps the group alive
-        if not _signal_group(pgid, 0):
-            return process.returncode
-        time.sleep(0.2)
-    _signal_group(pgid, signal.SIGKILL)
-    try:
-        process.wait(timeout=10.0)
-    except subprocess.TimeoutExpired:
-        pass
-    return process.poll()
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to group `pgid` (0 only checks); False when no process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a process we may not signal is still there
-        return True
-    return True
