@@ -8,10 +8,11 @@ these gates measure the quantization alone (llama.cpp's own kernels are the engi
 
 The suite is the one the llm-compressor builds are gated on (tests/toolchain/test_llmcompressor_builds.py): the
 real example's extraction suite cut to 24 items, so three checks fit in a few minutes on 2 cores; the parent's
-answers are computed once and read from the shared cache by the later checks. The margin is 0.1, not their 0.2:
-the planted Q2_K build is mostly Q4_0 on this model (576-weight rows do not fill a K-quant's super-blocks), and at
-0.2 its interval's lower end (-0.215) fails by 0.015, which another CPU's answers could flip; at 0.1 the Q2_K
-build fails by 0.115 and Q4_K_M (lower end -0.042) passes by 0.058.
+answers are computed once and read from the shared cache by the later checks. field_accuracy's margin is 0.15,
+not their 0.2: the planted Q2_K build is mostly Q4_0 on this model (576-weight rows do not fill a K-quant's
+super-blocks), and at 0.2 its interval's lower end (-0.215) fails by 0.015, which another CPU's answers could flip;
+at 0.15 it fails by 0.065 and Q4_K_M (lower end -0.042) passes by 0.108. (At 0.1, 24 items are too few for the
+exact test on json_schema_valid, which needs 36: Q8_0 warned. json_schema_valid keeps 0.2.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SMALL_SUITES = """\
 quality:
   suites:
     - {name: extraction, dataset: zoo:extraction, kind: extraction, limit: 24, max_tokens: 48, public: true}
-  margins: {json_schema_valid: 0.1, field_accuracy: 0.1}
+  margins: {json_schema_valid: 0.2, field_accuracy: 0.15}
 failure_policy:
   # items past a deadline leave the paired tests (a warning): on a loaded 2-core machine 10 of the 24 did at the
   # example's 300 s, which measures the machine, not the build
@@ -101,7 +102,7 @@ def test_the_q4_k_m_build_is_measured_with_intervals(folder: Path) -> None:
 
 def test_the_planted_q2_k_build_is_blocked(folder: Path) -> None:
     code, gate, output = check(folder, "q2_k")
-    # measured: field accuracy 0.507 -> 0.375, difference -0.132 [-0.215, -0.049] against the margin 0.1
+    # measured: field accuracy 0.507 -> 0.375, difference -0.132 [-0.215, -0.049] against the margin 0.15
     assert code == 1 and gate["verdict"] == "fail", output
     assert "gguf Q2_K" in gate["reason"]
     assert gate["measurements"]["next_token"]["extraction"]["token_agreement"] < AGREEMENT_Q2_K
