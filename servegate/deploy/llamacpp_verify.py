@@ -15,14 +15,16 @@ from typing import Any
 import httpx
 
 from servegate.contracts.manifest import ServedModel
+from servegate.runtime.remote.llamacpp_args import NEUTRAL_SAMPLING
 
 Fact = tuple[str, bool | None, str, str, Any, Any]
 """(manifest field, ok (None: skipped), reason, source, declared, observed)."""
-NEUTRAL = {"repeat_penalty": 1.0, "top_k": 0, "min_p": 0.0, "top_p": 1.0}
+NEUTRAL = NEUTRAL_SAMPLING
 """The default sampling settings the export sets, under which `temperature: 0` is greedy."""
 
 
-def _json(response: httpx.Response | None) -> Any:
+def json_of(response: httpx.Response | None) -> Any:
+    """The JSON of a 200 answer; None for a failed request, another status or a body that is not JSON."""
     if response is None or response.status_code != 200:
         return None
     try:
@@ -70,7 +72,7 @@ def _template(served: ServedModel, reported: Any) -> Fact | None:
 
 def llamacpp_facts(served: ServedModel, get: Callable[[str], httpx.Response | None]) -> list[Fact]:
     """The llama-server checks (none when the deployment is not a llama-server)."""
-    props = _json(get("/props"))
+    props = json_of(get("/props"))
     if not isinstance(props, dict) or not isinstance(props.get("default_generation_settings"), dict):
         return []
     settings = props["default_generation_settings"]
@@ -92,7 +94,7 @@ def llamacpp_facts(served: ServedModel, get: Callable[[str], httpx.Response | No
     facts.append(
         ("runtime.backend", ok, f"default sampling {sampling} {reason}", "GET /props params", NEUTRAL, sampling)
     )
-    listed = _json(get("/slots"))
+    listed = json_of(get("/slots"))
     if isinstance(listed, list):
         contexts = sorted({int(s["n_ctx"]) for s in listed if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)})
         facts.append(

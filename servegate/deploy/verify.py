@@ -20,7 +20,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.contracts.report.check_report import ManifestSide
 from servegate.deploy import deployment_facts as facts
-from servegate.deploy.llamacpp_verify import llamacpp_facts
+from servegate.deploy.llamacpp_verify import json_of, llamacpp_facts
 from servegate.gates.probes.constraint_load import MAX_TOKENS, PROBE_SCHEMA
 from servegate.gates.probes.contract_probes import probes_for, tenant_fields, tenant_headers
 from servegate.gates.probes.http_target import Answer, read_plain
@@ -125,18 +125,9 @@ class _Remote:
             return None
 
 
-def _json(response: httpx.Response | None) -> Any:
-    if response is None or response.status_code != 200:
-        return None
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
 def _model_checks(served: ServedModel, models: httpx.Response) -> list[GateResult]:
     expected = served.runtime.endpoint_model or served.name
-    data = (_json(models) or {}).get("data") or []
+    data = (json_of(models) or {}).get("data") or []
     ids = [str(entry.get("id")) for entry in data if isinstance(entry, dict)]
     out = [
         _result(
@@ -159,9 +150,9 @@ def _engine_checks(
     remote: _Remote, models: httpx.Response, declared: tuple[str | None, str | None]
 ) -> list[GateResult]:
     version = remote.get("/version")
-    info = None if _json(version) else remote.get("/info")
-    name, number = facts.engine_from_answers(_json(version), _json(info), models.headers.get("server"))
-    source = "GET /version" if _json(version) else ("GET /info" if _json(info) else "server header")
+    info = None if json_of(version) else remote.get("/info")
+    name, number = facts.engine_from_answers(json_of(version), json_of(info), models.headers.get("server"))
+    source = "GET /version" if json_of(version) else ("GET /info" if json_of(info) else "server header")
     return [
         _compare("runtime.engine.name", declared[0], name, source, "the engine's name"),
         _compare("runtime.engine.version", declared[1], number, source, "the engine's version"),
@@ -284,7 +275,7 @@ def _warmup_checks(served: ServedModel, remote: _Remote) -> list[GateResult]:
             status = "no answer" if answer is None else f"HTTP {answer.status_code}"
             out.append(_result(path, False, f"{warm.prompt!r} got {status}", source, warm.expect, status))
             continue
-        text = ((_json(answer) or {}).get("choices") or [{}])[0].get("text")
+        text = ((json_of(answer) or {}).get("choices") or [{}])[0].get("text")
         if warm.expect is None:
             out.append(_result(path, True, f"{warm.prompt!r} generates (no output declared)", source, None, text))
         else:
@@ -376,7 +367,7 @@ def _generated(remote: _Remote, path: str, body: dict[str, Any], tokens: int, se
     answer = remote.post(path, json.dumps(body).encode("utf-8"), headers)
     if answer is None or answer.status_code != 200:
         return "no answer" if answer is None else f"HTTP {answer.status_code}: {answer.text[:160]}"
-    return read_plain(_json(answer) or {}, tokens)
+    return read_plain(json_of(answer) or {}, tokens)
 
 
 def verify_deployment(

@@ -23,8 +23,9 @@ CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "
 """KV cache types `--cache-type-k/-v` accept (llama.cpp 0.3.36's vendored build)."""
 DEFAULT_UBATCH = 512
 """llama.cpp's default physical micro-batch, tokens."""
-NEUTRAL_SAMPLING: dict[str, Any] = {"repeat-penalty": 1.0, "top-k": 0, "min-p": 0.0, "top-p": 1.0}
-"""Server-wide sampling defaults that leave the distribution as the model gives it."""
+NEUTRAL_SAMPLING: dict[str, Any] = {"repeat_penalty": 1.0, "top_k": 0, "min_p": 0.0, "top_p": 1.0}
+"""Sampling settings that leave the distribution as the model gives it, by their request and /props names; the
+server-wide flags are the same names with dashes (`--repeat-penalty`)."""
 _ELEMENT_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0}
 
 
@@ -297,6 +298,6 @@ def server_args(
     _preprocess(served, out, header)
     _postprocess(served, out)
     for key, value in NEUTRAL_SAMPLING.items():  # requests through servegate send them too
-        out.args[key] = value
+        out.args[key.replace("_", "-")] = value
     out.args.update({"metrics": True, "slots": True, "no-webui": True})
     return out

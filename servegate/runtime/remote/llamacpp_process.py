@@ -16,14 +16,14 @@ from typing import Any
 
 import httpx
 
-from servegate.runtime.remote.llamacpp_args import command_line
+from servegate.runtime.remote.llamacpp_args import NEUTRAL_SAMPLING, command_line
 from servegate.runtime.remote.server_process import ChildServer
 
 LLAMACPP_SERVER_ENV = "SERVEGATE_LLAMACPP_SERVER"
 """Environment variable naming the `llama-server` binary."""
 MAKE_TARGET = "make llamacpp"
 """The make target that builds the binary into .venvs/llamacpp/bin."""
-GREEDY: dict[str, Any] = {"temperature": 0, "repeat_penalty": 1.0, "top_k": 0, "min_p": 0.0, "top_p": 1.0}
+GREEDY: dict[str, Any] = {"temperature": 0, **NEUTRAL_SAMPLING}
 """Request fields that make a llama-server completion greedy whatever its server defaults."""
 
 
