@@ -4,9 +4,14 @@ The random Llama of runner_decode.py (134M parameters), B sequences (default 32)
 prefilled, then --steps greedy decode steps under torch's profiler (CPU). Prints the step time without
 the profiler (runner_decode.runner_decode, median step), then the operators by self time per step,
 grouped: matrix products (aten::mm/addmm/bmm/matmul kernels), attention (scaled_dot_product and its
-kernels, softmax), and the rest (norms, rotary, the KV write, indexing, copies), with calls per step.
+kernels, softmax), the KV gather (index_select of block tables), and the rest (norms, rotary, the KV write,
+indexing, copies), with calls per step.
 
     .venv/bin/python benchmarks/batch_decode_profile.py [--batch 32] [--threads 2] [--steps 16] [--dtype float32]
+        [--decode-attention per-sequence|batched]
+
+`--decode-attention batched` profiles one attention call per layer for all decoding sequences
+(`PagedModelRunner(batched_decode=True)`); the default is the runtime's own, one call per sequence per layer.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ ATTENTION = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::s
 
 
 def category(name: str) -> str:
-    """Which of products, attention, rest an operator's self time counts in."""
+    """Which of products, attention, KV gather (index_select), rest an operator's self time counts in."""
     if any(name.startswith(p) for p in PRODUCTS):
         return "matrix products"
     if any(a in name for a in ATTENTION):
         return "attention"
+    if name == "aten::index_select":
+        return "KV gather"
     return "rest"
 
 
@@ -57,11 +64,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--top", type=int, default=14, help="operators listed")
+    parser.add_argument("--decode-attention", default="per-sequence", choices=["per-sequence", "batched"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = build_model(getattr(torch, args.dtype))
     blocks = 2 * args.batch * ((128 + 2 * args.steps + 16) // 16 + 1)
-    runner = PagedModelRunner(model, num_blocks=blocks, block_size=16)
+    runner = PagedModelRunner(
+        model, num_blocks=blocks, block_size=16, batched_decode=args.decode_attention == "batched"
+    )
     prompts = torch.randint(10, 32000, (args.batch, 128), generator=torch.Generator().manual_seed(1)).tolist()
     runner_decode(runner, prompts, 4)  # warm-up
     plain = statistics.median(runner_decode(runner, prompts, args.steps + 1))
@@ -69,7 +79,8 @@ def main() -> None:
     rows = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total_ms = sum(e.self_cpu_time_total for e in rows) / 1000 / args.steps
     print(
-        f"batch {args.batch}, {args.dtype}, {args.threads} threads: decode step {1000 * plain:.0f} ms without the "
+        f"batch {args.batch}, {args.dtype}, {args.threads} threads, {args.decode_attention} decode attention: "
+        f"decode step {1000 * plain:.0f} ms without the "
         f"profiler (median of {args.steps}); profiled self time {total_ms:.0f} ms per step"
     )
     groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])

@@ -10,6 +10,12 @@ at the start and ten after each timed batch-1 run; the roofline at their median 
 
     .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
         [--cpu-linear torch|openblas] [--compile-batch-sizes 1 8 ...]
+        [--decode-attention per-sequence|batched|compare]
+
+`--decode-attention` picks how the runner's decode steps attend (`PagedModelRunner(batched_decode=...)`):
+`per-sequence` (the default, the runtime's own: one call per sequence per layer), `batched` (one call per layer
+for all decoding sequences). `compare` skips transformers and times the two designs against each other on
+one runner, rounds alternating (A B A B, --repeats rounds of each), and counts the attention calls of a step.
 
 With `--cpu-linear openblas` the runner's own copy of the model has its linears routed through
 OpenBLAS as `runtime.cpu_linear` does (torch on 1 thread, the BLAS pool on --threads); transformers'
@@ -27,6 +33,7 @@ import statistics
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
@@ -115,6 +122,49 @@ def hf_decode(model: LlamaForCausalLM, prompts: list[list[int]], steps: int) -> 
     return times
 
 
+def attention_calls(runner: PagedModelRunner, prompts: list[list[int]]) -> int:
+    """SDPA calls in one decode step of the runner after a prefill of `prompts` (consecutive blocks)."""
+    runner_decode(runner, prompts, 1)
+    need = (len(prompts[0]) + 1 + runner.block_size - 1) // runner.block_size
+    chunks = [SeqChunk(i, (5,), len(p), tuple(range(i * need, (i + 1) * need))) for i, p in enumerate(prompts)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        runner.execute(chunks)
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::scaled_dot_product_attention")
+
+
+def compare_decode_attention(runner: PagedModelRunner, args: argparse.Namespace) -> None:
+    """Batched vs per-sequence decode attention on one runner: median step per round, rounds A B A B."""
+    gen = torch.Generator().manual_seed(1)
+    designs = {"batched": True, "per-sequence": False}
+    print(f"{'batch':>5} {'design':<13} {'calls/step':>10} {'median ms':>9} {'min-max ms':>14}  per-round medians (ms)")
+    for batch in args.batches:
+        prompts = torch.randint(10, 32000, (batch, args.prompt), generator=gen).tolist()
+        steps: dict[str, list[float]] = {name: [] for name in designs}
+        rounds: dict[str, list[float]] = {name: [] for name in designs}
+        calls = {}
+        for name, batched in designs.items():  # warm-up, and the call count
+            runner.batched_decode = batched
+            runner_decode(runner, prompts, 4, args.fragmented)
+            calls[name] = attention_calls(runner, prompts)
+        for _ in range(args.repeats):
+            for name, batched in designs.items():
+                runner.batched_decode = batched
+                times = runner_decode(runner, prompts, args.steps, args.fragmented)
+                steps[name] += times
+                rounds[name].append(1000 * statistics.median(times))
+        for name in designs:
+            ms = [1000 * t for t in steps[name]]
+            per_round = " ".join(f"{r:.1f}" for r in rounds[name])
+            print(
+                f"{batch:>5} {name:<13} {calls[name]:>10} {statistics.median(ms):>9.1f} "
+                f"{f'{min(ms):.1f}-{max(ms):.1f}':>14}  {per_round}"
+            )
+        ratio = statistics.median(steps["per-sequence"]) / statistics.median(steps["batched"])
+        with open("/proc/loadavg") as f:
+            load = " ".join(f.read().split()[:3])
+        print(f"      per-sequence / batched median step: {ratio:.2f}x; load average after: {load}")
+
+
 def main() -> None:
     """Print decode tokens/s per batch size for both paths and the batch-1 roofline ratio."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,6 +183,12 @@ def main() -> None:
         nargs="+",
         default=None,
         help="compile the runner's decode steps of these batch sizes (runtime.compile: decode; linears stay torch's)",
+    )
+    parser.add_argument(
+        "--decode-attention",
+        default="per-sequence",
+        choices=["per-sequence", "batched", "compare"],
+        help="the runner's decode attention (compare: the two designs against each other, no transformers)",
     )
     args = parser.parse_args()
     threads = args.threads or TORCH_DEFAULT_THREADS
@@ -164,8 +220,16 @@ def main() -> None:
     max_batch = max(args.batches)
     blocks = max_batch * ((args.prompt + args.steps + args.block_size - 1) // args.block_size)
     runner = PagedModelRunner(
-        ours_model, num_blocks=blocks, block_size=args.block_size, compile_batch_sizes=args.compile_batch_sizes or ()
+        ours_model,
+        num_blocks=blocks,
+        block_size=args.block_size,
+        compile_batch_sizes=args.compile_batch_sizes or (),
+        batched_decode=args.decode_attention == "batched",
     )
+    if args.decode_attention == "compare":
+        torch.set_num_threads(ours_threads)
+        compare_decode_attention(runner, args)
+        return
     gen = torch.Generator().manual_seed(1)
     columns = f"{'batch':>5} {'servegate tok/s':>16} {'HF tok/s':>9} {'ratio':>6}"
     print(f"{columns} {'servegate ms/step':>18} {'HF ms/step':>11}")

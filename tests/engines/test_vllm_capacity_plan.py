@@ -57,10 +57,11 @@ def test_profile_plan_and_verify_the_quickstart_on_vllm(vllm_python: Path, tmp_p
     assert profiled.returncode == 0, err[-3000:]
     profile_s = time.monotonic() - began
     knee = json.loads((tmp_path / "profile.json").read_text())["fit"]["black_box"]["knee"]
-    rates = {r["rate_rps"]: r["kept_up"] for r in knee["rates"]}
-    # the knee is bracketed by measured rates: one kept up with, a higher one not
+    runs = [(r["rate_rps"], r["kept_up"]) for r in knee["rates"]]
+    # the knee is bracketed by measured rates: one kept up with, a higher one not (the lowest rate missed is run
+    # twice, and the repeat may keep up)
     assert knee["measured_knee_rps"] is not None and knee["missed_rps"] is not None, knee
-    assert rates[knee["measured_knee_rps"]] and not rates[knee["missed_rps"]]
+    assert (knee["measured_knee_rps"], True) in runs and (knee["missed_rps"], False) in runs, runs
     assert knee["measured_knee_rps"] < knee["missed_rps"]
     [said] = [x for x in out.splitlines() if x.startswith("knee: ")]
     assert said.startswith("knee: measured between")

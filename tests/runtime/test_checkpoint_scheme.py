@@ -148,3 +148,23 @@ def test_a_gguf_tensor_type_without_a_dequantizer_is_refused_by_name(tmp_path: P
     with pytest.raises(ServegateError) as caught:
         read_scheme(tmp_path, "gguf")
     assert "GGUF tensor type Q8_1 has no dequantizer" in str(caught.value) and "odd.gguf" in str(caught.value)
+
+
+def test_a_gguf_folder_alone_gives_the_capacity_commands_its_tokenizer_and_shape(smollm2: Path, tmp_path: Path) -> None:
+    # a folder holding only the GGUF, as `make gguf-builds` writes: no config.json, no tokenizer files
+    from servegate.capacity.bench.own_server import manifest_tokenizer
+    from servegate.capacity.bench.targets import PromptFactory
+    from servegate.capacity.memory.plan import manifest_config, manifest_memory
+    from servegate.contracts.manifest import ServedModel
+
+    [gguf] = smollm2.glob("*.gguf")
+    (tmp_path / gguf.name).symlink_to(gguf)
+    served = ServedModel.model_validate(
+        {"name": "m", "weights": {"source": str(tmp_path), "format": "gguf"}, "runtime": {"max_model_len": 1280}}
+    )
+    tokenizer = manifest_tokenizer(served)
+    assert tokenizer is not None  # prompt lengths are exact, not guessed from characters
+    assert len(tokenizer(PromptFactory(tokenizer, seed=1).text(96))["input_ids"]) == 96
+    config = manifest_config(served)
+    assert (config["model_type"], config["num_hidden_layers"], config["num_key_value_heads"]) == ("llama", 30, 3)
+    assert manifest_memory(served).kv_bytes_per_token == 30 * 2 * 3 * 64 * 4  # layers x K,V x heads x dim x fp32

@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers as hf
 
+from servegate.runtime.model import batched_decode
 from servegate.runtime.model.kv_memory import num_kv_blocks
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.paged_attention import ContextSource, PagedKVCache, PagedStep, SeqAttention
@@ -148,6 +149,56 @@ def test_multi_query_attention_matches_generate() -> None:
     expected = [reference_greedy(model, p, 8) for p in prompts]
     runner = PagedModelRunner(model, num_blocks=16, block_size=4)
     assert run_greedy(runner, prompts, 8, block_tables(2, 8, 16, "scattered", rng)) == expected
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["per-sequence", "batched"])
+def test_64_sequences_decoded_together_give_each_ones_own_tokens(
+    monkeypatch: pytest.MonkeyPatch, batched: bool
+) -> None:
+    # 64 decoding sequences share every step, with contexts of different lengths, some in consecutive blocks and
+    # some scattered; batched: attended in one call per layer over a padded batch. Each row sees only its own
+    model = tiny_causal_lm("llama", seed=8)
+    rng = random.Random(8)
+    lengths = tuple(rng.randrange(1, 40) for _ in range(64))
+    prompts = random_prompts(rng, lengths)
+    new_tokens = 5
+    need = (max(lengths) + new_tokens + 3) // 4
+    consecutive = block_tables(64, need, 64 * need, "consecutive", rng)
+    scattered = block_tables(64, need, 64 * need, "scattered", rng)
+    # even sequences read in place-able runs of blocks, odd ones scattered blocks (from their own pool half)
+    tables = [consecutive[i] if i % 2 == 0 else tuple(b + 64 * need for b in scattered[i]) for i in range(64)]
+    expected = [reference_greedy(model, p, new_tokens) for p in prompts]
+    alone = [
+        run_greedy(PagedModelRunner(model, num_blocks=need, block_size=4), [p], new_tokens, [tuple(range(need))])[0]
+        for p in prompts
+    ]
+    assert alone == expected
+    runner = PagedModelRunner(model, num_blocks=128 * need, block_size=4, batched_decode=batched)
+    assert run_greedy(runner, prompts, new_tokens, tables, chunk=64, join_every=0) == expected
+    # staggered: decode rows share steps with prefill chunks (the batched rows are not the whole step)
+    assert run_greedy(runner, prompts, new_tokens, tables, chunk=9, join_every=1) == expected
+    if not batched:
+        return
+    # a workspace too small for all 64 contexts: the rows are attended in several batches
+    monkeypatch.setattr(batched_decode, "WORKSPACE_BYTES", 100_000)
+    step, _ = runner._prepare([SeqChunk(i, (5,), len(p), tables[i]) for i, p in enumerate(prompts)])
+    assert len(step.decode_batches) > 4 and sum(len(b) for b in step.decode_batches) == 64
+    assert run_greedy(runner, prompts, new_tokens, tables, chunk=64, join_every=0) == expected
+    assert run_greedy(runner, prompts, new_tokens, tables, chunk=9, join_every=1) == expected
+
+
+def test_batched_decode_equals_per_sequence_decode_with_fp8_kv_and_a_window() -> None:
+    model = tiny_causal_lm("mistral", seed=9, sliding_window=6)
+    rng = random.Random(9)
+    prompts = random_prompts(rng, (3, 17, 8, 12))
+    tables = block_tables(4, 6, 24, "scattered", rng)
+    logits = []
+    for batched in (True, False):
+        runner = PagedModelRunner(model, num_blocks=24, block_size=4, kv_dtype="fp8", batched_decode=batched)
+        runner.execute([SeqChunk(i, tuple(p), 0, tables[i]) for i, p in enumerate(prompts)])
+        chunks = [SeqChunk(i, (5 + i,), len(p), tables[i]) for i, p in enumerate(prompts)]
+        logits.append(runner.execute(chunks))
+    assert torch.allclose(logits[0], logits[1], rtol=0, atol=1e-6)
 
 
 def test_prompt_whose_prefix_kv_is_in_another_sequences_blocks() -> None:

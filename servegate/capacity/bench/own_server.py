@@ -64,11 +64,14 @@ def load_tokenizer(path: str | Path | None) -> Any:
 
 
 def manifest_tokenizer(served: ServedModel) -> Any:
-    """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found."""
-    from servegate.capacity.memory.plan import model_config_path
+    """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found.
+
+    The runtime's own loader, so a GGUF manifest gets the tokenizer inside its file (without it, prompt lengths
+    fall back to characters: about 2x the tokens asked for on the bench's made-up words)."""
+    from servegate.runtime.model.weights import load_tokenizer as load_served_tokenizer
 
     try:
-        return load_tokenizer(model_config_path(served))
+        return load_served_tokenizer(served)
     except (OSError, ValueError, ServegateError):
         return None
 

@@ -27,9 +27,20 @@ class HttpStatusError(Exception):
         super().__init__(f"HTTP {status}: {body[:300]}")
 
 
+IDLE_REUSE_S = 4.0
+"""A pooled connection idle longer than this is closed, not reused: servers drop idle keep-alive connections
+(uvicorn, which vLLM's and servegate's servers run on, after 5 s), and a request written to one they dropped
+gets no answer."""
+
+
 class _Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.idle_since = time.monotonic()
+
+    def reusable(self) -> bool:
+        """Whether the connection is fresh enough to send on: not closed by the server, not idle too long."""
+        return not self.reader.at_eof() and time.monotonic() - self.idle_since < IDLE_REUSE_S
 
 
 class SSEClient:
@@ -58,22 +69,37 @@ class SSEClient:
             f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n".encode() + body
         )
         for attempt in (0, 1):
-            reused = bool(self._idle)
-            conn = self._idle.pop() if reused else await self._connect()
+            # the retry always opens a new connection: after a quiet spell every pooled one may have been dropped
+            conn = self._pooled() if attempt == 0 else None
+            reused = conn is not None
+            conn = conn or await self._connect()
             try:
                 conn.writer.write(request)
                 head = await conn.reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, ConnectionError):
                 conn.writer.close()
-                if reused and attempt == 0:  # the server closed an idle keep-alive connection: retry on a new one
+                if reused:  # the server closed an idle keep-alive connection before reading the request
                     continue
                 raise
             keep = await self._read_response(conn, head, on_event)
             if keep:
-                self._idle.append(conn)
+                self._release(conn)
             else:
                 conn.writer.close()
             return
+
+    def _pooled(self) -> _Conn | None:
+        """The most recently used idle connection still fit to send on (stale ones are closed), or None."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable():
+                return conn
+            conn.writer.close()
+        return None
+
+    def _release(self, conn: _Conn) -> None:
+        conn.idle_since = time.monotonic()
+        self._idle.append(conn)
 
     async def _read_response(self, conn: _Conn, head: bytes, on_event: EventHandler) -> bool:
         lines = head.decode("latin-1").split("\r\n")
@@ -88,7 +114,7 @@ class SSEClient:
             if not keep:
                 conn.writer.close()
             else:
-                self._idle.append(conn)
+                self._release(conn)
             raise HttpStatusError(status, body.decode("utf-8", "replace"))
         buffer = b""
         stopped = False

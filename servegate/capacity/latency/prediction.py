@@ -13,8 +13,7 @@ from servegate.capacity.bench.workload import make_requests
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.provenance import hardware_id, profile_path
 from servegate.capacity.latency.simulate import SimResult, SimSetup, simulate
-from servegate.capacity.memory.plan import compute_dtype, model_config_path
-from servegate.capacity.memory.weights import read_config
+from servegate.capacity.memory.plan import compute_dtype, manifest_config
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
@@ -58,7 +57,7 @@ def sim_setup(served: ServedModel) -> SimSetup:
     """The simulated engine for a manifest, with the KV pool the runtime would allocate."""
     from servegate.runtime.scheduling.kv_blocks import pool_size
 
-    dims = kv_dims_from_config(read_config(model_config_path(served)))
+    dims = kv_dims_from_config(manifest_config(served))
     kv = served.runtime.kv_cache
     dtype = "fp8" if kv is not None and kv.dtype == "fp8" else compute_dtype(served)
     num_blocks, block_size = pool_size(served, dims, dtype)

@@ -246,6 +246,25 @@ def model_config_path(served: ServedModel) -> Path:
     return served.resolve_path(source)
 
 
+def manifest_config(served: ServedModel) -> dict[str, Any]:
+    """The manifest's model config as a dict: its config.json, or for `weights.format: gguf` the config
+    transformers derives from the GGUF's header (a GGUF folder has no config.json)."""
+    if served.weights.format != "gguf":
+        return read_config(model_config_path(served))
+    from transformers import AutoConfig
+
+    from servegate.runtime.model.checkpoint_scheme import gguf_path
+    from servegate.runtime.model.weights import resolve_weights_dir
+
+    directory = resolve_weights_dir(served)
+    path = gguf_path(directory, served.weights.gguf_file)
+    try:
+        config = AutoConfig.from_pretrained(directory, gguf_file=path.name, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ServegateError(f"{path}: no model config in its header ({str(exc).splitlines()[0]})") from None
+    return dict(config.to_dict())
+
+
 def compute_dtype(served: ServedModel) -> str:
     """The dtype the runtime computes in (`auto`: float32 on CPU, bfloat16 on CUDA)."""
     if served.runtime.dtype != "auto":
@@ -271,7 +290,7 @@ def manifest_memory(
     `gate profile`), else an estimate from the config. A declared fallback's engine runs in the same
     server, so its own plan's total (weights, overhead, KV pool) is added unless `with_fallback` is False.
     """
-    config = read_config(model_config_path(served))
+    config = manifest_config(served)
     dtype = compute_dtype(served)
     quant = served.runtime.quantization
     kv = served.runtime.kv_cache

@@ -6,13 +6,27 @@ position_ids), and a `PagedStep` rides along in the forward kwargs down to every
 Per layer the attention function
 
 1. writes the T new K/V rows into their slots of the preallocated block pool (`PagedKVCache`),
-2. attends each sequence's new tokens over its context (cached prefix + new tokens), causally.
+2. attends each sequence's new tokens over its context (cached prefix + new tokens), causally: one SDPA
+   call per sequence, or with `batched_decode` all decode rows (one new token each) in one call.
 
 A slot is `block_id * block_size + offset`. Each layer's pool is head-major, [kv_heads, slots,
 head_dim], so a sequence whose blocks are consecutive is a strided view of the pool that SDPA reads
 in place: no copy of the history. Other sequences have their blocks gathered into a small reusable
-workspace, one sequence at a time, so the copy stays in cache. On CPU this beats one padded batched
-gather by several times at batch 32 (the gather, not the arithmetic, is what costs).
+workspace, one sequence at a time, so the copy stays in cache. With `batched_decode` the decode rows of a
+step are instead gathered, one `index_select` of their padded block tables per pool, into a workspace
+[B, kv_heads, L, head_dim] and attended under a key-padding mask: one call per layer instead of one per
+sequence (384 -> 12 at batch 32 on a 12-layer model), and ~2,860 instead of ~14,170 ops a step.
+
+What that costs, measured on the 2-core AMD EPYC VM (benchmarks/README.md, "Batched decode attention":
+fp32, 2 threads, 134M Llama, 128-token prompts, lightly loaded): the copy. Per-sequence calls read
+consecutive blocks in place, and a call costs only ~0.06 ms when the machine is not oversubscribed, so at
+batch 32 the padded gather (~29 ms a step) costs more than the calls and small ops it saves (~4 ms): over
+consecutive blocks the batched step took 154 vs 132 ms at batch 32 and 234 vs 192 ms at batch 64 (equal at
+batch 8). Over scattered blocks, which the per-sequence path gathers too, the two tie (144 vs 150 ms at batch
+32, 270 vs 266 at 64). So on an idle CPU per-sequence reading still beats one padded batched gather, by
+~20%, not several times. What the one call buys is the fewer parallel regions and eager ops above, the
+costs that multiply when other work shares the cores; whether that wins on a loaded machine is not yet
+measured. So the per-sequence path is the default, and `batched_decode=True` the measured alternative.
 
 Without a `PagedStep` in the kwargs the function is plain SDPA, so a model switched to it still runs
 `model.generate` exactly as before; inside a compiled decode graph (compiled_decode.py) it is the
@@ -29,6 +43,8 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
+
+from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
@@ -104,6 +120,18 @@ class PagedKVCache:
         if self._workspace.numel() < need:
             self._workspace = torch.empty(need, dtype=self.storage_dtype, device=self._workspace.device)
 
+    def gather(self, layer: int, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Blocks `blocks` [N] of the layer's K and V copied into the workspace (valid until the next gather),
+        each [kv_heads, N, block_size * head_dim] in the storage format."""
+        heads, width = self.kv_heads, self.block_size * self.head_dim
+        self.reserve(blocks.numel())
+        n = heads * blocks.numel() * width
+        k_out = self._workspace[:n].view(heads, -1, width)
+        v_out = self._workspace[n : 2 * n].view(heads, -1, width)
+        torch.index_select(self.keys[layer].view(heads, -1, width), 1, blocks, out=k_out)
+        torch.index_select(self.values[layer].view(heads, -1, width), 1, blocks, out=v_out)
+        return k_out, v_out
+
     def context(self, layer: int, source: ContextSource, lo: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of positions lo .. source.length - 1 of one sequence, each [1, kv_heads, length - lo, head_dim]."""
         if source.run_start is not None:  # consecutive blocks: a view of the pool
@@ -112,14 +140,9 @@ class PagedKVCache:
             v = self.values[layer][:, start + lo : start + source.length]
         else:
             assert source.blocks is not None
-            heads, width = self.kv_heads, self.block_size * self.head_dim
-            n = heads * source.blocks.numel() * width
-            k_out = self._workspace[:n].view(heads, -1, width)
-            v_out = self._workspace[n : 2 * n].view(heads, -1, width)
-            torch.index_select(self.keys[layer].view(heads, -1, width), 1, source.blocks, out=k_out)
-            torch.index_select(self.values[layer].view(heads, -1, width), 1, source.blocks, out=v_out)
-            k = k_out.view(heads, -1, self.head_dim)[:, lo : source.length]
-            v = v_out.view(heads, -1, self.head_dim)[:, lo : source.length]
+            k_out, v_out = self.gather(layer, source.blocks)
+            k = k_out.view(self.kv_heads, -1, self.head_dim)[:, lo : source.length]
+            v = v_out.view(self.kv_heads, -1, self.head_dim)[:, lo : source.length]
         return self.decode(k).unsqueeze(0), self.decode(v).unsqueeze(0)
 
 
@@ -133,6 +156,14 @@ class ContextSource:
     """First slot when the context's blocks are consecutive (read as a view), else None."""
     blocks: torch.Tensor | None
     """[ceil(length / block_size)] block ids to gather when they are not consecutive."""
+
+    def block_ids(self, block_size: int) -> list[int]:
+        """Ids of the blocks holding positions 0 .. length - 1."""
+        if self.run_start is not None:
+            first = self.run_start // block_size
+            return list(range(first, first + -(-self.length // block_size)))
+        assert self.blocks is not None
+        return self.blocks.tolist()
 
     def first_visible(self, window: int | None) -> int:
         """First position a query at the last position sees: 0, or with a sliding window its oldest key."""
@@ -174,6 +205,12 @@ class PagedStep:
     """[T] slot each new token's K/V is written to."""
     seqs: list[SeqAttention]
     """The sequences of the step, in the order of their rows."""
+    batched_decode: bool = False
+    """Attend the step's decode rows in one call per layer (batched_decode.py); False (the default, measured
+    faster on CPU: module notes): one call per sequence, reading consecutive blocks in place."""
+    decode_batches: list[DecodeBatch] = field(init=False, default_factory=list)
+    """The decode rows gathered together (one batch unless their contexts outgrow WORKSPACE_BYTES); empty when
+    per-sequence, or fewer than two sequences decode."""
     lone_decode: tuple[int, int] | None = field(init=False, default=None)
     """(first slot, context length) when the step is one sequence decoding one token over consecutive blocks."""
 
@@ -182,6 +219,12 @@ class PagedStep:
             seq = self.seqs[0]
             if seq.end - seq.begin == 1 and seq.source.run_start is not None:
                 self.lone_decode = (seq.source.run_start, seq.source.length)
+        decodes = [seq for seq in self.seqs if seq.end - seq.begin == 1] if self.batched_decode else []
+        if len(decodes) > 1:
+            cache = self.cache
+            rows: list[DecodeRow] = [(s.begin, s.source.length, s.source.block_ids(cache.block_size)) for s in decodes]
+            block_bytes = 2 * cache.kv_heads * cache.block_size * cache.head_dim * cache.keys[0].element_size()
+            self.decode_batches = decode_batches(rows, block_bytes, self.slot_mapping.device)
 
     def attend(
         self,
@@ -206,10 +249,25 @@ class PagedStep:
         num_heads, head_dim, kv_heads = query.shape[1], query.shape[3], key.shape[1]
         cache.write(layer, self.slot_mapping, key[0], value[0])
         rows = query[0].transpose(0, 1)  # [T, Hq, D]
+        decoded: list[torch.Tensor] = []
+        if self.decode_batches:
+            every_row_decodes = len(self.seqs) == query.shape[2]
+            for batch in self.decode_batches:
+                # one call for the batch's rows; the query heads sharing a KV head become that head's query rows
+                one = every_row_decodes and len(self.decode_batches) == 1
+                q = (rows if one else rows.index_select(0, batch.rows)).reshape(len(batch), kv_heads, -1, head_dim)
+                k, v = (cache.decode(batch.padded(t, head_dim)) for t in cache.gather(layer, batch.table))
+                decoded.append(attend(q, k, v, batch.mask(window), scaling, softcap).reshape(-1, num_heads, head_dim))
+            if every_row_decodes:
+                return (decoded[0] if len(decoded) == 1 else torch.cat(decoded)).unsqueeze(0)
+            decoded = list(torch.cat(decoded).split(1))[::-1]  # [1, Hq, D] each, popped in row order
         outs = []
         for seq in self.seqs:
             if seq.end - seq.begin == 1:
-                # decode: the query heads sharing a KV head become that head's query rows, K/V never repeated
+                if decoded:
+                    outs.append(decoded.pop())
+                    continue
+                # one call per sequence: the query heads sharing a KV head become that head's query rows
                 q = rows[seq.begin].reshape(1, kv_heads, num_heads // kv_heads, head_dim)
                 k, v = cache.context(layer, seq.source, seq.source.first_visible(window))
                 outs.append(attend(q, k, v, None, scaling, softcap).reshape(1, num_heads, head_dim))
