@@ -71,7 +71,12 @@ def _verify(data: dict[str, Any], served: Any, workload: Any, model: Any, consol
     )
     from servegate.capacity.planning.verify_points import compare_point, point_rows, rate_text, verify_points
 
-    policy = served.with_changes(batching=data["recommended"]["batching"])
+    rec = data["recommended"]
+    runtime = served.runtime.model_dump(mode="python")
+    runtime["max_model_len"] = rec["max_model_len"]
+    if rec["kv_cache"] is not None:  # the pool the plan sized (an engine that allocates per slot needs it)
+        runtime["kv_cache"] = rec["kv_cache"]
+    policy = served.with_changes(batching=rec["batching"], runtime=runtime)
     if served.runtime.external:
         console.print(
             "verifying against the endpoint as it runs: start its engine with the recommended max_batch_size and "

@@ -180,3 +180,26 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     assert compiled.total_bytes == plain.total_bytes + compiled.compiled_weights_bytes
     assert any(line.startswith("compiled decode graph (frozen weights): ") for line in compiled.lines())
     assert not any(line.startswith("compiled decode graph") for line in plain.lines())
+
+
+def test_a_llamacpp_plan_tries_only_slots_whose_kv_fits_its_pool() -> None:
+    # llama-server allocates max_model_len tokens of KV for every slot up front: more slots than the pool holds
+    # would not start, so the planner never recommends them (a paged engine's pool takes any number)
+    from types import SimpleNamespace
+
+    from servegate.capacity.planning.planner import _slots_fit
+    from servegate.contracts.manifest import ServedModel
+
+    def served(backend: str, slots: int) -> ServedModel:
+        weights = {"source": "gguf-builds/q8_0", "format": "gguf"} if backend == "llamacpp" else {"source": "zoo:x"}
+        return ServedModel.model_validate({
+            "name": "m", "weights": weights,
+            "preprocess": {"max_input_tokens": 96}, "postprocess": {"max_output_tokens": 32},
+            "runtime": {"backend": backend, "max_model_len": 128, "kv_cache": {"memory_budget": 4 * 128 * 1000}},
+            "batching": {"mode": "continuous", "max_batch_size": slots, "max_num_batched_tokens": 128},
+        })  # fmt: skip
+
+    memory = SimpleNamespace(kv_bytes_per_token=1000)
+    assert _slots_fit(served("llamacpp", 4), memory)  # type: ignore[arg-type]
+    assert not _slots_fit(served("llamacpp", 5), memory)  # type: ignore[arg-type]
+    assert _slots_fit(served("reference", 64), memory)  # type: ignore[arg-type]

@@ -275,6 +275,17 @@ def _context_notes(served: ServedModel, model: LatencyModel, memory: MemoryPlan,
     return notes
 
 
+def _slots_fit(served: ServedModel, memory: MemoryPlan) -> bool:
+    """Whether llama.cpp could start with these slots: it allocates max_model_len tokens of KV for every slot up
+    front (runtime/remote/llamacpp_args.py), so slots x max_model_len must fit the KV pool. True for any other
+    engine, whose pool is paged."""
+    kv = served.runtime.kv_cache
+    if served.runtime.backend != "llamacpp" or kv is None:
+        return True
+    need = served.batching.max_batch_size * served.runtime.max_model_len * memory.kv_bytes_per_token
+    return need <= int(kv.memory_budget)
+
+
 @dataclass(frozen=True)
 class _Search:
     """What every candidate policy is predicted under: the fitted manifest, the workload, model and memory plan."""
@@ -316,6 +327,8 @@ class _Search:
             setup = sim_setup(candidate_served)
         except (ValidationError, ServegateError, ValueError):
             return None  # the manifest's own rules (or its KV pool) rule this policy out
+        if not _slots_fit(candidate_served, self.memory):
+            return None
         prediction = predict(setup, model, workload, n, self.seed)
         checks = check_targets(targets, prediction.summary, self.memory.judged_bytes)
         cand = Candidate(batching, candidate_served, prediction, checks, setup.num_blocks)
