@@ -66,12 +66,18 @@ def load_tokenizer(path: str | Path | None) -> Any:
 def manifest_tokenizer(served: ServedModel) -> Any:
     """The manifest's tokenizer (so prompts have exact token counts), or None when it cannot be found.
 
-    The runtime's own loader, so a GGUF manifest gets the tokenizer inside its file (without it, prompt lengths
-    fall back to characters: about 2x the tokens asked for on the bench's made-up words)."""
-    from servegate.runtime.model.weights import load_tokenizer as load_served_tokenizer
-
+    A GGUF carries its tokenizer inside (its folder may hold nothing else), so it is read with the runtime's own
+    loader: without it, prompt lengths fell back to characters, about 2x the tokens asked for on the bench's
+    made-up words. Any other manifest's tokenizer is read from the folder holding its config.json (for an `hf:`
+    source, without downloading the weights)."""
     try:
-        return load_served_tokenizer(served)
+        if served.weights.format == "gguf":
+            from servegate.runtime.model.weights import load_tokenizer as load_served_tokenizer
+
+            return load_served_tokenizer(served)
+        from servegate.capacity.memory.plan import model_config_path
+
+        return load_tokenizer(model_config_path(served))
     except (OSError, ValueError, ServegateError):
         return None
 
