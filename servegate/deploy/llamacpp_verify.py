@@ -19,8 +19,6 @@ from servegate.runtime.remote.llamacpp_args import NEUTRAL_SAMPLING
 
 Fact = tuple[str, bool | None, str, str, Any, Any]
 """(manifest field, ok (None: skipped), reason, source, declared, observed)."""
-NEUTRAL = NEUTRAL_SAMPLING
-"""The default sampling settings the export sets, under which `temperature: 0` is greedy."""
 
 
 def json_of(response: httpx.Response | None) -> Any:
@@ -88,11 +86,12 @@ def llamacpp_facts(served: ServedModel, get: Callable[[str], httpx.Response | No
         facts.append(template)
     params = settings.get("params") if isinstance(settings.get("params"), dict) else {}
     facts.append(_same("runtime.seed", served.runtime.seed, params.get("seed"), "GET /props params.seed"))
-    sampling = {k: params.get(k) for k in NEUTRAL}
-    ok = all(isinstance(v, (int, float)) and abs(float(v) - NEUTRAL[k]) < 1e-6 for k, v in sampling.items())
+    sampling = {k: params.get(k) for k in NEUTRAL_SAMPLING}
+    ok = all(isinstance(v, (int, float)) and abs(float(v) - NEUTRAL_SAMPLING[k]) < 1e-6 for k, v in sampling.items())
     reason = "neutral: temperature 0 is greedy" if ok else "not neutral: requests that leave them out are reshaped"
     facts.append(
-        ("runtime.backend", ok, f"default sampling {sampling} {reason}", "GET /props params", NEUTRAL, sampling)
+        ("runtime.backend", ok, f"default sampling {sampling} {reason}", "GET /props params", NEUTRAL_SAMPLING,
+         sampling)  # fmt: skip
     )
     listed = json_of(get("/slots"))
     if isinstance(listed, list):

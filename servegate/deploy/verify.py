@@ -149,10 +149,10 @@ def _model_checks(served: ServedModel, models: httpx.Response) -> list[GateResul
 def _engine_checks(
     remote: _Remote, models: httpx.Response, declared: tuple[str | None, str | None]
 ) -> list[GateResult]:
-    version = remote.get("/version")
-    info = None if json_of(version) else remote.get("/info")
-    name, number = facts.engine_from_answers(json_of(version), json_of(info), models.headers.get("server"))
-    source = "GET /version" if json_of(version) else ("GET /info" if json_of(info) else "server header")
+    version = json_of(remote.get("/version"))
+    info = None if version else json_of(remote.get("/info"))
+    name, number = facts.engine_from_answers(version, info, models.headers.get("server"))
+    source = "GET /version" if version else ("GET /info" if info else "server header")
     return [
         _compare("runtime.engine.name", declared[0], name, source, "the engine's name"),
         _compare("runtime.engine.version", declared[1], number, source, "the engine's version"),

@@ -163,7 +163,6 @@ class PagedModelRunner:
         slots: list[int] = []
         last: list[int] = []
         seqs: list[SeqAttention] = []
-        most_blocks = 0
         for chunk in chunks:
             n, start = len(chunk.token_ids), chunk.start_pos
             end = start + n
@@ -187,11 +186,9 @@ class PagedModelRunner:
                 source = ContextSource(end, table[0] * bs, None)
             else:
                 source = ContextSource(end, None, torch.tensor(table, dtype=torch.long, device=device))
-                most_blocks = max(most_blocks, blocks)
             seqs.append(SeqAttention(begin, begin + n, start, source))
         if ids and (min(ids) < 0 or max(ids) >= self._input_vocab):
             raise ValueError(f"token id outside the model's vocabulary 0..{self._input_vocab - 1}")
-        self.cache.reserve(most_blocks)
         step = PagedStep(self.cache, torch.tensor(slots, dtype=torch.long, device=device), seqs, self.batched_decode)
         input_ids = torch.tensor([ids], dtype=torch.long, device=device)
         inputs = {
