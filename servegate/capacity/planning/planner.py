@@ -279,11 +279,12 @@ def _slots_fit(served: ServedModel, memory: MemoryPlan) -> bool:
     """Whether llama.cpp could start with these slots: it allocates max_model_len tokens of KV for every slot up
     front (runtime/remote/llamacpp_args.py), so slots x max_model_len must fit the KV pool. True for any other
     engine, whose pool is paged."""
+    from servegate.runtime.remote.llamacpp_args import context_tokens
+
     kv = served.runtime.kv_cache
     if served.runtime.backend != "llamacpp" or kv is None:
         return True
-    need = served.batching.max_batch_size * served.runtime.max_model_len * memory.kv_bytes_per_token
-    return need <= int(kv.memory_budget)
+    return context_tokens(served) * memory.kv_bytes_per_token <= int(kv.memory_budget)
 
 
 @dataclass(frozen=True)

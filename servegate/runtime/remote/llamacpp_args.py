@@ -40,6 +40,16 @@ def command_line(binary: str, args: dict[str, Any]) -> list[str]:
     return cmd
 
 
+def slot_count(served: ServedModel) -> int:
+    """llama-server's slots (`--parallel`): batching.max_batch_size, or one without batching."""
+    return 1 if served.batching.mode == "none" else served.batching.max_batch_size
+
+
+def context_tokens(served: ServedModel) -> int:
+    """Tokens of KV llama-server allocates at start (`--ctx-size`): max_model_len for every slot, up front."""
+    return served.runtime.max_model_len * slot_count(served)
+
+
 def _weights(served: ServedModel, out: EngineArgs, model: str, header: GgufHeader | None) -> None:
     weights = served.weights
     if weights.format != "gguf":
@@ -73,10 +83,10 @@ def _weights(served: ServedModel, out: EngineArgs, model: str, header: GgufHeade
         )
 
 
-def _context(served: ServedModel, out: EngineArgs, slots: int, header: GgufHeader | None) -> None:
+def _context(served: ServedModel, out: EngineArgs, header: GgufHeader | None) -> None:
     """Each slot gets max_model_len tokens: `--ctx-size` is their sum, split evenly (no unified KV pool)."""
     length = served.runtime.max_model_len
-    out.put("runtime.max_model_len", "ctx-size", length * slots)
+    out.put("runtime.max_model_len", "ctx-size", context_tokens(served))
     out.put("runtime.max_model_len", "no-kv-unified", True)
     if header is not None and header.context_length is not None and length > header.context_length:
         out.change(
@@ -87,7 +97,7 @@ def _context(served: ServedModel, out: EngineArgs, slots: int, header: GgufHeade
         )
 
 
-def _kv_cache(served: ServedModel, out: EngineArgs, slots: int, header: GgufHeader | None) -> None:
+def _kv_cache(served: ServedModel, out: EngineArgs, header: GgufHeader | None) -> None:
     kv, dtype = served.runtime.kv_cache, served.runtime.dtype
     cache_type = "f16" if dtype in ("float16", "bfloat16") else "f32"
     if kv is not None and kv.dtype == "fp8":
@@ -108,7 +118,7 @@ def _kv_cache(served: ServedModel, out: EngineArgs, slots: int, header: GgufHead
         "nowhere",
         "llama.cpp's KV cache holds one cell per token, not pages of blocks",
     )
-    need = header.kv_bytes(served.runtime.max_model_len * slots, _ELEMENT_BYTES[cache_type]) if header else None
+    need = header.kv_bytes(context_tokens(served), _ELEMENT_BYTES[cache_type]) if header else None
     if need is not None and need > int(kv.memory_budget):
         out.change(
             "runtime.kv_cache.memory_budget",
@@ -142,8 +152,8 @@ def _kv_cache(served: ServedModel, out: EngineArgs, slots: int, header: GgufHead
         )
 
 
-def _batching(served: ServedModel, out: EngineArgs) -> int:
-    """The slots (`--parallel`) and step sizes; returns the number of slots."""
+def _batching(served: ServedModel, out: EngineArgs) -> None:
+    """The slots (`--parallel`) and step sizes."""
     bat = served.batching
     if bat.mode in ("static", "dynamic", "offline"):
         out.change(
@@ -152,8 +162,7 @@ def _batching(served: ServedModel, out: EngineArgs) -> int:
             f"llama-server batches continuously (slots join and leave between steps); {bat.mode} batching is "
             "not available: declare batching.mode continuous (or none for one slot)",
         )
-    slots = 1 if bat.mode == "none" else bat.max_batch_size
-    out.put("batching.max_batch_size" if bat.mode != "none" else "batching.mode", "parallel", slots)
+    out.put("batching.max_batch_size" if bat.mode != "none" else "batching.mode", "parallel", slot_count(served))
     out.put("batching.mode", "cont-batching" if bat.mode != "none" else "no-cont-batching", True)
     out.put("batching.max_num_batched_tokens", "batch-size", bat.max_num_batched_tokens)
     settings = served.runtime.llamacpp
@@ -168,7 +177,6 @@ def _batching(served: ServedModel, out: EngineArgs) -> int:
             "llama-server fills each step's batch with prompt pieces: a prompt larger than what is left "
             "of the batch is split across steps (scheduling only)",
         )
-    return slots
 
 
 def _runtime(served: ServedModel, out: EngineArgs, device: str) -> None:
@@ -291,9 +299,9 @@ def server_args(
     out = EngineArgs()
     out.put("name", "alias", served.runtime.endpoint_model or served.name)
     _weights(served, out, str(model), header)
-    slots = _batching(served, out)
-    _context(served, out, slots, header)
-    _kv_cache(served, out, slots, header)
+    _batching(served, out)
+    _context(served, out, header)
+    _kv_cache(served, out, header)
     _runtime(served, out, device)
     _preprocess(served, out, header)
     _postprocess(served, out)
