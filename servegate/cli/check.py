@@ -55,6 +55,14 @@ def check(
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Regenerate baseline outputs instead of reusing them.")
     ] = False,
+    profile_gates: Annotated[
+        bool,
+        typer.Option(
+            "--profile-gates",
+            help="After the verdicts, print where the time went per gate: model loads, reference and candidate "
+            "outputs, divergence probe, timing audits, bench, other (measured).",
+        ),
+    ] = False,
 ) -> None:
     """Gate a served model: exit 0 when no gate failed, 1 when one did (or warned, with --strict), 2 on usage errors
     or when an engine a gate needed could not be reached (verdict `unavailable`).
@@ -70,6 +78,7 @@ def check(
       gate check --baseline old.yaml --candidate new.yaml --junit gates.xml --json report.json
       gate check --baseline git:origin/main --candidate examples/quickstart/manifest.yaml
       gate check examples/quickstart/manifest.yaml --gate quantization
+      gate check examples/quickstart/manifest.yaml --profile-gates
     """
     if list_gates:
         _list_gates(json_out)
@@ -109,6 +118,10 @@ def check(
         if from_git is not None:
             report = replace(report, baseline_git=from_git, notes=[f"baseline: {from_git.summary()}", *report.notes])
     print_table(report, console)
+    if profile_gates:
+        from servegate.cli.time_table import print_time_split
+
+        print_time_split(report, console)
     write_reports(report, json_path=json_out, junit_path=junit, markdown_path=markdown, strict=strict)
     if summary is not None:
         from servegate.gates.pr_summary import write_pr_summary

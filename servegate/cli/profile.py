@@ -98,7 +98,8 @@ def profile_and_save(
         f"{1000 * o.finish_s:.2f} ms after the last, {1000 * o.arrival_s:.3f} ms per "
         f"request admitted during a step, {1000 * o.completion_s:.3f} ms per request answered by the "
         f"step before, admission delayed {1000 * o.admission_delay_per_running_s:.3f} ms per running sequence; "
-        f"steps {100 * o.load_slowdown_per_rps:.3f}% slower per request/s sent"
+        f"steps {100 * o.load_slowdown_per_rps:.3f}% slower per request/s sent; "
+        f"{1000 * o.serving_work_s:.2f} ms of the engine's CPU per request's serving"
     )
     steps = model.steps.as_dict()
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in steps.items()))

@@ -20,6 +20,7 @@ from servegate.gates.lm_eval.tasks import load_any_suite, run_any_items
 from servegate.gates.result import AnyMeasurements, GateResult, Verdict, labelled
 from servegate.gates.suites.evaluation import ItemOutput, SuiteData, SuiteItem, SuiteRun, score_run
 from servegate.gates.suites.output_cache import OutputCache, cache_key
+from servegate.gates.time_split import TimeSplit
 from servegate.runtime.engine.interface import Engine
 
 EngineFactory = Callable[[ServedModel], Engine]
@@ -47,14 +48,36 @@ class EnginePool:
         self._vllm: dict[str, Engine] = {}
         """Running vLLM and llama.cpp servers by launch key: manifests that differ only in front share one."""
         self.built = 0
+        self.split = TimeSplit()
+        """Where building and starting engines is charged as "model loads" (CheckResources wires the check's)."""
 
     @property
     def factory(self) -> EngineFactory:
         """Builds an engine for a manifest (not started); vLLM servers are started once per launch key."""
-        return self.build
+        return self._build_unstarted
+
+    def _build_unstarted(self, served: ServedModel) -> Engine:
+        """An engine whose caller starts it (an in-process app's start-up task): its `start` is charged as a model
+        load too, timed where it is awaited (the reference engine loads its weights on a worker thread of its own)."""
+        engine = self.build(served)
+        start, split = engine.start, self.split
+
+        async def measured_start() -> None:
+            with split.phase("model loads"):
+                await start()
+
+        try:
+            engine.start = measured_start  # type: ignore[method-assign]
+        except AttributeError:  # an engine that takes no attributes starts unmeasured: its start counts as "other"
+            pass
+        return engine
 
     def build(self, served: ServedModel) -> Engine:
         """A new engine for `served`; a vllm manifest whose server already runs gets an engine over it."""
+        with self.split.phase("model loads"):
+            return self._build(served)
+
+    def _build(self, served: ServedModel) -> Engine:
         llamacpp = served.runtime.backend == "llamacpp"
         if not (served.runtime.starts_vllm or llamacpp) or self._factory is not default_engine_factory:
             return self._factory(served)
@@ -85,8 +108,9 @@ class EnginePool:
 
     def fresh(self, served: ServedModel) -> Engine:
         """A new engine that no one else uses (closed with the pool)."""
-        engine = self.build(served)
-        engine.start_sync()
+        with self.split.phase("model loads"):
+            engine = self.build(served)
+            engine.start_sync()
         self.built += 1
         self._engines[(served.fingerprint, f"fresh-{self.built}")] = engine
         return engine
@@ -126,6 +150,11 @@ class CheckResources:
     """Loaded suites by (name, declaration as JSON)."""
     runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
     """Whole-suite runs by (manifest fingerprint, suite digest), shared by the gates that compare the same runs."""
+    split: TimeSplit = field(default_factory=TimeSplit)
+    """Where the check's time goes, per gate and kind (`gate check --profile-gates`); the pool charges to it."""
+
+    def __post_init__(self) -> None:
+        self.engines.split = self.split
 
 
 @dataclass
@@ -153,6 +182,11 @@ class GateContext:
     def engines(self) -> EnginePool:
         """The check's engine pool: `engines.get(served)` is a manifest's shared, started engine."""
         return self.resources.engines
+
+    @property
+    def split(self) -> TimeSplit:
+        """The check's time split: `with ctx.split.phase("bench"):` charges a block to the current gate's bench."""
+        return self.resources.split
 
     # --- manifests ------------------------------------------------------------------------------
 
@@ -234,7 +268,8 @@ class GateContext:
         from_cache = outputs is not None
         if outputs is None:
             self.progress.start(f"{data.name}: {role} ({served.name})", len(chosen))
-            outputs = run_any_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
+            with self.split.phase("reference outputs" if role == "baseline" else "candidate outputs"):
+                outputs = run_any_items(engine or self.engines.get(served), data, chosen, self.progress.advance)
             check_available(served, data.name, outputs)
             if cacheable:
                 cache.store(ckey, data, outputs)

@@ -42,6 +42,7 @@ from servegate.gates.checks import (  # noqa: F401 - importing a gate module reg
 from servegate.gates.registry import GATES, gate_watches
 from servegate.gates.result import GateReport, GateResult
 from servegate.gates.suites.output_cache import OutputCache
+from servegate.gates.time_split import TimeSplit
 
 ORDER = ("contract", "quantization", "truncation", "caching", "batching", "load", "fallback", "quality", "capacity")
 """Built-in gates in the order they run and are reported (cheap and widely shared baselines first)."""
@@ -127,7 +128,8 @@ def run_check(
     In reference mode `baseline` is the reference form; quality comparisons run on its
     `evaluation_baseline`, and the batching gate compares with it unbatched.
     """
-    began = time.perf_counter()
+    split = TimeSplit()  # from here: the plan, the suites and the remote's probe are the split's "setup"
+    began = split.started
     planned = plan_gates(baseline, candidate, mode=mode, forced=forced)
     pool = EnginePool(engine_factory)
     evaluated = evaluation_baseline(baseline, candidate) if mode == "reference" else baseline
@@ -137,7 +139,7 @@ def run_check(
         mode,
         reference=baseline,
         progress=progress or ProgressHook(),
-        resources=CheckResources(engines=pool, cache=cache or OutputCache()),
+        resources=CheckResources(engines=pool, cache=cache or OutputCache(), split=split),
     )
     if any(p.run for p in planned):
         ctx.suites()  # a suite that cannot be loaded is a manifest error (exit 2), not a gate failure
@@ -158,15 +160,19 @@ def run_check(
             mode=mode,
             duration_s=time.perf_counter() - began,
             notes=[f"the candidate's remote could not be measured: {exc}"],
+            time_split=split.as_dict(),
         )
     results = _run_planned(ctx, planned, pool)
+    notes = _notes(ctx, baseline, evaluated)
+    time_split = split.as_dict()
     return GateReport(
         baseline=side,
         candidate=_identity(candidate, "manifest", ctx.remote),
         gates=results,
         mode=mode,
         duration_s=time.perf_counter() - began,
-        notes=_notes(ctx, baseline, evaluated),
+        notes=notes,
+        time_split=time_split,
     )
 
 
@@ -186,12 +192,15 @@ def _run_planned(ctx: GateContext, planned: Sequence[PlannedGate], pool: EngineP
                 continue
             gate = gates[plan.name]
             gate_ctx = replace(ctx, changed_paths=list(plan.changed_paths), forced=plan.forced)
+            began = time.perf_counter()
             try:
-                result = timed(gate, gate_ctx)
+                with ctx.split.gate(plan.name):
+                    result = timed(gate, gate_ctx)
             except Exception as exc:
                 if os.environ.get("SERVEGATE_DEBUG") == "1" or not _is_runtime_failure(exc):
                     raise
                 result = GateResult(plan.name, "fail", f"could not run: {type(exc).__name__}: {exc}")
+                result.duration_s = round(time.perf_counter() - began, 3)  # timed() did not return to time it
             result.triggered_by = [plan.why]
             results.append(result)
     finally:

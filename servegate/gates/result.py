@@ -100,6 +100,10 @@ class GateReport:
     """When the gates ran (UTC, ISO 8601); `gate note --check` compares it with the manifest's age."""
     baseline_git: GitBaseline | None = None
     """With `--baseline git:REV[:PATH]`: the commit the baseline was read from and the blob of every file read."""
+    time_split: dict[str, dict[str, float]] | None = None
+    """Where the check's time went, measured (servegate.gates.time_split): gate, or "setup" for the time outside
+    every gate -> kind ("model loads", "reference outputs", ..., "other") -> seconds, rounded to 0.01 s. Printed
+    by `gate check --profile-gates`; not part of the `--json` report."""
 
     def __post_init__(self) -> None:
         # the sides as their report record (callers may hand plain identities: name, version, fingerprint, ...)

@@ -146,11 +146,11 @@ def test_a_model_too_fast_is_fitted_to_the_measured_pace_past_the_knee(tmp_path:
     assert served.capacity.workload is not None
     setup = engine_setup(served)
     fitted, knee = fit_to_knee(wrong, sweep, setup, served.capacity.workload)
-    assert knee.measured_capacity_rps is not None and knee.arrival_s > 0
+    assert knee.measured_capacity_rps is not None and knee.serving_work_s > 0 and knee.arrival_s == 0
     assert saturation_throughput(setup, fitted, served.capacity.workload) == pytest.approx(
         knee.measured_capacity_rps, rel=0.1)  # fmt: skip
     assert fitted.steps == wrong.steps  # lone requests and bursts keep what the step fit read
-    assert "each request sent during a step adds" in knee.lines()[1]
+    assert "of the engine's CPU, fitted so the simulated capacity matches" in knee.lines()[1]
 
 
 def test_a_sweep_without_a_bracket_says_the_knee_is_an_extrapolation() -> None:

@@ -137,6 +137,23 @@ def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
     )
 
 
+def test_serving_work_takes_its_share_of_the_cores_from_the_steps_and_not_from_the_overheads() -> None:
+    shared = with_overheads(serving_work_s=0.025)
+    # one request sent at 0 and one at 0.5 s: the first one's steps see 1 send in the second before (1 request/s,
+    # a 2.5% share: 1 / 0.975 as long); the second's see 2 (5%: 1 / 0.95); the 5 ms before the scheduler and the
+    # 1 ms after the last token are the serving processes' own and stay as they are
+    specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.5)]
+    a, b = simulate(setup("none"), shared, specs, jitter=False).records
+    plain_a, plain_b = simulate(setup("none"), MODEL, specs, jitter=False).records
+    assert a.ttft == pytest.approx(0.005 + 0.020 / 0.975)
+    assert a.e2el == pytest.approx(0.005 + (0.020 + 3 * 0.012) / 0.975 + 0.001)
+    assert b.e2el == pytest.approx(0.005 + (0.020 + 3 * 0.012) / 0.95 + 0.001)
+    assert [plain_a.e2el, plain_b.e2el] == pytest.approx([0.062, 0.062])
+    # a stream at 40 requests/s holds all but the cap (95%) of the cores: steps take 20x as long, not forever
+    assert ServingOverheads(serving_work_s=0.025).stretch(40.0) == pytest.approx(20.0)
+    assert ServingOverheads().stretch(40.0) == 1.0
+
+
 def test_admission_waits_for_the_streaming_of_running_sequences() -> None:
     busy = with_overheads(admission_delay_per_running_s=0.004)
     alone = simulate(setup("continuous"), busy, [RequestSpec(10, 4, 0.0)], jitter=False).records[0]

@@ -67,8 +67,11 @@ class KneeSweep:
     measured_capacity_rps: float | None = None
     """The median pace of answers over the runs past the knee (None: fewer than two such runs)."""
     arrival_s: float = 0.0
-    """Seconds each request sent during a step was found to add to it, fitted so that the simulated capacity
-    matches measured_capacity_rps (blackbox.fit_to_knee); 0 when not fitted."""
+    """Seconds each request sent during a step was found to add to it: what profiles before serving_work_s
+    fitted to the knee (kept so they load as they were fitted); 0 in newer ones."""
+    serving_work_s: float = 0.0
+    """CPU seconds of serving work per request, fitted so that the simulated capacity matches
+    measured_capacity_rps (blackbox.fit_to_knee; ServingOverheads.serving_work_s); 0 when not fitted."""
 
     @property
     def bracketed(self) -> bool:
@@ -126,11 +129,15 @@ class KneeSweep:
             )
             if self.measured_capacity_rps is None:
                 return [line]
+            fitted = (
+                f"each request's serving takes {1000 * self.serving_work_s:.2f} ms of the engine's CPU"
+                if self.serving_work_s or not self.arrival_s
+                else f"each request sent during a step adds {1000 * self.arrival_s:.2f} ms to it"
+            )
             return [
                 line,
                 f"  past the knee the engine answered {self.measured_capacity_rps:.3g} requests/s (median of "
-                f"{len(self.saturated_rps())} runs); each request sent during a step adds {1000 * self.arrival_s:.2f} "
-                "ms to it, fitted so the simulated capacity matches",
+                f"{len(self.saturated_rps())} runs); {fitted}, fitted so the simulated capacity matches",
             ]
         said = "kept up with every rate" if self.measured_knee_rps is not None else "kept up with none of its rates"
         return [
@@ -173,6 +180,7 @@ class BlackBoxFit:
                 knee.get("missed_rps"),
                 knee.get("measured_capacity_rps"),
                 float(knee.get("arrival_s", 0.0)),
+                float(knee.get("serving_work_s", 0.0)),
             )
             if knee
             else None,

@@ -80,7 +80,11 @@ def scaled_steps(model: LatencyModel, scale: float, slowdown: float) -> LatencyM
     """`model` with every step-time term multiplied by `scale` and the given load slowdown."""
     o = model.overheads
     overheads = replace(
-        o, arrival_s=o.arrival_s * scale, completion_s=o.completion_s * scale, load_slowdown_per_rps=slowdown
+        o,
+        arrival_s=o.arrival_s * scale,
+        completion_s=o.completion_s * scale,
+        serving_work_s=o.serving_work_s * scale,
+        load_slowdown_per_rps=slowdown,
     )
     return replace(model, steps=model.steps.scaled(scale), overheads=overheads)
 

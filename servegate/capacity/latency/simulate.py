@@ -12,7 +12,9 @@ way out, a request's tokens reach the client its measured first-token way out af
 response ends its measured final way out after it ended in the engine); a step running while requests are sent to the
 server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
 requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
-slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). The failure policy's queue bound and deadline
+slower per request/s sent in the LOAD_WINDOW_S before it, and 1 / (1 - r x `overheads.serving_work_s`) as long at
+a send rate r over the SHARE_WINDOW_S before (serving work holding a share of the engine's cores) (terms.py). The
+failure policy's queue bound and deadline
 apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not
 simulated (prompts are distinct).
 """
@@ -31,7 +33,7 @@ import numpy as np
 from servegate.capacity.bench.run_metrics import SLO, RequestRecord, summarize
 from servegate.capacity.bench.workload import RequestSpec
 from servegate.capacity.latency.model import LatencyModel
-from servegate.capacity.latency.terms import LOAD_WINDOW_S
+from servegate.capacity.latency.terms import LOAD_WINDOW_S, SHARE_WINDOW_S
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.failure_policy.outcomes import on_arrival, past_deadline
 
@@ -339,4 +341,13 @@ class _Simulation:
             duration *= 1.0 + overheads.load_slowdown_per_rps * recent / LOAD_WINDOW_S
         if now == self.last_end:  # back to back: the answers of the step before are sent during this one
             duration += self.answered * overheads.completion_s
-        return duration
+        return duration * self.stretch(now)
+
+    def stretch(self, now: float) -> float:
+        """How much longer a step starting at `now` takes while serving work holds its share of the cores
+        (ServingOverheads.stretch), at the rate of the sends in the SHARE_WINDOW_S before."""
+        if not self.model.overheads.serving_work_s:
+            return 1.0
+        sends = self.sends
+        recent = bisect.bisect_right(sends, now) - bisect.bisect_left(sends, now - SHARE_WINDOW_S)
+        return self.model.overheads.stretch(recent / SHARE_WINDOW_S)

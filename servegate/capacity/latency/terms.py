@@ -34,6 +34,15 @@ FEATURES = (
 LOAD_WINDOW_S = 0.1
 """Seconds of recent sends whose rate sets a step's load slowdown (ServingOverheads.load_slowdown_per_rps)."""
 
+SHARE_WINDOW_S = 1.0
+"""Seconds of recent sends whose rate sets the CPU share serving work takes (ServingOverheads.serving_work_s): long
+against one request's life (tens of milliseconds), so a Poisson stream's rate is read as its rate, not as the
+chance clustering of a few sends."""
+
+MAX_SERVING_SHARE = 0.95
+"""Most of the CPU serving work is taken to hold: past it the engine is overloaded anyway, and the stretch stays
+finite (20x)."""
+
 Chunk = tuple[int, int]
 """(new tokens, tokens already cached) of one sequence in a step."""
 
@@ -132,6 +141,20 @@ class ServingOverheads:
     admission_delay_per_running_s: float = 0.0
     """Seconds a request's admission is delayed per sequence running when it is sent (the server's event loop
     streams their tokens before it reads the new request)."""
+    serving_work_s: float = 0.0
+    """CPU seconds each request's serving (HTTP, tokenization, streaming, in every process in front of the engine)
+    takes on the cores the engine runs on, which lone requests and bursts do not show: at a send rate of r
+    requests/s that work holds a share r x serving_work_s of the cores, and the engine's steps run on the rest, so
+    they take 1 / (1 - share) as long (`stretch`). Only the steps: the engine's threads (one per core) wait for
+    each other at every step, so serving work on any core holds the whole step up, while each single-threaded
+    serving process mostly finds a core of its own (lone-request overheads stay as measured)."""
+
+    def stretch(self, rate_rps: float) -> float:
+        """How much longer steps take while requests are sent at `rate_rps` (1.0 without serving work), the share
+        capped at MAX_SERVING_SHARE."""
+        if not self.serving_work_s:
+            return 1.0
+        return 1.0 / (1.0 - min(MAX_SERVING_SHARE, rate_rps * self.serving_work_s))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingOverheads:

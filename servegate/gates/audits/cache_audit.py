@@ -42,14 +42,12 @@ from scipy.stats import mannwhitneyu
 
 from servegate.contracts.quality_section import CacheAudit
 from servegate.contracts.report.probes import RepeatTiming
-from servegate.gates.audits.tenant_audit import MIN_CACHE_SPEEDUP
+from servegate.gates.audits.tenant_audit import MIN_CACHE_SPEEDUP, look_points
 from servegate.gates.audits.unseen_prompts import UnseenPrompts
 from servegate.gates.probes.http_probe import HttpProbe, ProbeError, TimedAnswer, answers_checked, random_text
 from servegate.gates.result import Verdict
 
 Finding = Literal["cache", "cache_ignores_seed", "no_cache", "inconclusive"]
-LOOK_EVERY = 8
-"""Rounds between looks at the data: the detector stops at the first look that decides."""
 MAX_AUDIT_TOKENS = 16
 """Most tokens an audit request asks for: with `ignore_eos` every answer runs to its max_tokens, and 16 decode
 steps already cost many times a cache lookup, on any model; more would only lengthen the audit."""
@@ -191,7 +189,7 @@ async def detect_response_cache(
     s = RepeatSamples()
     hits = shape_mismatches = length_mismatches = 0
     seen: set[str] = set()
-    looks = [n for n in range(LOOK_EVERY, config.repeat_samples, LOOK_EVERY)] + [config.repeat_samples]
+    looks = look_points(config.repeat_samples)
     alpha = config.alpha / len(looks)  # Bonferroni over the looks: stopping early keeps the error rate
     for i in range(config.repeat_samples):
         if i in looks and judge_samples(s, config, alpha)[0] != "inconclusive":

@@ -18,6 +18,9 @@ fresh (B reaches A's entries), cross > own (B does not). A leak needs cross < fr
 speed-up of at least 1.25x and B getting at least half of A's own speed-up; isolation needs the control
 (own < fresh below alpha, by at least 1.25x) and cross > own below alpha;
 anything else is inconclusive (timing noise, or prompts too short for this model's prefill to show).
+The data is looked at every LOOK_EVERY rounds and the audit stops at the first look that finds sharing or
+isolation, each look judged at alpha over the number of looks (`look_points`), so stopping early does not raise the
+chance of a false finding.
 
 Sample size per side: for a shift of d standard deviations, a one-sided test at level alpha with power
 1 - beta needs n = 2 (z_(1-alpha) + z_(1-beta))^2 / d^2 per side for the t-test, divided by the
@@ -52,6 +55,17 @@ MIN_CACHE_SPEEDUP = 1.25
 context saves most of the prefill (5x and more); a few percent is a warm code path, not a cache."""
 PROMPT_SHARE = 0.85
 """Share of the prompt budget (input limit, context) the audit prompts fill: long, but never truncated."""
+
+
+LOOK_EVERY = 8
+"""Rounds between looks at the data, in both timing audits: an audit stops at the first look that decides."""
+
+
+def look_points(rounds: int) -> list[int]:
+    """The rounds after which an audit of at most `rounds` rounds looks at its data: every LOOK_EVERY, and at the
+    end. Each look is judged at alpha / len(looks) (Bonferroni), so the chance of a false finding over all of
+    them stays at most alpha however early the audit stops."""
+    return [*range(LOOK_EVERY, rounds, LOOK_EVERY), rounds]
 
 
 def samples_per_side(shift_sd: float, alpha: float, power: float = POWER) -> int:
@@ -124,8 +138,9 @@ async def audit_tenants(
     seed: int = 0,
     count: Callable[[str], int] | None = None,
 ) -> TenantTiming:
-    """Run `config.tenant_samples` rounds (module docstring) and judge them; `count` is the manifest's tokenizer's
-    prompt length, for prompts whose answers the output contract refused (None: none at hand)."""
+    """Run up to `config.tenant_samples` rounds (module docstring), stopping at the first look that decides, and
+    judge them; `count` is the manifest's tokenizer's prompt length, for prompts whose answers the output contract
+    refused (None: none at hand)."""
     rng = random.Random(seed)
     a, b = tenants
     ratio = await chars_per_token(probe, rng, a, count)
@@ -135,7 +150,11 @@ async def audit_tenants(
     own: list[float] = []
     warmed_texts: list[str] = []
     served_counts: list[int] = []
-    for _ in range(config.tenant_samples):
+    looks = look_points(config.tenant_samples)
+    alpha = config.alpha / len(looks)  # Bonferroni over the looks: stopping early keeps the error rate
+    for i in range(config.tenant_samples):
+        if i in looks and judge_tenants(fresh, cross, own, alpha)[0] != "inconclusive":
+            break
         warmed, other = random_text(rng, chars), random_text(rng, chars)
         # streamed and timed to the first event: an output contract's refusal of the whole answer comes after it
         first = await probe.first_token(warmed, seed=rng.randrange(2**31), tenant=a)
@@ -147,13 +166,13 @@ async def audit_tenants(
             answer = await probe.first_token(text, seed=rng.randrange(2**31), tenant=tenant)
             {"fresh": fresh, "cross": cross, "own": own}[kind].append(answer.seconds)
     tokens, counted_by = _prompt_tokens(warmed_texts, served_counts, count)
-    finding, p, share = judge_tenants(fresh, cross, own, config.alpha)
+    finding, p, share = judge_tenants(fresh, cross, own, alpha)
     meds = (statistics.median(fresh), statistics.median(cross), statistics.median(own))
     mean_tokens = round(sum(tokens) / len(tokens))
     verdicts: dict[str, Verdict] = {"shared": "fail", "isolated": "pass", "inconclusive": "warn"}
     verdict = verdicts[finding]
     return TenantTiming(
-        samples=config.tenant_samples,
+        samples=len(fresh),
         prompt_tokens=mean_tokens,
         tokens_counted_by=counted_by,
         fresh_median_ms=round(meds[0] * 1e3, 3),
@@ -163,9 +182,9 @@ async def audit_tenants(
         p_cross_faster=p["cross_faster"],
         p_cross_slower_than_own=p["cross_slower_than_own"],
         leak_share=None if share is None else round(share, 3),
-        alpha=config.alpha,
-        detectable_shift_sd=round(detectable_shift_sd(config.tenant_samples, config.alpha), 3),
+        alpha=alpha,
+        detectable_shift_sd=round(detectable_shift_sd(config.tenant_samples, alpha), 3),
         finding=finding,
         verdict=verdict,
-        reason=_reason(finding, p, meds, mean_tokens, config.alpha),
+        reason=_reason(finding, p, meds, mean_tokens, alpha),
     )

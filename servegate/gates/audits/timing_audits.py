@@ -34,6 +34,11 @@ def audit_checks(audits: TimingAudits) -> list[tuple[Verdict, str]]:
 
 def run_timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[SuiteData, SuiteItem]]) -> TimingAudits:
     """Serve `served` on a fresh engine and run the response-cache detector, then (with tenants) the tenant audit."""
+    with ctx.split.phase("timing audits"):
+        return _timing_audits(ctx, served, probes)
+
+
+def _timing_audits(ctx: GateContext, served: ServedModel, probes: list[tuple[SuiteData, SuiteItem]]) -> TimingAudits:
     config = ctx.candidate.quality.cache_audit
     if not config.enabled:
         return TimingAudits(response_cache=None, isolation=None, not_run=("quality.cache_audit.enabled is false",))

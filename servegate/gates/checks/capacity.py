@@ -176,7 +176,7 @@ class CapacityGate(Gate):
             probe, self.prepared.probe = self.prepared.probe or _probe(served), None
         change = control = contention = None
         try:
-            with server as running:
+            with ctx.split.phase("bench"), server as running:  # a server started here: its start-up is the bench's
                 if paired:
                     change = self._bench_change(running.url, ctx)
                     result = change.candidate

@@ -14,6 +14,7 @@ from servegate.gates.base import GateContext
 from servegate.gates.quality.statistics import NextTokenDivergence, next_token_divergence
 from servegate.gates.suites.evaluation import ItemOutput, SuiteItem
 from servegate.gates.suites.output_cache import weights_dir
+from servegate.gates.time_split import TimeSplit
 
 DIVERGENCE_ITEMS = 64
 """Suite items (the first ones) whose continuations are teacher-forced through both models."""
@@ -109,14 +110,17 @@ def teacher_forced_logits(
 class DivergenceProbe:
     """Loads both manifests' models once and measures their divergence on any number of suites."""
 
-    def __init__(self, baseline: ServedModel, candidate: ServedModel) -> None:
+    def __init__(self, baseline: ServedModel, candidate: ServedModel, split: TimeSplit | None = None) -> None:
         self.baseline = baseline
         self.candidate = candidate
         self._models: dict[str, tuple[Any, Any]] = {}
+        self._split = split or TimeSplit()
+        """Where loading the two models is charged as "model loads" (the check's split, in a gate)."""
 
     def _lm(self, side: str) -> tuple[Any, Any]:
         if side not in self._models:
-            self._models[side] = load_lm(self.baseline if side == "baseline" else self.candidate)
+            with self._split.phase("model loads"):
+                self._models[side] = load_lm(self.baseline if side == "baseline" else self.candidate)
         return self._models[side]
 
     def measure(self, items: Sequence[SuiteItem], baseline_outputs: Sequence[ItemOutput]) -> NextTokenDivergence:
@@ -138,12 +142,13 @@ class DivergenceProbe:
 def next_token_report(ctx: GateContext, candidate: ServedModel) -> dict[str, Any]:
     """Token agreement and KL per suite against the baseline; a reason when the models cannot be loaded."""
     out: dict[str, Any] = {}
-    probe = DivergenceProbe(ctx.baseline, candidate)
+    probe = DivergenceProbe(ctx.baseline, candidate, ctx.split)
     for data in ctx.suites():
         base_run = ctx.run_suite(ctx.baseline, data, role="baseline")
         try:
             # a sample is enough for a diagnostic; the verdict rests on the paired tests over every item
-            result = probe.measure(list(data.items[:DIVERGENCE_ITEMS]), base_run.outputs[:DIVERGENCE_ITEMS])
+            with ctx.split.phase("divergence probe"):
+                result = probe.measure(list(data.items[:DIVERGENCE_ITEMS]), base_run.outputs[:DIVERGENCE_ITEMS])
         except DivergenceUnavailable as exc:
             return {"unavailable": str(exc)}
         except Exception as exc:  # a measurement, not the verdict: record why it is missing
