@@ -107,6 +107,10 @@ class _GenerationRequest(_ApiRequest, ConstraintFields, TruncationFields):
     return_tokens_as_token_ids: bool = False
     """vLLM: name each token in logprobs (and its top alternatives) as `token_id:<id>` instead of its text, so
     tokens whose text is not valid UTF-8, or equal to another's, stay apart."""
+    return_token_ids: bool = False
+    """vLLM: each choice also carries `token_ids`, the ids of the tokens generated (an end-of-sequence or stop
+    token included, as usage.completion_tokens counts them); in a stream, each chunk the ids of the tokens it
+    delivers, so the chunks' ids add up to the whole answer's."""
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20)
     """vLLM: also return every prompt token's log-probability and vocabulary rank, with this many likeliest
     alternatives at each position (0: the token alone); not with stream: true."""

@@ -56,8 +56,11 @@ class PromptTokenLogprob(_Body):
     """The token's text (`token_id:<id>` with return_tokens_as_token_ids)."""
 
 
-ANSWERED_ONLY_WHEN_ASKED = {"prompt_logprobs": True, "choices": {"__all__": {"prompt_logprobs"}}}
-"""Fields a body carries only when the request asks for them (server/prompt_logprobs.py adds them)."""
+ANSWERED_ONLY_WHEN_ASKED = {"prompt_logprobs": True, "choices": {"__all__": {"prompt_logprobs", "token_ids"}}}
+"""Fields a body carries only when the request asks for them (server/prompt_logprobs.py adds prompt_logprobs;
+server/bodies.py keeps token_ids when return_token_ids asks for them)."""
+ANSWERED_WITH_TOKEN_IDS = {"prompt_logprobs": True, "choices": {"__all__": {"prompt_logprobs"}}}
+"""What a body leaves out when the request asks for return_token_ids (the choices' token_ids are kept)."""
 
 
 class CompletionChoice(_Body):
@@ -71,6 +74,10 @@ class CompletionChoice(_Body):
     """`stop` (EOS or a stop string), `length` (max_tokens reached); null until the last chunk."""
     logprobs: dict[str, Any] | None = None
     """{tokens, token_logprobs, top_logprobs, text_offset} when asked for."""
+    token_ids: list[int] | None = None
+    """vLLM: the ids of the tokens generated, an end-of-sequence or stop token included (as many as
+    usage.completion_tokens counts); in a stream chunk, the ids of the tokens it delivers. Only when the request
+    asks for return_token_ids."""
     prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
     """vLLM: per prompt token (null for the first), {token id: its logprob, rank and text}, the prompt's own
     token first, then the likeliest alternatives; only when the request asks for prompt_logprobs."""
@@ -140,6 +147,9 @@ class ChatChoice(_Body):
     """`stop`, `length`, or `tool_calls` (the model called tools under tool_choice auto or required)."""
     logprobs: dict[str, Any] | None = None
     """{content: [{token, logprob, bytes, top_logprobs}]} when asked for."""
+    token_ids: list[int] | None = None
+    """vLLM: the ids of the tokens generated, an end-of-sequence or stop token included (as many as
+    usage.completion_tokens counts). Only when the request asks for return_token_ids."""
 
 
 class ChatCompletionResponse(_Body):
@@ -201,6 +211,9 @@ class ChatChunkChoice(_Body):
     """Set in the last content chunk."""
     logprobs: dict[str, Any] | None = None
     """Log-probabilities of this chunk's tokens when asked for."""
+    token_ids: list[int] | None = None
+    """vLLM: the ids of the tokens this chunk delivers (the chunks' ids add up to every token generated, as
+    usage.completion_tokens counts them). Only when the request asks for return_token_ids."""
 
 
 class ChatCompletionChunk(_Body):

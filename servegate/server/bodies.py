@@ -12,6 +12,7 @@ from typing import Any
 from servegate.contracts import logprob_bodies
 from servegate.contracts.responses import (
     ANSWERED_ONLY_WHEN_ASKED,
+    ANSWERED_WITH_TOKEN_IDS,
     AssistantMessage,
     CalledFunctionBody,
     ChatChoice,
@@ -101,7 +102,15 @@ Choice = tuple[FinishEvent, Sequence[str]]
 class BodyBuilder:
     """Builds the bodies of one request (same id, time and fingerprint in every chunk)."""
 
-    def __init__(self, request_id: str, model: str, fingerprint: str, n: int = 1, tools: ToolUse | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        fingerprint: str,
+        n: int = 1,
+        tools: ToolUse | None = None,
+        token_ids: bool = False,
+    ) -> None:
         self.id = request_id
         self.model = model
         self.created = int(time.time())
@@ -112,6 +121,8 @@ class BodyBuilder:
         """`hit`, `miss` or `partial` once known; None when no response cache is declared."""
         self.tools = tools
         """What a chat answer is read for (None: plain text)."""
+        self.token_ids = token_ids
+        """Each choice carries its token ids (vLLM's return_token_ids)."""
 
     def completion(self, choices: Sequence[Choice]) -> dict[str, Any]:
         """The whole non-streamed completion, one choice per engine request, in index order."""
@@ -121,6 +132,7 @@ class BodyBuilder:
                 text=event.text,
                 finish_reason=finish_reason(event),
                 logprobs=completion_logprobs(event, tokens),
+                token_ids=self.ids(event.token_ids),
             )
             for i, (event, tokens) in enumerate(choices)
         ]
@@ -138,7 +150,8 @@ class BodyBuilder:
                 message = AssistantMessage(content=reading.content, tool_calls=calls or None)
             reason = finish_reason(event, reading, self.tools)
             logprobs = chat_logprobs(event, tokens)
-            bodies.append(ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs))
+            ids = self.ids(event.token_ids)
+            bodies.append(ChatChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs, token_ids=ids))
         usage = usage_body(total_usage([event.usage for event, _ in choices], self.n))
         body = self._dump(ChatCompletionResponse(**self._head(), choices=bodies, usage=usage))
         for choice in body["choices"]:
@@ -165,11 +178,22 @@ class BodyBuilder:
         functions = _functions(reading)
         return [ToolCallDelta(index=k, id=self.call_id(choice, k), function=f) for k, f in enumerate(functions)]
 
+    def ids(self, token_ids: Sequence[int]) -> list[int] | None:
+        """A choice's (or a chunk's) `token_ids` as the body carries them: None unless return_token_ids asks."""
+        return [int(t) for t in token_ids] if self.token_ids else None
+
     def completion_chunk(
-        self, text: str, reason: FinishReason | None = None, index: int = 0, logprobs: dict[str, Any] | None = None
+        self,
+        text: str,
+        reason: FinishReason | None = None,
+        index: int = 0,
+        logprobs: dict[str, Any] | None = None,
+        token_ids: Sequence[int] = (),
     ) -> dict[str, Any]:
-        """One streamed completion chunk of choice `index` (with its tokens' logprobs object when asked for)."""
-        choice = CompletionChoice(index=index, text=text, finish_reason=reason, logprobs=logprobs)
+        """One streamed completion chunk of choice `index` (with its tokens' logprobs object when asked for, and
+        the ids of the tokens it delivers when return_token_ids asks)."""
+        ids = self.ids(token_ids)
+        choice = CompletionChoice(index=index, text=text, finish_reason=reason, logprobs=logprobs, token_ids=ids)
         return self._dump(CompletionResponse(**self._head(), choices=[choice]))
 
     def chat_chunk(
@@ -178,9 +202,12 @@ class BodyBuilder:
         reason: FinishReason | None = None,
         index: int = 0,
         logprobs: dict[str, Any] | None = None,
+        token_ids: Sequence[int] = (),
     ) -> dict[str, Any]:
-        """One streamed chat chunk of choice `index` (with its tokens' logprobs object when asked for)."""
-        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=reason, logprobs=logprobs)
+        """One streamed chat chunk of choice `index` (with its tokens' logprobs object when asked for, and the ids
+        of the tokens it delivers when return_token_ids asks)."""
+        ids = self.ids(token_ids)
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=reason, logprobs=logprobs, token_ids=ids)
         body = self._dump(ChatCompletionChunk(**self._head(), choices=[choice]))
         body["choices"][0]["delta"] = delta.model_dump(mode="json", exclude_none=True)  # OpenAI omits unset keys
         return body
@@ -199,9 +226,9 @@ class BodyBuilder:
             "response_cache": self.cache,
         }
 
-    @staticmethod
-    def _dump(body: Any) -> dict[str, Any]:
-        return body.model_dump(mode="json", exclude=ANSWERED_ONLY_WHEN_ASKED)
+    def _dump(self, body: Any) -> dict[str, Any]:
+        left_out = ANSWERED_WITH_TOKEN_IDS if self.token_ids else ANSWERED_ONLY_WHEN_ASKED
+        return body.model_dump(mode="json", exclude=left_out)
 
 
 def _functions(reading: ToolReading) -> list[CalledFunctionBody]:

@@ -68,6 +68,8 @@ async def echo_completion(
     for index, (request, prompt, finish, tokens) in enumerate(zip(requests, scored, finishes, generated, strict=True)):
         assert isinstance(prompt, PromptLogprobs)
         choice, usage = _choice(index, request, prompt, finish, tokens, tokenizer, parsed.logprobs)
+        if builder.token_ids:  # the generated tokens only, as vLLM answers return_token_ids with echo
+            choice["token_ids"] = builder.ids(finish.token_ids if finish is not None else ())
         choices.append(choice)
         usages.append(usage)
     body = builder.completion([])

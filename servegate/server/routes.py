@@ -97,7 +97,9 @@ async def _generate(request: Request, endpoint: Endpoint) -> Response:
     request_id = state.new_request_id(_ID_PREFIX[endpoint])
     generations = engine_requests(state.served, parsed, request_id, tenant, arrival_time=time.monotonic())
     tools = generations[0].params.tool_use if generations else None
-    builder = BodyBuilder(request_id, state.served.name, state.served.fingerprint, n=parsed.n, tools=tools)
+    builder = BodyBuilder(
+        request_id, state.served.name, state.served.fingerprint, parsed.n, tools, token_ids=parsed.return_token_ids
+    )
     ignored = _ignored_header(parsed)
     if parsed.prompt_logprobs is not None:
         check_prompt_logprobs(state)

@@ -4,7 +4,9 @@ Each choice (prompt x n) is its own engine request; their chunks interleave, eac
 The response starts only once every choice's first event is in, so a request refused before generating (overload,
 input too long, queue deadline) still gets its proper HTTP status. An error after that arrives as one
 `data: {"error": ...}` event (OpenAI clients raise it), then `[DONE]`. The streamed text always adds up
-to the FinishEvent's text, so a stream and a non-streamed request with the same seed say the same thing.
+to the FinishEvent's text, so a stream and a non-streamed request with the same seed say the same thing; with
+vLLM's `return_token_ids`, each chunk carries the ids of the tokens it delivers and a token without a chunk of
+its own (EOS, text held back) rides with the last, so the ids too add up to the FinishEvent's.
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ async def _pump(index: int, run: EngineRun, queue: asyncio.Queue[tuple[int, Even
 
 
 def _finish_chunks(
-    run: EngineRun, event: FinishEvent, streamed: str, builder: BodyBuilder, chat: bool, index: int
+    run: EngineRun, event: FinishEvent, streamed: str, builder: BodyBuilder, chat: bool, index: int, ids: list[int]
 ) -> list[dict[str, Any]]:
-    """The last chunks of a choice: the text held back so far, its tool calls (each whole), and the reason."""
+    """The last chunks of a choice: the text held back so far, its tool calls (each whole), and the reason; the
+    first of them carries `ids`, the tokens no earlier chunk delivered."""
     reading = builder.reading(event) if chat else None
     content = event.text if reading is None else reading.content or ""
     # The engine may hold back text that could start a stop string (or a tool call): send what is left.
@@ -62,12 +65,23 @@ def _finish_chunks(
         log.warning("request %s: streamed text and final text differ", run.request.id)
     reason = finish_reason(event, reading, builder.tools)
     if not chat:
-        return [builder.completion_chunk(rest, reason, index)]
+        return [builder.completion_chunk(rest, reason, index, token_ids=ids)]
     if reading is None or not reading.calls:
-        return [builder.chat_chunk(ChatDelta(content=rest or None), reason, index)]
-    chunks = [builder.chat_chunk(ChatDelta(content=rest), index=index)] if rest else []
+        return [builder.chat_chunk(ChatDelta(content=rest or None), reason, index, token_ids=ids)]
+    chunks = [builder.chat_chunk(ChatDelta(content=rest), index=index, token_ids=ids)] if rest else []
     calls = ChatDelta(tool_calls=builder.tool_call_deltas(reading, index))
-    return [*chunks, builder.chat_chunk(calls, reason, index)]
+    return [*chunks, builder.chat_chunk(calls, reason, index, token_ids=() if rest else ids)]
+
+
+def _unsent_ids(run: EngineRun, event: FinishEvent, sent: list[int], pending: list[int]) -> list[int]:
+    """The ids of a choice's tokens no chunk delivered yet. The final ids decide (usage.completion_tokens counts
+    them): those past the ones sent, so the chunks' ids add up to them. An end-of-sequence token, or a token whose
+    text is held back (a stop string, a tool call), has no chunk of its own and arrives here."""
+    final = [int(t) for t in event.token_ids]
+    if final[: len(sent)] == sent:
+        return final[len(sent) :]
+    log.warning("request %s: streamed token ids and final token ids differ", run.request.id)
+    return pending
 
 
 def _chunk_logprobs(
@@ -103,6 +117,8 @@ async def _chunks(
     streamed = [""] * len(runs)
     raw = [""] * len(runs)
     offsets = [0] * len(runs)
+    sent: list[list[int]] = [[] for _ in runs]  # ids the choice's chunks delivered (return_token_ids)
+    pending: list[list[int]] = [[] for _ in runs]  # ids generated since its last chunk
     usages: list[Usage] = []
     finished = 0
     try:
@@ -116,19 +132,23 @@ async def _chunks(
                 break
             if isinstance(event, TokenEvent):
                 logprobs, offsets[index] = _chunk_logprobs(state, event, chat, offsets[index])
+                pending[index].extend(int(t) for t in event.token_ids)
                 raw[index] += event.text
                 # Under tools, text that is (or may begin) a call is held back for the last chunks.
                 content = streamable_content(builder.tools, raw[index]) if chat else raw[index]
                 text = content[len(streamed[index]) :]
                 if text or logprobs is not None:  # a token without text (EOS) still has its logprob
                     streamed[index] = content
+                    ids, pending[index] = pending[index], []
+                    sent[index].extend(ids)
                     if chat:
                         delta = ChatDelta(content=text)
-                        yield sse(builder.chat_chunk(delta, index=index, logprobs=logprobs))
+                        yield sse(builder.chat_chunk(delta, index=index, logprobs=logprobs, token_ids=ids))
                     else:
-                        yield sse(builder.completion_chunk(text, index=index, logprobs=logprobs))
+                        yield sse(builder.completion_chunk(text, index=index, logprobs=logprobs, token_ids=ids))
                 continue
-            for chunk in _finish_chunks(runs[index], event, streamed[index], builder, chat, index):
+            rest = _unsent_ids(runs[index], event, sent[index], pending[index]) if builder.token_ids else []
+            for chunk in _finish_chunks(runs[index], event, streamed[index], builder, chat, index, rest):
                 yield sse(chunk)
             runs[index].record(endpoint, event)
             usages.append(event.usage)

@@ -58,6 +58,10 @@ class BatchingMeasurements(Measurements):
     token_source: str = "engine"
     """Where the candidate's output tokens came from (engine, remote, logprobs, tokenizer; several joined by
     ', '); with `tokenizer` the texts alone decide equality."""
+    numerical_ties: int = 0
+    """Mismatches whose first differing token the unbatched reference ranks within the tie limit of its own
+    choice (float rounding that depends on the batch's size, gates/checks/batching_ties.py): a warning, not a
+    failure (outputs)."""
 
 
 class CachingMeasurements(Measurements):

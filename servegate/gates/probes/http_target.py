@@ -58,7 +58,7 @@ class Answer:
     chunks: tuple[str, ...] = ()
     """The text of every streamed chunk that carried some, in order (empty for a non-streamed answer)."""
     token_ids: tuple[int, ...] | None = None
-    """Token ids as the server sent them (vLLM's `return_token_ids`), else None."""
+    """Token ids as the server sent them (vLLM's and servegate's `return_token_ids`), else None."""
     finish_reasons: tuple[str, ...] = ()
     """Every finish_reason the answer carried: one for a well-formed answer."""
     text_after_finish: bool = False
@@ -181,12 +181,14 @@ class HttpTarget:
 
     def body(self, prompt: str, max_tokens: int, stream: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """The completions request for a prompt: text to servegate's app, contract-made token ids to a remote;
-        `extra`: more fields, the same to either (e.g. `structured_outputs`)."""
+        `extra`: more fields, the same to either (e.g. `structured_outputs`). servegate's app and vLLM are asked
+        for the generated token ids (`return_token_ids`), so tokens are counted, never re-tokenized text."""
         common = {"max_tokens": max_tokens, "temperature": 0.0, "stream": stream, **(extra or {})}
         if stream:
             common["stream_options"] = {"include_usage": True}
         if self._remote is None:
-            return {"model": self.served.name, "prompt": prompt, **common, **tenant_fields(self.served)}
+            fields = {"return_token_ids": True, **common, **tenant_fields(self.served)}
+            return {"model": self.served.name, "prompt": prompt, **fields}
         from servegate.runtime.contract_layer import admit
 
         request = GenerationRequest(id="load", prompt=prompt, params=SamplingParams(max_tokens=max_tokens))

@@ -6,9 +6,12 @@ first chunk is a prefix of the twin's text); exactly one finish_reason, with no 
 end of sequence); `usage.completion_tokens` equals the tokens received; and no answer has more tokens
 than its `max_tokens`.
 
-Tokens received are the ids the server sent when it sends them (vLLM's `return_token_ids`), else the text
-counted by the manifest's tokenizer. An answer that ended on "stop" may count one token more than its
-text (the end-of-sequence token is generated but never text) plus the tokens of a stop string it cut.
+Tokens received are the ids the server sent when it sends them (`return_token_ids`: vLLM, and servegate's own
+server, which HttpTarget asks for them), and then usage must count exactly as many: the ids are every token
+generated, an end-of-sequence or stop token included. Otherwise the text is counted by the manifest's tokenizer,
+which is only an estimate (re-tokenizing generated text need not give back the tokens generated: a real BPE
+model's runs of whitespace re-tokenize into fewer), and an answer that ended on "stop" may count one token more
+than its text (the end-of-sequence token is generated but never text) plus the tokens of a stop string it cut.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ def check_answer(label: str, answer: Answer, count: Counter, stop_slack: int, fi
     received = count(answer)
     reported = answer.completion_tokens
     ended_on_stop = answer.finish_reasons[-1:] == ("stop",)
-    slack = (1 + stop_slack) if ended_on_stop else 0
+    # ids are every token generated; re-tokenized text lacks the end of sequence and a cut stop string
+    slack = (1 + stop_slack) if ended_on_stop and answer.token_ids is None else 0
     if reported is None or not received <= reported <= received + slack:
         findings.add("usage", f"{label}: usage.completion_tokens is {reported}, the {kind} carried {received} "
                               "token(s)")  # fmt: skip

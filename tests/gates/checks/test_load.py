@@ -29,6 +29,7 @@ def test_the_safe_engine_passes_with_every_sample_item_compared(load: Callable[.
     assert m.concurrency == 8 and m.concurrency_from == "batching.max_batch_size"
     assert m.quality.comparison == "token-exact" and m.quality.items == 18
     assert m.streaming.streams == 18 and m.streaming.answers == m.requests == 54
+    assert m.streaming.token_count == "token ids"
     assert m.target == "servegate's server (in process)"
 
 

@@ -64,6 +64,7 @@ def test_the_reference_runtime_holds_under_load() -> None:
     m = result.measurements
     assert m.concurrency == 4 and m.quality.items == 12 and m.streaming.streams == 12
     assert m.streaming.usage_miscounts == 0 and m.streaming.max_tokens_exceeded == 0
+    assert m.streaming.token_count == "token ids"  # servegate's app answers return_token_ids: nothing re-tokenized
 
 
 def test_a_reference_engine_that_changes_answers_in_a_shared_batch_fails() -> None:
