@@ -107,7 +107,9 @@ class BatchingGate(Gate):
         compared = 0
         for label, batches in layouts:
             for batch in batches:
-                for i, result in zip(batch, generate(engine, [requests[i] for i in batch]), strict=True):
+                with ctx.split.phase("candidate outputs"):
+                    results = generate(engine, [requests[i] for i in batch])
+                for i, result in zip(batch, results, strict=True):
                     got = ItemOutput.from_result(requests[i].id, result)
                     compared += 1
                     seen.append(got)
