@@ -32,6 +32,9 @@ class QualityUnderLoad(ReportRecord):
     """Sample items that answered alone but were refused under load (items)."""
     tests: tuple[SuitePairedTest, ...] = ()
     """The paired tests when the comparison is paired."""
+    numerical_ties: int = 0
+    """Items that differed only from a numerical tie on (token-exact comparison; gates/checks/batching_ties.py):
+    not counted in mismatches, a warning (items)."""
 
 
 class StreamingUnderLoad(ReportRecord):

@@ -96,3 +96,33 @@ def test_an_answer_over_max_output_bytes_fails_the_contract_gate(load: Callable[
     over = gate_result(check(with_schema(load("base.yaml"), max_output_bytes=8), gates=("contract",)), "contract")
     assert over.verdict == "fail" and "over postprocess.max_output_bytes 8" in over.reason
     assert all(p.bytes_max == 14 for p in over.measurements.structured_under_load.phases)
+
+
+def test_items_that_differ_only_from_a_numerical_tie_on_warn_and_are_counted_apart(
+    load: Callable[..., ServedModel], check: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate hands each token-exact mismatch, with the server's token ids, to the tie judgement (batching_ties):
+    judged ties leave the mismatches for `numerical_ties` and the gate warns; the same run judged otherwise fails."""
+    from servegate.gates.checks import batching_ties
+
+    judged: list[Any] = []
+
+    def all_ties(ctx: Any, reference: ServedModel, mismatched: Any) -> list[batching_ties.Divergence]:
+        judged.extend(mismatched)
+        return [batching_ties.Divergence(r.id, 0, 1e-5) for r, _, _ in mismatched]
+
+    monkeypatch.setattr(batching_ties, "judge_divergences", all_ties)
+    result = run_load(check, load("base.yaml"), Faults(shared_batch_bug=True))
+    quality = result.measurements.quality
+    # this fault also breaks the streams (the gate still fails for that), but no longer for the outputs
+    assert result.verdict == "fail" and "outputs change under load" not in result.reason, result.reason
+    assert quality.mismatches == 0 and quality.numerical_ties == len(judged) > 0
+    request, rest, under_load = judged[0]
+    assert request.params.temperature == 0.0 and rest.token_ids and rest.token_ids != under_load.token_ids
+    # with the streams whole, ties alone warn
+    from servegate.gates.checks.load import LoadGate
+
+    m = result.measurements
+    whole = m.model_copy(update={"streaming": m.streaming.model_copy(update={"twin_mismatches": 0})})
+    verdict = LoadGate()._verdict(whole, [None] * quality.items, [], None, [], [])  # type: ignore[list-item]
+    assert verdict.verdict == "warn" and "differ only from a numerical tie on" in verdict.reason, verdict.reason
