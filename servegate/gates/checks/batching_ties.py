@@ -74,7 +74,8 @@ def judge_divergences(
     """For each (request, unbatched output, batched output) that differ, in order: where they part (-1: not in
     their tokens) and the reference's margin there, measured by running the request alone on `reference` with
     log-probabilities (None where it cannot be judged: see _judgeable and _margin)."""
-    judged = [k for k, (_, a, b) in enumerate(mismatched) if _judgeable(reference, a, b)]
+    parts = [first_difference(alone.token_ids, batched.token_ids) for _, alone, batched in mismatched]
+    judged = [k for k, (_, a, b) in enumerate(mismatched) if _judgeable(reference, a, b, parts[k])]
     margins: dict[int, float | None] = {}
     if judged:
         from servegate.runtime.model.weights import load_tokenizer
@@ -86,23 +87,22 @@ def judge_divergences(
         asks = [replace(r, params=replace(r.params, logprobs=True, top_logprobs=TOP_ALTERNATIVES)) for r in asks]
         for k, result in zip(judged, generate(engine, asks), strict=True):
             _, alone, batched = mismatched[k]
-            at = first_difference(alone.token_ids, batched.token_ids)
+            at = parts[k]
             assert at is not None  # _judgeable
             margins[k] = _margin(result, alone, batched, at, tokenizer)
-    out = []
-    for k, (request, alone, batched) in enumerate(mismatched):
-        at = first_difference(alone.token_ids, batched.token_ids)
-        out.append(Divergence(request.id, -1 if at is None else at, margins.get(k)))
-    return out
+    return [
+        Divergence(request.id, -1 if at is None else at, margins.get(k))
+        for k, ((request, _, _), at) in enumerate(zip(mismatched, parts, strict=True))
+    ]
 
 
-def _judgeable(reference: ServedModel, alone: ItemOutput, batched: ItemOutput) -> bool:
-    """Both answers carry the engine's own ids and part at a token both generated (not at an error or an end)."""
+def _judgeable(reference: ServedModel, alone: ItemOutput, batched: ItemOutput, at: int | None) -> bool:
+    """Both answers carry the engine's own ids and part (at `at`, their first_difference) at a token both
+    generated (not at an error or an end)."""
     if reference.runtime.remote or alone.error is not None or batched.error is not None:
         return False
     if alone.token_source != "engine" or batched.token_source != "engine":
         return False
-    at = first_difference(alone.token_ids, batched.token_ids)
     return at is not None and at < min(len(alone.token_ids), len(batched.token_ids))
 
 

@@ -30,7 +30,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.report.measurements import LoadMeasurements
 from servegate.contracts.report.probes import QualityUnderLoad, StreamingUnderLoad, SuitePairedTest
 from servegate.gates.base import Gate, GateContext
-from servegate.gates.probes.http_target import Answer, HttpTarget, load_concurrency, open_target
+from servegate.gates.probes.http_target import Answer, HttpTarget, app_completion_body, load_concurrency, open_target
 from servegate.gates.probes.stream_checks import streaming_consistency
 from servegate.gates.quality.comparison import QualityComparison, compare_runs, margin_for
 from servegate.gates.quality.statistics import exact_n_min
@@ -144,7 +144,8 @@ def _under_load(run: _LoadRun) -> dict[str, Answer]:
 
 def _ties(ctx: GateContext, served: ServedModel, sample: Sample, differ: list[Any]) -> list[bool]:
     """Per differing item, whether it differs only from a numerical tie on (gates/checks/batching_ties.py): its
-    request as servegate's server made it from the same body, rerun alone with log-probabilities. Only answers
+    request as servegate's server made it from the body the gate sent (app_completion_body), rerun alone with
+    log-probabilities. Only answers
     that both carry the server's token ids are judged; the rest stay mismatches."""
     from servegate.contracts.requests import parse_request
     from servegate.gates.checks.batching_ties import judge_divergences
@@ -154,8 +155,7 @@ def _ties(ctx: GateContext, served: ServedModel, sample: Sample, differ: list[An
     for n, (k, rest, load) in enumerate(differ):
         if rest.ok and load.ok and rest.token_ids is not None and load.token_ids is not None:
             data, item = sample[k]
-            body = {"model": served.name, "prompt": item.prompt, "max_tokens": data.suite.max_tokens,
-                    "temperature": 0.0}  # fmt: skip
+            body = app_completion_body(served, item.prompt, data.suite.max_tokens, stream=False)
             (request,) = engine_requests(served, parse_request(served, "completions", body), f"load-tie-{k}", None)
             judged.append((n, (request, _ids("rest", rest), _ids("load", load))))
     ties = [False] * len(differ)
@@ -220,8 +220,8 @@ class LoadGate(Gate):
         ]  # fmt: skip
         refused = sum(not a.ok for a in loaded.values())
         paired = None if exact else _paired(served, sample, run.rest, loaded)
-        ties = _ties(ctx, served, sample, differ) if exact else []
-        differ = [d for d, tie in zip(differ, ties or [False] * len(differ), strict=True) if not tie]
+        ties = _ties(ctx, served, sample, differ) if exact else [False] * len(differ)
+        differ = [d for d, tie in zip(differ, ties, strict=True) if not tie]
         quality = QualityUnderLoad(
             comparison="token-exact" if exact else "paired non-inferiority",
             items=len(sample),

@@ -167,6 +167,23 @@ def read_sse(body: str, max_tokens: int) -> Answer:
     )
 
 
+def _greedy_fields(max_tokens: int, stream: bool, extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields every probe completion carries: greedy, its max_tokens, streamed or not (with usage)."""
+    common = {"max_tokens": max_tokens, "temperature": 0.0, "stream": stream, **(extra or {})}
+    if stream:
+        common["stream_options"] = {"include_usage": True}
+    return common
+
+
+def app_completion_body(
+    served: ServedModel, prompt: str, max_tokens: int, stream: bool, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The completions body a probe sends servegate's own app for a text prompt (HttpTarget.body): greedy, with the
+    manifest's tenant fields, asking for the generated token ids (`return_token_ids`)."""
+    fields = {"return_token_ids": True, **_greedy_fields(max_tokens, stream, extra), **tenant_fields(served)}
+    return {"model": served.name, "prompt": prompt, **fields}
+
+
 class HttpTarget:
     """Sends greedy completions to the served model and reads the answers (use `open_target`)."""
 
@@ -183,12 +200,9 @@ class HttpTarget:
         """The completions request for a prompt: text to servegate's app, contract-made token ids to a remote;
         `extra`: more fields, the same to either (e.g. `structured_outputs`). servegate's app and vLLM are asked
         for the generated token ids (`return_token_ids`), so tokens are counted, never re-tokenized text."""
-        common = {"max_tokens": max_tokens, "temperature": 0.0, "stream": stream, **(extra or {})}
-        if stream:
-            common["stream_options"] = {"include_usage": True}
         if self._remote is None:
-            fields = {"return_token_ids": True, **common, **tenant_fields(self.served)}
-            return {"model": self.served.name, "prompt": prompt, **fields}
+            return app_completion_body(self.served, prompt, max_tokens, stream, extra)
+        common = _greedy_fields(max_tokens, stream, extra)
         from servegate.runtime.contract_layer import admit
 
         request = GenerationRequest(id="load", prompt=prompt, params=SamplingParams(max_tokens=max_tokens))
