@@ -99,7 +99,8 @@ def profile_and_save(
         f"request admitted during a step, {1000 * o.completion_s:.3f} ms per request answered by the "
         f"step before, admission delayed {1000 * o.admission_delay_per_running_s:.3f} ms per running sequence; "
         f"steps {100 * o.load_slowdown_per_rps:.3f}% slower per request/s sent; "
-        f"{1000 * o.serving_work_s:.2f} ms of the engine's CPU per request's serving"
+        f"under load {1000 * o.serving_work_s:.2f} ms more of the machine per request"
+        + (f" (served at most {o.capacity_rps:.3g} requests/s)" if o.capacity_rps else "")
     )
     steps = model.steps.as_dict()
     console.print("coefficients (seconds per unit): " + ", ".join(f"{k}={v:.3g}" for k, v in steps.items()))

@@ -133,7 +133,8 @@ def test_the_knee_search_brackets_the_engines_knee_from_a_wrong_prediction(tmp_p
 
 @pytest.mark.slow
 def test_a_model_too_fast_is_fitted_to_the_measured_pace_past_the_knee(tmp_path: Path) -> None:
-    """The step fit 4x too fast: a per-request cost is fitted until the simulated capacity is the measured one."""
+    """The step fit 4x too fast: the machine's time per request is fitted until the simulated capacity is the
+    measured pace past the knee."""
     from servegate.capacity.latency.blackbox import fit_to_knee
     from servegate.capacity.latency.prediction import saturation_throughput
     from servegate.capacity.latency.terms import StepCost
@@ -146,11 +147,13 @@ def test_a_model_too_fast_is_fitted_to_the_measured_pace_past_the_knee(tmp_path:
     assert served.capacity.workload is not None
     setup = engine_setup(served)
     fitted, knee = fit_to_knee(wrong, sweep, setup, served.capacity.workload)
-    assert knee.measured_capacity_rps is not None and knee.serving_work_s > 0 and knee.arrival_s == 0
+    assert knee.measured_capacity_rps is not None and knee.arrival_s == 0
+    assert 0 < knee.serving_work_s < 1.0 / knee.measured_capacity_rps
+    assert fitted.overheads.capacity_rps == knee.measured_capacity_rps
     assert saturation_throughput(setup, fitted, served.capacity.workload) == pytest.approx(
-        knee.measured_capacity_rps, rel=0.1)  # fmt: skip
+        knee.measured_capacity_rps, rel=0.05)  # fmt: skip
     assert fitted.steps == wrong.steps  # lone requests and bursts keep what the step fit read
-    assert "of the engine's CPU, fitted so the simulated capacity matches" in knee.lines()[1]
+    assert "ms of the machine, which the requests served share" in knee.lines()[1]
 
 
 def test_a_sweep_without_a_bracket_says_the_knee_is_an_extrapolation() -> None:
@@ -168,6 +171,18 @@ def test_a_sweep_without_a_bracket_says_the_knee_is_an_extrapolation() -> None:
     assert inside.lines()[0].endswith("predicted capacity 10 requests/s, within the measured bracket")
     assert inside.position(9.5) == "within the measured bracket" and inside.capacity_spread() == 0.0
     assert inside.position(12.0) == "an extrapolation beyond what was measured"
+
+
+def test_the_capacity_is_read_only_off_runs_near_the_knee() -> None:
+    """A run far past the knee forms batches no load near it does: its pace is not the capacity's."""
+
+    def missed(r: float, pace: float) -> KneeRate:
+        return KneeRate(r, 20, pace, 900.0, 800.0, 300.0, 250.0, False, pace, r)
+
+    rates = (missed(428.0, 98.9), missed(214.0, 42.7), missed(107.0, 44.1), missed(53.5, 40.8), missed(53.5, 38.5))
+    knee = KneeSweep(428.0, 45.0, rates, 53.5)
+    assert knee.saturated_rps() == [44.1, 40.8, 38.5]  # within 2.5 x 53.5 requests/s
+    assert knee.capacity_spread() == pytest.approx(0.068, abs=0.001)
 
 
 def test_a_run_short_against_its_latency_still_counts_as_kept_up() -> None:

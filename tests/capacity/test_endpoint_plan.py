@@ -139,6 +139,8 @@ def test_a_capacity_bound_interval_is_never_of_zero_width_and_widens_with_the_me
     assert wide.rate_rps == pytest.approx(bare.rate_rps) and wide.measured_spread == pytest.approx(spread)
     # 90% of a normal error of `spread`: at least 1.64 x spread either side
     assert wide.low_rps <= wide.rate_rps * (1 - 1.64 * spread) and wide.high_rps >= wide.rate_rps * (1 + 1.64 * spread)
+    assert wide.binding == "throughput"  # a measured capacity: its paces' spread alone, not the seeds' on top
+    assert wide.low_rps == pytest.approx(wide.rate_rps * (1 - 1.6449 * spread), rel=1e-3)
 
 
 def test_replicas_for_a_trace_with_a_peak(tmp_path: Path, model_dir: Path) -> None:

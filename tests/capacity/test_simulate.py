@@ -137,20 +137,26 @@ def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
     )
 
 
-def test_serving_work_takes_its_share_of_the_cores_from_the_steps_and_not_from_the_overheads() -> None:
+def test_serving_work_stretches_every_part_of_a_request_by_the_share_the_requests_served_hold() -> None:
     shared = with_overheads(serving_work_s=0.025)
-    # one request sent at 0 and one at 0.5 s: the first one's steps see 1 send in the second before (1 request/s,
-    # a 2.5% share: 1 / 0.975 as long); the second's see 2 (5%: 1 / 0.95); the 5 ms before the scheduler and the
-    # 1 ms after the last token are the serving processes' own and stay as they are
-    specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.5)]
-    a, b = simulate(setup("none"), shared, specs, jitter=False).records
-    plain_a, plain_b = simulate(setup("none"), MODEL, specs, jitter=False).records
-    assert a.ttft == pytest.approx(0.005 + 0.020 / 0.975)
-    assert a.e2el == pytest.approx(0.005 + (0.020 + 3 * 0.012) / 0.975 + 0.001)
-    assert b.e2el == pytest.approx(0.005 + (0.020 + 3 * 0.012) / 0.95 + 0.001)
-    assert [plain_a.e2el, plain_b.e2el] == pytest.approx([0.062, 0.062])
-    # a stream at 40 requests/s holds all but the cap (95%) of the cores: steps take 20x as long, not forever
-    assert ServingOverheads(serving_work_s=0.025).stretch(40.0) == pytest.approx(20.0)
+    # lone, each request takes 5 ms to the scheduler, a 20 ms prefill, 3 decodes of 12 ms and 1 ms after its last
+    # token. Sent at 0, 0.1 and 0.2 s they never overlap; each part is stretched by the requests that ended in the
+    # engine in the 0.25 s before it starts, 4 requests/s each (a 10% share of the machine per request)
+    specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.1), RequestSpec(10, 4, 0.2)]
+    a, b, c = simulate(setup("none"), shared, specs, jitter=False).records
+    assert a.e2el == pytest.approx(0.061 + 0.001 / 0.9)  # only its own end precedes its way out
+    assert b.ttft == pytest.approx((0.005 + 0.020) / 0.9)  # a's end, at 0.061 s
+    assert b.e2el == pytest.approx(0.061 / 0.9 + 0.001 / 0.8)
+    assert c.e2el == pytest.approx(0.061 / 0.8 + 0.001 / 0.7)  # a's and b's ends, then its own too
+    plain = simulate(setup("none"), MODEL, specs, jitter=False).records
+    assert [r.e2el for r in plain] == pytest.approx([0.062] * 3)
+    # the served rate is read at most at the measured capacity: 6 requests/s here, a 15% share
+    capped = with_overheads(serving_work_s=0.025, capacity_rps=6.0)
+    c_capped = simulate(setup("none"), capped, specs, jitter=False).records[2]
+    assert c_capped.ttft == pytest.approx((0.005 + 0.020) / 0.85)
+    # a rate of 40 requests/s holds all but the cap (99%) of the machine: parts take 100x as long, not forever
+    assert ServingOverheads(serving_work_s=0.025).stretch(40.0) == pytest.approx(100.0)
+    assert ServingOverheads(serving_work_s=0.025, capacity_rps=30.0).stretch(40.0) == pytest.approx(4.0)
     assert ServingOverheads().stretch(40.0) == 1.0
 
 

@@ -210,6 +210,8 @@ def fit_blackbox(ttft: Sequence[TtftPoint], itl: Sequence[ItlPoint], endpoint: s
     )
     model = LatencyModel(steps, overheads)
     ratios = [g / model.decode_time(pt.batch, round(pt.context)) for pt in itl for g in pt.gaps]
+    # a plain coefficient of variation, not a robust one: seen from outside, a quarter of the gaps are tokens
+    # that came in one chunk with the one before (0.01 ms), so the body of the gaps is no step's either
     jitter = StepJitter(spread=float(np.std(ratios) / max(np.mean(ratios), 1e-9)))
     itl_err = [abs(model.decode_time(pt.batch, round(pt.context)) - pt.itl_s) / pt.itl_s for pt in itl]
     ttft_err = [abs(overheads.request_s + model.prefill_time(pt.prompt_tokens) - pt.ttft_s) / pt.ttft_s for pt in ttft]
@@ -305,34 +307,43 @@ async def knee_sweep(
     return KneeSweep(capacity, kept, tuple(rows), missed)
 
 
-KNEE_FIT_ROUNDS = 8
-"""Newton-like rounds of fit_to_knee (each one simulation of the capacity, a fraction of a second): on the
-quickstart's vLLM profile 3 rounds left the simulated capacity 7% above the measured one, 8 within 0.2%."""
+KNEE_FIT_BISECTIONS = 14
+"""Halvings of fit_to_knee's bracket on serving_work_s, [0, 1 / capacity]: to within 1 / 16,000 of it (each one
+simulation of the capacity, a fraction of a second)."""
 
 
 def fit_to_knee(
     model: LatencyModel, knee: KneeSweep, setup: SimSetup, workload: Workload
 ) -> tuple[LatencyModel, KneeSweep]:
-    """The model with a per-request serving work (`serving_work_s`, CPU seconds each request's HTTP, tokenizer and
-    streaming work takes on the engine's cores) such that its simulated capacity matches the engine's measured
-    pace past the knee. Lone requests and bursts, which the step fit read, show none of it; under a steady stream
-    that work shares the CPU with the engine (on vLLM's CPU build the API server, the engine core and the worker
-    share the cores with servegate's gateway), so at a send rate r the engine and every request's own overheads
-    run on the 1 - r x serving_work_s left (ServingOverheads.stretch). That is also what makes a request slower
-    at half the capacity than alone. 1 / capacity grows by about that work, so each round adds the gap between
-    1 / measured and 1 / simulated; never below 0 (a faster engine than predicted keeps the fit as it is)."""
+    """The model with the machine's time per request that lone requests and bursts do not show (`serving_work_s`)
+    and the capacity it was read at, C, the engine's measured pace past the knee. Under a steady stream the client,
+    the HTTP server, tokenization, streaming and the engine share the cores, so at r requests/s served every part
+    of a request takes 1 / (1 - r x serving_work_s) as long (processor sharing, ServingOverheads.stretch), which is
+    also what makes a request slower at half the capacity than alone. The work is bisected in [0, 1 / C] until
+    the simulated capacity is C (it falls as the work grows); 0 when the steps alone keep no more than C (the engine
+    is the bottleneck, and the simulated queue already holds it)."""
     from servegate.capacity.latency.prediction import saturation_throughput
 
     paces = knee.saturated_rps()
     if len(paces) < 2:
         return model, knee
     measured = statistics.median(paces)
-    fitted, work = model, model.overheads.serving_work_s
-    for _ in range(KNEE_FIT_ROUNDS):
-        simulated = saturation_throughput(setup, fitted, workload)
-        work = max(0.0, work + 1.0 / measured - 1.0 / simulated)
-        fitted = replace(fitted, overheads=replace(fitted.overheads, serving_work_s=work))
-    return fitted, replace(knee, measured_capacity_rps=measured, serving_work_s=work)
+
+    def with_work(work: float) -> LatencyModel:
+        shared = replace(model.overheads, serving_work_s=work, capacity_rps=measured if work else 0.0)
+        return replace(model, overheads=shared)
+
+    low, high = 0.0, 1.0 / measured
+    if saturation_throughput(setup, with_work(0.0), workload) <= measured:
+        high = 0.0
+    for _ in range(KNEE_FIT_BISECTIONS if high else 0):
+        mid = (low + high) / 2
+        if saturation_throughput(setup, with_work(mid), workload) > measured:
+            low = mid
+        else:
+            high = mid
+    fitted = with_work((low + high) / 2)
+    return fitted, replace(knee, measured_capacity_rps=measured, serving_work_s=fitted.overheads.serving_work_s)
 
 
 def _bracket(rows: Sequence[KneeRate]) -> tuple[float | None, float | None]:

@@ -53,6 +53,13 @@ class KneeRate:
     """The pace of the scheduled sends, the same way: the rate the arrival process actually offered."""
 
 
+SATURATION_WINDOW = 2.5
+"""Runs past the knee count as measurements of the capacity only up to this factor above the lowest rate missed.
+Far past it the pace is another machine's: on vLLM's CPU build the sweep's first run, at 10x the capacity, answered
+98.9 requests/s where the runs near the knee answered 38.5-44.1 (a backlog of hundreds of requests batches more
+than any load near the knee), and the capacity's interval, built on their spread, went down to 0."""
+
+
 @dataclass(frozen=True)
 class KneeSweep:
     """The open-loop rate search around the capacity the fitted model predicts (blackbox.knee_sweep)."""
@@ -70,8 +77,9 @@ class KneeSweep:
     """Seconds each request sent during a step was found to add to it: what profiles before serving_work_s
     fitted to the knee (kept so they load as they were fitted); 0 in newer ones."""
     serving_work_s: float = 0.0
-    """CPU seconds of serving work per request, fitted so that the simulated capacity matches
-    measured_capacity_rps (blackbox.fit_to_knee; ServingOverheads.serving_work_s); 0 when not fitted."""
+    """Seconds of the machine per request beyond what lone requests and bursts show, fitted so that the simulated
+    capacity is measured_capacity_rps (blackbox.fit_to_knee; ServingOverheads.serving_work_s); 0 when not fitted
+    or when the engine's steps explain the capacity."""
 
     @property
     def bracketed(self) -> bool:
@@ -86,11 +94,17 @@ class KneeSweep:
 
     def saturated_rps(self) -> list[float]:
         """The engine's pace at every rate whose answers fell behind the sends (not a run missed only because a
-        request failed): each is one measurement of its capacity."""
+        request failed), up to SATURATION_WINDOW times the lowest rate missed: each is one measurement of its
+        capacity near the knee."""
+        ceiling = SATURATION_WINDOW * (self.missed_rps or 0.0)
         return [
             r.completion_rps
             for r in self.rates
-            if not r.kept_up and r.completion_rps and r.sent_rps and r.completion_rps < KEPT_UP * r.sent_rps
+            if not r.kept_up
+            and r.completion_rps
+            and r.sent_rps
+            and r.completion_rps < KEPT_UP * r.sent_rps
+            and r.rate_rps <= ceiling
         ]
 
     def capacity_spread(self) -> float:
@@ -129,15 +143,19 @@ class KneeSweep:
             )
             if self.measured_capacity_rps is None:
                 return [line]
-            fitted = (
-                f"each request's serving takes {1000 * self.serving_work_s:.2f} ms of the engine's CPU"
-                if self.serving_work_s or not self.arrival_s
-                else f"each request sent during a step adds {1000 * self.arrival_s:.2f} ms to it"
-            )
+            if self.serving_work_s:
+                fitted = (
+                    f"under load each request takes a further {1000 * self.serving_work_s:.2f} ms of the machine, "
+                    "which the requests served share"
+                )
+            elif self.arrival_s:
+                fitted = f"each request sent during a step adds {1000 * self.arrival_s:.2f} ms to it, fitted"
+            else:
+                fitted = "the engine's steps explain it"
             return [
                 line,
                 f"  past the knee the engine answered {self.measured_capacity_rps:.3g} requests/s (median of "
-                f"{len(self.saturated_rps())} runs); {fitted}, fitted so the simulated capacity matches",
+                f"{len(self.saturated_rps())} runs within {SATURATION_WINDOW:g}x the rate missed); {fitted}",
             ]
         said = "kept up with every rate" if self.measured_knee_rps is not None else "kept up with none of its rates"
         return [

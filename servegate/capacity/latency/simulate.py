@@ -12,9 +12,9 @@ way out, a request's tokens reach the client its measured first-token way out af
 response ends its measured final way out after it ended in the engine); a step running while requests are sent to the
 server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
 requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
-slower per request/s sent in the LOAD_WINDOW_S before it, and 1 / (1 - r x `overheads.serving_work_s`) as long at
-a send rate r over the SHARE_WINDOW_S before (serving work holding a share of the engine's cores) (terms.py). The
-failure policy's queue bound and deadline
+slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). At r requests/s served over the SHARE_WINDOW_S
+before, the request overhead, every step and the finishing overhead take 1 / (1 - r x `overheads.serving_work_s`) as
+long (the requests sharing the machine, ServingOverheads.serving_work_s). The failure policy's queue bound and deadline
 apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not
 simulated (prompts are distinct).
 """
@@ -183,6 +183,8 @@ class _Simulation:
         self.result = SimResult([])
         self.sends: list[float] = []
         """Every send time so far, sorted."""
+        self.served: list[float] = []
+        """When each request that ended so far ended in the engine, in order."""
         self.record_of: dict[int, RequestRecord] = {}
         """Each sent request's record, by spec index (which is also its sequence id)."""
         self.arrivals: list[tuple[float, int, int]] = []
@@ -227,10 +229,12 @@ class _Simulation:
     def close(self, seq: Seq, now: float, error: str | None = None) -> None:
         """A request the scheduler holds ends: finished (its response ends `finish_s` later) or failed."""
         self.answered += 1
+        self.served.append(now)
         self.scheduler.finish(seq)
         record = self.record_of[seq.seq_id]
         record.error = error
-        record.end = now + self.out_delay(seq.seq_id, 1, self.model.overheads.finish_s if error is None else 0.0)
+        finish = self.model.overheads.finish_s * self.stretch(now) if error is None else 0.0
+        record.end = now + self.out_delay(seq.seq_id, 1, finish)
         self.send_next(record.end)
 
     def out_delay(self, index: int, which: int, modelled: float) -> float:
@@ -266,7 +270,7 @@ class _Simulation:
             if stage == 0:  # the server reads it after its fixed overhead and the streaming work ahead of it
                 measured = self.admission_delays[index] if self.admission_delays is not None else None
                 running = len(self.scheduler.running)
-                delay = overheads.request_s + overheads.admission_delay_per_running_s * running
+                delay = overheads.request_s * self.stretch(t) + overheads.admission_delay_per_running_s * running
                 read = t + (delay if measured is None else measured)
                 heapq.heappush(self.arrivals, (read, 1, index))
             else:
@@ -344,10 +348,12 @@ class _Simulation:
         return duration * self.stretch(now)
 
     def stretch(self, now: float) -> float:
-        """How much longer a step starting at `now` takes while serving work holds its share of the cores
-        (ServingOverheads.stretch), at the rate of the sends in the SHARE_WINDOW_S before."""
+        """How much longer a part of a request (a step, an overhead) starting at `now` takes while the requests hold
+        their share of the machine (ServingOverheads.stretch), at the rate requests were served (ended in the
+        engine) over the SHARE_WINDOW_S before: the work done, which the sends overstate past the knee (a
+        backlog holds no share of the cores) and in a closed loop's first burst."""
         if not self.model.overheads.serving_work_s:
             return 1.0
-        sends = self.sends
-        recent = bisect.bisect_right(sends, now) - bisect.bisect_left(sends, now - SHARE_WINDOW_S)
+        served = self.served
+        recent = len(served) - bisect.bisect_right(served, now - SHARE_WINDOW_S)
         return self.model.overheads.stretch(recent / SHARE_WINDOW_S)

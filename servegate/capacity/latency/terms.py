@@ -34,14 +34,16 @@ FEATURES = (
 LOAD_WINDOW_S = 0.1
 """Seconds of recent sends whose rate sets a step's load slowdown (ServingOverheads.load_slowdown_per_rps)."""
 
-SHARE_WINDOW_S = 1.0
-"""Seconds of recent sends whose rate sets the CPU share serving work takes (ServingOverheads.serving_work_s): long
-against one request's life (tens of milliseconds), so a Poisson stream's rate is read as its rate, not as the
-chance clustering of a few sends."""
+SHARE_WINDOW_S = 0.25
+"""Seconds of recently served requests whose rate sets the share of the machine they hold
+(ServingOverheads.serving_work_s): about ten requests' lives near the quickstart's knee on vLLM's CPU build, so a
+burst of them shows as the load it is. A longer one smooths the bursts away: on that profile the simulated p99 at
+half the capacity was 85.7 ms with 1 s, 92.4 ms with 0.5 s and 145.8 ms with 0.25 s, where 135-190 ms were
+measured (p50 39.1-39.5 ms with each)."""
 
-MAX_SERVING_SHARE = 0.95
-"""Most of the CPU serving work is taken to hold: past it the engine is overloaded anyway, and the stretch stays
-finite (20x)."""
+MAX_SERVING_SHARE = 0.99
+"""Most of the machine the requests are taken to hold, so the stretch stays finite (100x) where no capacity bounds
+the rate (ServingOverheads.capacity_rps)."""
 
 Chunk = tuple[int, int]
 """(new tokens, tokens already cached) of one sequence in a step."""
@@ -142,19 +144,23 @@ class ServingOverheads:
     """Seconds a request's admission is delayed per sequence running when it is sent (the server's event loop
     streams their tokens before it reads the new request)."""
     serving_work_s: float = 0.0
-    """CPU seconds each request's serving (HTTP, tokenization, streaming, in every process in front of the engine)
-    takes on the cores the engine runs on, which lone requests and bursts do not show: at a send rate of r
-    requests/s that work holds a share r x serving_work_s of the cores, and the engine's steps run on the rest, so
-    they take 1 / (1 - share) as long (`stretch`). Only the steps: the engine's threads (one per core) wait for
-    each other at every step, so serving work on any core holds the whole step up, while each single-threaded
-    serving process mostly finds a core of its own (lone-request overheads stay as measured)."""
+    """Seconds of the machine each request takes beyond what its steps and overheads show alone, once requests
+    stream in (the client, the HTTP server, tokenization and streaming share the cores with the engine): at r
+    requests/s served, the requests hold a share r x serving_work_s of the machine, and every part of a request
+    (reaching the scheduler, its steps, its way out) takes 1 / (1 - share) as long (`stretch`): processor sharing,
+    under which a request at half the capacity takes about twice as long as alone. Fitted so that the simulated
+    capacity is the one the knee search measured (blackbox.fit_to_knee)."""
+    capacity_rps: float = 0.0
+    """The most requests/s the machine serves (the knee search's measured capacity; 0: not measured): the served
+    rate the share is read at never exceeds it, as the machine's never does."""
 
     def stretch(self, rate_rps: float) -> float:
-        """How much longer steps take while requests are sent at `rate_rps` (1.0 without serving work), the share
-        capped at MAX_SERVING_SHARE."""
+        """How much longer each part of a request takes while requests are served at `rate_rps` (1.0 without
+        serving work): the rate at most capacity_rps, the share at most MAX_SERVING_SHARE."""
         if not self.serving_work_s:
             return 1.0
-        return 1.0 / (1.0 - min(MAX_SERVING_SHARE, rate_rps * self.serving_work_s))
+        rate = min(rate_rps, self.capacity_rps) if self.capacity_rps else rate_rps
+        return 1.0 / (1.0 - min(MAX_SERVING_SHARE, rate * self.serving_work_s))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingOverheads:
