@@ -193,3 +193,30 @@ def test_a_run_short_against_its_latency_still_counts_as_kept_up() -> None:
     kept = [RequestRecord(i / 19, i / 19, [i / 19 + 1.0], i / 19 + 2.0) for i in range(20)]
     behind = [RequestRecord(i / 19, i / 19, [i / 19 + 1.0], 2.0 + i / 5) for i in range(20)]
     assert kept_up_with(kept) and not kept_up_with(behind)
+
+
+def test_answers_in_bursts_from_a_growing_queue_are_not_taken_for_keeping_up() -> None:
+    """60 requests sent over 3 s (20/s), answered in two batches of 30, at 2 s and 5 s: the queue grows, however
+    the answers bunch (half of their pairs are 0 s apart, which a rank-slope pace reads as no time at all)."""
+    from servegate.capacity.bench.run_metrics import RequestRecord
+    from servegate.capacity.latency.blackbox import _paces
+
+    bursts = [RequestRecord(i / 20, i / 20, [2.0 + 3.0 * (i // 30)], 2.0 + 3.0 * (i // 30)) for i in range(60)]
+    done, sent = _paces(bursts)
+    assert sent == pytest.approx(20.0) and done is not None and done < 0.9 * sent
+    assert not kept_up_with(bursts)
+    steady = [RequestRecord(i / 20, i / 20, [i / 20 + 0.1], i / 20 + 0.1 + 0.3 * (i % 2)) for i in range(60)]
+    assert kept_up_with(steady)  # uneven latencies that do not grow
+
+
+def test_the_knee_search_starts_no_faster_than_the_lone_serving_overhead_allows() -> None:
+    from dataclasses import replace
+
+    from servegate.capacity.latency.blackbox import sweep_start
+    from servegate.capacity.latency.terms import ServingOverheads, StepCost
+
+    fast_steps = LatencyModel(StepCost(c_step=1e-4))
+    assert sweep_start(fast_steps, 1009.8) == 1009.8  # no overhead measured: the prediction
+    served = replace(fast_steps, overheads=ServingOverheads(request_s=0.0119))
+    assert sweep_start(served, 1009.8) == pytest.approx(84.0, abs=0.1)  # vLLM's API server, 11.9 ms a request
+    assert sweep_start(served, 30.0) == 30.0  # a slower engine: its own prediction

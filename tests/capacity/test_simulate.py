@@ -138,19 +138,22 @@ def test_steps_slow_down_with_the_requests_sent_just_before_them() -> None:
 
 
 def test_serving_work_stretches_every_part_of_a_request_by_the_share_the_requests_served_hold() -> None:
+    from servegate.capacity.latency.terms import SHARE_WINDOW_S
+
     shared = with_overheads(serving_work_s=0.025)
     # lone, each request takes 5 ms to the scheduler, a 20 ms prefill, 3 decodes of 12 ms and 1 ms after its last
     # token. Sent at 0, 0.1 and 0.2 s they never overlap; each part is stretched by the requests that ended in the
-    # engine in the 0.25 s before it starts, 4 requests/s each (a 10% share of the machine per request)
+    # engine in the SHARE_WINDOW_S (0.3 s) before it starts: each one a share 0.025 s / SHARE_WINDOW_S
+    one = 0.025 / SHARE_WINDOW_S
     specs = [RequestSpec(10, 4, 0.0), RequestSpec(10, 4, 0.1), RequestSpec(10, 4, 0.2)]
     a, b, c = simulate(setup("none"), shared, specs, jitter=False).records
-    assert a.e2el == pytest.approx(0.061 + 0.001 / 0.9)  # only its own end precedes its way out
-    assert b.ttft == pytest.approx((0.005 + 0.020) / 0.9)  # a's end, at 0.061 s
-    assert b.e2el == pytest.approx(0.061 / 0.9 + 0.001 / 0.8)
-    assert c.e2el == pytest.approx(0.061 / 0.8 + 0.001 / 0.7)  # a's and b's ends, then its own too
+    assert a.e2el == pytest.approx(0.061 + 0.001 / (1 - one))  # only its own end precedes its way out
+    assert b.ttft == pytest.approx((0.005 + 0.020) / (1 - one))  # a's end, at 0.061 s
+    assert b.e2el == pytest.approx(0.061 / (1 - one) + 0.001 / (1 - 2 * one))
+    assert c.e2el == pytest.approx(0.061 / (1 - 2 * one) + 0.001 / (1 - 3 * one))  # a's, b's, then its own end
     plain = simulate(setup("none"), MODEL, specs, jitter=False).records
     assert [r.e2el for r in plain] == pytest.approx([0.062] * 3)
-    # the served rate is read at most at the measured capacity: 6 requests/s here, a 15% share
+    # the served rate is read at most at the measured capacity: 6 requests/s here (not 2 / 0.3 s), a 15% share
     capped = with_overheads(serving_work_s=0.025, capacity_rps=6.0)
     c_capped = simulate(setup("none"), capped, specs, jitter=False).records[2]
     assert c_capped.ttft == pytest.approx((0.005 + 0.020) / 0.85)
