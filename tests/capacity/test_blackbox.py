@@ -16,12 +16,12 @@ from servegate.capacity.latency.blackbox import (
     blackbox_grid,
     engine_setup,
     fit_blackbox,
-    kept_up_with,
     knee_sweep,
     profile_endpoint,
 )
 from servegate.capacity.latency.blackbox_fit import KneeRate, KneeSweep
 from servegate.capacity.latency.model import LatencyModel
+from servegate.capacity.latency.run_pace import kept_up_with, paces
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 
@@ -199,10 +199,9 @@ def test_answers_in_bursts_from_a_growing_queue_are_not_taken_for_keeping_up() -
     """60 requests sent over 3 s (20/s), answered in two batches of 30, at 2 s and 5 s: the queue grows, however
     the answers bunch (half of their pairs are 0 s apart, which a rank-slope pace reads as no time at all)."""
     from servegate.capacity.bench.run_metrics import RequestRecord
-    from servegate.capacity.latency.blackbox import _paces
 
     bursts = [RequestRecord(i / 20, i / 20, [2.0 + 3.0 * (i // 30)], 2.0 + 3.0 * (i // 30)) for i in range(60)]
-    done, sent = _paces(bursts)
+    done, sent = paces(bursts)
     assert sent == pytest.approx(20.0) and done is not None and done < 0.9 * sent
     assert not kept_up_with(bursts)
     steady = [RequestRecord(i / 20, i / 20, [i / 20 + 0.1], i / 20 + 0.1 + 0.3 * (i % 2)) for i in range(60)]
