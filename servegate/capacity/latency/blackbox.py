@@ -13,11 +13,12 @@ the engine's scheduler taken to be continuous batching under the manifest's `max
    ITL(B, s) = c_step + c_decode_seq x B + c_decode_attn x B x s, fitted on the typical steady gap of each
    burst (its first gaps, when prefills of later arrivals share the step, are left out). A context term is
    kept only when the points clearly need it (CURVATURE_GAIN).
-3. The knee, by an open-loop rate search from the capacity the fitted model predicts: up or down until one
-   rate is kept up with (answers come as fast as requests are sent) and a higher one is not, then bisected
-   to within BRACKET_RATIO, and the lowest rate missed run again. Per rate: the pace of answers, the p50
-   end-to-end latency, measured and simulated. Above the knee the pace of answers is the engine's capacity,
-   so the runs there (at least two) measure it and its spread.
+3. The knee, by an open-loop rate search from the capacity the fitted model predicts (at most 1 / request_s,
+   sweep_start): up or down until one rate is kept up with (answers come as fast as requests are sent,
+   run_pace) and a higher one is not, then bisected to within BRACKET_RATIO, and the lowest rate missed run
+   again. Per rate: the pace of answers, the p50 end-to-end latency, measured and simulated. Above the knee the
+   pace of answers is the engine's capacity, so the runs there (at least two, up to SATURATION_WINDOW x the
+   rate missed) measure it and its spread.
 The step jitter is the spread of the measured gaps around the fitted decode step.
 """
 
@@ -311,10 +312,10 @@ def fit_to_knee(
     is the bottleneck, and the simulated queue already holds it)."""
     from servegate.capacity.latency.prediction import saturation_throughput
 
-    paces = knee.saturated_rps()
-    if len(paces) < 2:
+    saturated = knee.saturated_rps()
+    if len(saturated) < 2:
         return model, knee
-    measured = statistics.median(paces)
+    measured = statistics.median(saturated)
 
     def with_work(work: float) -> LatencyModel:
         shared = replace(model.overheads, serving_work_s=work, capacity_rps=measured if work else 0.0)
