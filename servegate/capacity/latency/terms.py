@@ -38,8 +38,10 @@ SHARE_WINDOW_S = 0.3
 """Seconds of recently served requests whose rate sets the share of the machine they hold
 (ServingOverheads.serving_work_s): about ten requests' lives near the quickstart's knee on vLLM's CPU build, so a
 burst of them shows as the load it is. Calibrated on two quickstart profiles of vLLM's CPU build (2026-12-05,
-benchmarks/README.md) against the p99 measured at half the capacity, 133-190 ms: with 1 s the simulated p99 was
-86 ms, with 0.5 s 90-97 ms, 0.35 s 120-133 ms, 0.3 s 126-141 ms, 0.25 s 146-229 ms (p50 within 3 ms throughout)."""
+benchmarks/README.md; the second one's capacity set to its repeats' median, 39.5 requests/s, as its own knee was
+read after floods: blackbox.sweep_start) against the p99 measured at half the capacity, 133-190 ms. Simulated
+p99: 86 ms with 1 s (first profile only), 90-97 ms with 0.5 s, 120-133 ms with 0.35 s, 126-141 ms with 0.3 s,
+146-229 ms with 0.25 s (p50 within 3 ms throughout)."""
 
 MAX_SERVING_SHARE = 0.99
 """Most of the machine the requests are taken to hold, so the stretch stays finite (100x) where no capacity bounds

@@ -145,8 +145,8 @@ def _under_load(run: _LoadRun) -> dict[str, Answer]:
 def _ties(ctx: GateContext, served: ServedModel, sample: Sample, differ: list[Any]) -> list[bool]:
     """Per differing item, whether it differs only from a numerical tie on (gates/checks/batching_ties.py): its
     request as servegate's server made it from the body the gate sent (app_completion_body), rerun alone with
-    log-probabilities. Only answers
-    that both carry the server's token ids are judged; the rest stay mismatches."""
+    log-probabilities. Only answers that both carry the server's token ids are judged; the rest stay
+    mismatches."""
     from servegate.contracts.requests import parse_request
     from servegate.gates.checks.batching_ties import judge_divergences
     from servegate.runtime.request_translator import engine_requests
