@@ -157,7 +157,14 @@ def test_a_miss_beside_competing_processes_is_inconclusive_and_says_why(held_mac
     # while it did (a fresh-clone CI run, 2026-12-03), so only its presence is asserted here
     assert contention["samples"] > 0 and contention["team_over_single"] is not None
     assert result.measurements.targets[0]["machine_moved"] is True
-    assert result.measurements.control is None  # the bench already showed the machine moved: no second bench
+    control = result.measurements.control
+    # a second bench runs only when the first did not show the stall: a shared VM's scheduler does not always stall
+    # the team during the first bench (a fresh-clone CI run, 2026-12-05: the control's probe saw 11.1x instead)
+    if contention["contended"]:
+        assert control is None  # the bench already showed the machine moved: no second bench
+    else:
+        assert control is not None and control["machine_moved"] is True, control
+        assert control["contention"]["contended"], control
 
 
 def test_a_miss_that_repeats_beside_a_steady_reference_form_fails(held_machine: None) -> None:
