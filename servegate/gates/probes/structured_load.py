@@ -4,8 +4,9 @@ Engines have been seen to emit valid JSON alone and broken JSON at concurrency 8
 hundreds of kilobytes of whitespace with HTTP 200. When `postprocess.output_schema` (or
 `postprocess.max_output_bytes`) is declared, the same prompts are sent at concurrency 1 and at the declared
 concurrency (`http_target.load_concurrency`), streamed and not, over the same HTTP target as the load
-gate. The contract fails when validity under load falls more than the json_schema_valid margin below
-validity at concurrency 1, or when any answer is longer than `postprocess.max_output_bytes`.
+gate (each distinct prompt once alone: probe_phases.phase_prompts). The contract fails when validity under
+load falls more than the json_schema_valid margin below validity at concurrency 1, or when any answer is
+longer than `postprocess.max_output_bytes`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from servegate.contracts.manifest import ServedModel
 from servegate.contracts.report.probes import StructuredPhase, StructuredUnderLoad
 from servegate.gates.base import GateContext
 from servegate.gates.probes.http_target import Answer, load_concurrency, open_target
+from servegate.gates.probes.probe_phases import phase_prompts
 from servegate.gates.quality.comparison import margin_for
 
 MIN_REQUESTS = 16
@@ -66,11 +68,13 @@ def _phase(served: ServedModel, concurrency: int, stream: bool, answers: list[An
 async def _measure(ctx: GateContext, served: ServedModel, prompts: list[tuple[str, int]]) -> StructuredUnderLoad:
     concurrency, _ = load_concurrency(served)
     n = max(MIN_REQUESTS, 2 * concurrency)
-    chosen = [prompts[k % len(prompts)] for k in range(n)]
+    levels = (1, concurrency)
     phases = []
-    ctx.progress.start(f"contract: structured output at 1 and {concurrency}", 4 * n)
+    total = 2 * sum(len(phase_prompts(prompts, level, n)) for level in levels)
+    ctx.progress.start(f"contract: structured output at 1 and {concurrency}", total)
     async with open_target(ctx, served) as target:
-        for level in (1, concurrency):
+        for level in levels:
+            chosen = phase_prompts(prompts, level, n)
             for stream in (False, True):
                 window = asyncio.Semaphore(level)
 
