@@ -48,6 +48,7 @@ def test_profile_gates_prints_where_the_time_went_and_the_rows_add_up(tmp_path: 
     rows = dict(_row(line) for line in lines[start : start + 3])  # off a terminal: one plain line per row
     assert list(rows) == ["contract", "setup", "total"]
     assert rows["contract"]["model loads"] > 0  # the probes' servers start engines: measured, not estimated
+    assert rows["contract"]["candidate outputs"] > 0  # the probes are the candidate's answers, not "other"
     for name, row in rows.items():
         kinds = {k: v for k, v in row.items() if k not in ("wall", "share")}
         # each shown figure is rounded to 0.01 s

@@ -188,13 +188,14 @@ class ContractGate(Gate):
         server_log = logging.getLogger("servegate.server")
         level = server_log.level
         server_log.setLevel(logging.CRITICAL)  # the probes provoke warnings on purpose (e.g. the unready warm-up)
-        try:
-            problems, measurements, seed = asyncio.run(self._http(ctx, create_app, prompts))
-            structured_problems, structured = check_structured(ctx)
-            constrained, constraints = check_constraints(ctx, prompts)
-            tooled, tools = check_tools(ctx, prompts)
-            template = check_template(ctx.candidate)
-            penalties = check_penalties(ctx, prompts)
+        try:  # every probe is the candidate's answers: --profile-gates shows them as its outputs, not "other"
+            with ctx.split.phase("candidate outputs"):
+                problems, measurements, seed = asyncio.run(self._http(ctx, create_app, prompts))
+                structured_problems, structured = check_structured(ctx)
+                constrained, constraints = check_constraints(ctx, prompts)
+                tooled, tools = check_tools(ctx, prompts)
+                template = check_template(ctx.candidate)
+                penalties = check_penalties(ctx, prompts)
         finally:
             server_log.setLevel(level)
         if structured is not None:
