@@ -102,6 +102,10 @@ def workload(n: int, rate: float | None, vocab: int, seed: int = 0, prompt=(16, 
 class IdsOnly:
     """Prompt ids as given (the workload is pre-tokenized) and a decode that only counts tokens."""
 
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        """The model's vocabulary: the engine refuses a request built in code with an id past it."""
+
     def encode(self, request: GenerationRequest) -> Any:
         """The request's token ids."""
         from types import SimpleNamespace
@@ -160,7 +164,7 @@ def servegate_engine(
         def sampler(logits: torch.Tensor, params: list[Any], generators: list[Any]) -> tuple[Any, Any]:
             return logits.argmax(-1), torch.zeros(len(params))
 
-    ids = IdsOnly()
+    ids = IdsOnly(model.config.vocab_size)
     engine = ReferenceEngine(served, model=model, tokenizer=ids, preprocessor=ids, sampler=sampler)
     engine.start_sync()
     return engine
