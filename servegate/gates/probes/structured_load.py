@@ -4,7 +4,7 @@ Engines have been seen to emit valid JSON alone and broken JSON at concurrency 8
 hundreds of kilobytes of whitespace with HTTP 200. When `postprocess.output_schema` (or
 `postprocess.max_output_bytes`) is declared, the same prompts are sent at concurrency 1 and at the declared
 concurrency (`http_target.load_concurrency`), streamed and not, over the same HTTP target as the load
-gate (each distinct prompt once alone: probe_phases.phase_prompts). The contract fails when validity under
+gate (each prompt once alone: probe_phases.phase_prompts). The contract fails when validity under
 load falls more than the json_schema_valid margin below validity at concurrency 1, or when any answer is
 longer than `postprocess.max_output_bytes`.
 """
