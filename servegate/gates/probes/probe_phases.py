@@ -30,15 +30,13 @@ Judge = Callable[[str, Answer], tuple[bool, str | None]]
 """(probe, answer) -> (whether it ended, so is judged; why it is broken, or None)."""
 
 
-def phase_prompts(prompts: Sequence[T], level: int, n: int) -> list[T]:
-    """The prompts a phase sends: n of them cycled at a load level, so the server stays full; alone (level 1)
-    each prompt given once, at most n. The probes are greedy, so a prompt sent again alone is the same request
-    with the same answer: on the real example (examples/smollm2) the repeats were 12 of each alone phase's 32
-    requests and showed nothing the first answer had not; without them its contract gate took 425.2 s instead
-    of 556.3 s (benchmarks/README.md)."""
-    if level == 1:
-        return list(prompts[: min(n, len(prompts))])
-    return [prompts[k % len(prompts)] for k in range(n)]
+def phase_prompts(prompts: Sequence[T], concurrency: int, n: int) -> dict[int, list[T]]:
+    """The prompts each phase sends, by concurrency: alone (1) each prompt given once, at most n; at the load
+    level n of them cycled, so the server stays full. The probes are greedy, so a prompt sent again alone is the
+    same request with the same answer: on the real example (examples/smollm2) the repeats were 12 of each alone
+    phase's 32 requests and showed nothing the first answer had not; without them its contract gate took 425.2 s
+    instead of 556.3 s (benchmarks/README.md)."""
+    return {1: list(prompts[:n]), concurrency: [prompts[k % len(prompts)] for k in range(n)]}
 
 
 async def run_phases(
@@ -46,16 +44,14 @@ async def run_phases(
 ) -> ProbesUnderLoad:
     """Every probe in its four phases over `target`, with a progress bar named `what`."""
     concurrency, _ = load_concurrency(ctx.candidate)
-    n = max(MIN_REQUESTS, 2 * concurrency)
-    levels = (1, concurrency)
+    plan = phase_prompts(prompts, concurrency, max(MIN_REQUESTS, 2 * concurrency))
     phases: list[ProbePhase] = []
     first: str | None = None
-    total = 2 * len(probes) * sum(len(phase_prompts(prompts, level, n)) for level in levels)
+    total = 2 * len(probes) * sum(len(chosen) for chosen in plan.values())
     ctx.progress.start(f"contract: {what} at 1 and {concurrency}", total)
     for probe in probes:
-        for level in levels:
+        for level, chosen in plan.items():
             for stream in (False, True):
-                chosen = phase_prompts(prompts, level, n)
                 phase, broken = await _phase(ctx, target, (probe, level, stream), chosen, send, judge)
                 phases.append(phase)
                 first = first or broken

@@ -67,14 +67,12 @@ def _phase(served: ServedModel, concurrency: int, stream: bool, answers: list[An
 
 async def _measure(ctx: GateContext, served: ServedModel, prompts: list[tuple[str, int]]) -> StructuredUnderLoad:
     concurrency, _ = load_concurrency(served)
-    n = max(MIN_REQUESTS, 2 * concurrency)
-    levels = (1, concurrency)
+    plan = phase_prompts(prompts, concurrency, max(MIN_REQUESTS, 2 * concurrency))
     phases = []
-    total = 2 * sum(len(phase_prompts(prompts, level, n)) for level in levels)
+    total = 2 * sum(len(chosen) for chosen in plan.values())
     ctx.progress.start(f"contract: structured output at 1 and {concurrency}", total)
     async with open_target(ctx, served) as target:
-        for level in levels:
-            chosen = phase_prompts(prompts, level, n)
+        for level, chosen in plan.items():
             for stream in (False, True):
                 window = asyncio.Semaphore(level)
 
