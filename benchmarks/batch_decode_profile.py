@@ -25,6 +25,7 @@ from runner_decode import build_model, runner_decode
 from torch.profiler import ProfilerActivity, profile
 
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "aten::_mkl_linear")
@@ -65,9 +66,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--top", type=int, default=14, help="operators listed")
     parser.add_argument("--decode-attention", default="per-sequence", choices=["per-sequence", "batched"])
+    parser.add_argument("--cpu-linear", default="torch", choices=["torch", "onednn"], help="the runner's linears")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = build_model(getattr(torch, args.dtype))
+    if args.cpu_linear == "onednn":
+        route_linears_onednn(model)  # packed once, as runtime.cpu_linear: onednn does
     blocks = 2 * args.batch * ((128 + 2 * args.steps + 16) // 16 + 1)
     runner = PagedModelRunner(
         model, num_blocks=blocks, block_size=16, batched_decode=args.decode_attention == "batched"

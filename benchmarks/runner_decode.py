@@ -9,7 +9,7 @@ roofline: weight bytes read per step divided by the measured copy bandwidth of t
 at the start and ten after each timed batch-1 run; the roofline at their median and at their best).
 
     .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
-        [--cpu-linear torch|openblas] [--compile-batch-sizes 1 8 ...]
+        [--cpu-linear torch|openblas|onednn] [--compile-batch-sizes 1 8 ...]
         [--decode-attention per-sequence|batched|compare]
 
 `--decode-attention` picks how the runner's decode steps attend (`PagedModelRunner(batched_decode=...)`):
@@ -21,8 +21,9 @@ With `--cpu-linear openblas` the runner's own copy of the model has its linears 
 OpenBLAS as `runtime.cpu_linear` does (torch on 1 thread, the BLAS pool on --threads); transformers'
 loop keeps stock torch linears on --threads torch threads. The roofline's copy bandwidth is measured
 with --threads torch threads (the machine's cores by default), the same cores either path uses.
-With `--compile-batch-sizes` the runner's decode steps of those batch sizes run the graph that
-`runtime.compile: decode` compiles (at start-up, before any timing), on --threads torch threads.
+With `--cpu-linear onednn` the runner's copy has its linear weights packed for oneDNN (torch's threads, as
+`runtime.cpu_linear: onednn`). With `--compile-batch-sizes` the runner's decode steps of those batch sizes run
+the graph that `runtime.compile: decode` compiles (at start-up, before any timing), on --threads torch threads.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 
@@ -176,7 +178,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per path (median step reported)")
     parser.add_argument("--fragmented", action="store_true", help="no two blocks of a sequence consecutive")
-    parser.add_argument("--cpu-linear", default="torch", choices=["torch", "openblas"], help="the runner's linears")
+    parser.add_argument(
+        "--cpu-linear", default="torch", choices=["torch", "openblas", "onednn"], help="the runner's linears"
+    )
     parser.add_argument(
         "--compile-batch-sizes",
         type=int,
@@ -196,10 +200,13 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     model = build_model(dtype)
     ours_model = model
-    if args.compile_batch_sizes and args.cpu_linear == "openblas":
+    if args.compile_batch_sizes and args.cpu_linear != "torch":
         parser.error("--compile-batch-sizes runs the products in inductor's kernels: leave --cpu-linear torch")
     if args.compile_batch_sizes:
         ours_model = copy.deepcopy(model)  # the paged runner switches its attention; transformers keeps sdpa
+    if args.cpu_linear == "onednn":
+        ours_model = copy.deepcopy(model)
+        route_linears_onednn(ours_model)
     if args.cpu_linear == "openblas":
         ours_model = copy.deepcopy(model)
         route_linears(ours_model)

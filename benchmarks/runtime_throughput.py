@@ -16,7 +16,7 @@ end-to-end latency (arrival to last token). Ratios (c)/(a) and (c)/(b) are print
 decode speed of the engine against the memory-bandwidth roofline.
 
     .venv/bin/python benchmarks/runtime_throughput.py [--requests 64] [--rate R] [--max-batch 32] [--threads 1]
-        [--cpu-linear auto|torch|openblas] [--compile-batch-sizes 1 ...] [--patterns [all-at-once poisson]]
+        [--cpu-linear auto|torch|openblas|onednn] [--compile-batch-sizes 1 ...] [--patterns [all-at-once poisson]]
     .venv/bin/python benchmarks/runtime_throughput.py --quick     # a tiny model, to check the script runs
     python3 benchmarks/runtime_throughput.py --device cuda [--dtype bfloat16] [--json out.json]
 
@@ -250,7 +250,9 @@ def main() -> None:
         "--patterns", nargs="*", default=["all-at-once", "poisson"], help="none: only the batch-1 decode figure"
     )
     parser.add_argument("--threads", type=int, default=None, help="threads for every system (default: torch's)")
-    parser.add_argument("--cpu-linear", default="auto", choices=["auto", "torch", "openblas"], help="(c)'s linears")
+    parser.add_argument(
+        "--cpu-linear", default="auto", choices=["auto", "torch", "openblas", "onednn"], help="(c)'s linears"
+    )
     parser.add_argument(
         "--compile-batch-sizes",
         type=int,

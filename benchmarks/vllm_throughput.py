@@ -18,7 +18,7 @@ run with the load average at its start, then medians with the min-max spread and
 ratios. vLLM gets VLLM_CPU_OMP_THREADS_BIND=0-(threads-1); servegate `runtime.threads`.
 
     .venv/bin/python benchmarks/vllm_throughput.py [--rounds 3] [--threads 2] [--dtypes float32 bfloat16]
-        [--rates R ...] [--modes offline served] [--vllm-python PATH]
+        [--cpu-linear onednn] [--rates R ...] [--modes offline served] [--vllm-python PATH]
     .venv/bin/python benchmarks/vllm_throughput.py --quick    # tiny model, 8 requests, 1 round: checks the script
 """
 
@@ -247,7 +247,7 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
     useful = sum(j.output_len for j in jobs)
     began = time.monotonic()
     engine = servegate_engine(
-        model, "continuous", args.max_batch, KV_BUDGET_BYTES, args.tokens_per_step, args.threads, "auto"
+        model, "continuous", args.max_batch, KV_BUDGET_BYTES, args.tokens_per_step, args.threads, args.cpu_linear
     )
     sg_start = time.monotonic() - began
     vllm = VllmOffline(vllm_python, model_dir, dtype, args, logs / f"vllm-offline-{dtype}.log")
@@ -363,6 +363,12 @@ def parse_args() -> argparse.Namespace:
         "--tokens-per-step", type=int, default=512, help="max_num_batched_tokens of both (chunked prefill)"
     )
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--cpu-linear",
+        default="auto",
+        choices=["auto", "torch", "openblas", "onednn"],
+        help="servegate's runtime.cpu_linear offline (vLLM packs its weights for oneDNN)",
+    )
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
     parser.add_argument("--served-rounds", type=int, default=None, help="rounds per served rate (default --rounds)")
     parser.add_argument(

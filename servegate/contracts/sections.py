@@ -241,10 +241,13 @@ class Runtime(BackendQuestions, Section):
     """CPU threads for torch and for the BLAS linear layers use (`null`: OMP_NUM_THREADS when set, else half
     the cores, at least one; not every core, whose team stalls whenever a neighbour takes one). A fallback
     engine on CPU beside a primary on CPU gets at most the cores the primary's threads leave, and at least one."""
-    cpu_linear: Literal["auto", "torch", "openblas"] = "auto"
-    """Kernel for float32 linear layers on CPU: `torch` (MKL), `openblas` (numpy's OpenBLAS, up to 2x faster
-    matrix-vector products on non-Intel CPUs), or `auto` (openblas on a non-Intel CPU when numpy has it and
-    the float32 linear weights exceed 64 MiB, i.e. decode is bound by memory bandwidth, not per-call overhead)."""
+    cpu_linear: Literal["auto", "torch", "openblas", "onednn"] = "auto"
+    """Kernel for float linear layers on CPU: `torch` (F.linear, MKL), `openblas` (float32 through numpy's
+    OpenBLAS, up to 2x faster matrix-vector products on non-Intel CPUs), `onednn` (float32 and bfloat16 weights
+    packed once at load into oneDNN's blocked layout, as vLLM's CPU build does, so batched decode steps do not
+    repack them on every call; the dense copy is released), or `auto` (when the linear weights exceed 64 MiB,
+    i.e. decode is bound by memory bandwidth: onednn for bfloat16, openblas for float32 on a non-Intel CPU when
+    numpy has it; torch otherwise)."""
     compile: Literal["off", "decode"] = "off"
     """`decode`: decode steps of `compile_batch_sizes` sequences run a graph compiled at start-up by torch
     inductor (weights frozen into it, products from inductor's C++ GEMM kernels, small ops fused); other
@@ -282,9 +285,9 @@ class Runtime(BackendQuestions, Section):
             raise ValueError(f"compile_batch_sizes lists a size twice (got {self.compile_batch_sizes})")
         if self.compile == "off":
             return self
-        if self.cpu_linear == "openblas":
+        if self.cpu_linear in ("openblas", "onednn"):
             raise ValueError(
-                "compile: decode runs the products in inductor's kernels, cpu_linear: openblas in OpenBLAS: "
+                f"compile: decode runs the products in inductor's kernels, cpu_linear: {self.cpu_linear} in its own: "
                 "choose one (cpu_linear: auto or torch with compile: decode)"
             )
         if self.quantization.method != "none":

@@ -93,22 +93,28 @@ def test_a_routed_model_decodes_as_before() -> None:
 def test_auto_routes_float32_on_cpu_except_on_intel(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "AuthenticAMD")
-    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
-    assert not resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=2**20)  # in cache: not worth it
-    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=2**20)
-    assert not resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
-    assert not resolve_cpu_linear("auto", cuda, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
-    assert not resolve_cpu_linear("torch", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "openblas"
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=2**20) == "torch"  # in cache: not worth it
+    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=2**20) == "openblas"
+    assert resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "onednn"
+    assert resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=2**20) == "torch"
+    assert resolve_cpu_linear("auto", cpu, torch.float16, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "torch"
+    assert resolve_cpu_linear("auto", cuda, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "torch"
+    assert resolve_cpu_linear("torch", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "torch"
+    assert resolve_cpu_linear("onednn", cpu, torch.bfloat16, weight_bytes=2**20) == "onednn"
+    assert resolve_cpu_linear("onednn", cpu, torch.float16, weight_bytes=2**20) == "torch"
+    assert resolve_cpu_linear("onednn", cuda, torch.float32, weight_bytes=2**20) == "torch"
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
-    assert not resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
-    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "torch"
+    assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "openblas"
 
 
 def test_openblas_without_openblas_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_linear, "numpy_blas", lambda: "mkl")
     with pytest.raises(ValueError, match="numpy's BLAS is mkl"):
         resolve_cpu_linear("openblas", torch.device("cpu"), torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
-    assert not resolve_cpu_linear("auto", torch.device("cpu"), torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES)
+    cpu = torch.device("cpu")
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "torch"
 
 
 def test_cpu_vendor_reads_proc_cpuinfo(tmp_path: Path) -> None:
@@ -136,7 +142,7 @@ def test_the_manifest_setting_decides_the_engines_kernel() -> None:
 
     prompts = ["12+30=", "recall: apple kiwi plum; 2nd?", '{"name": "ada", "age":']
     outputs, routed = {}, {}
-    for choice in ("torch", "openblas"):
+    for choice in ("torch", "openblas", "onednn"):
         served = ServedModel.model_validate(
             {"name": "t", "weights": {"source": "zoo:tiny-primary"}, "runtime": {"threads": 1, "cpu_linear": choice}}
         )
@@ -152,9 +158,9 @@ def test_the_manifest_setting_decides_the_engines_kernel() -> None:
             engine.shutdown_sync()
         assert all(isinstance(r, FinishEvent) for r in results)
         outputs[choice] = [r.text for r in results]
-        routed[choice] = sum(hasattr(m, "_servegate_blas") for m in model.modules())
-    assert outputs["openblas"] == outputs["torch"]
-    assert routed == {"torch": 0, "openblas": 2 * 7 + 1}
+        routed[choice] = sum(hasattr(m, "_servegate_blas") or hasattr(m, "_servegate_onednn") for m in model.modules())
+    assert outputs["openblas"] == outputs["torch"] == outputs["onednn"]
+    assert routed == {"torch": 0, "openblas": 2 * 7 + 1, "onednn": 2 * 7 + 1}
 
 
 def test_an_unknown_kernel_is_refused_by_the_manifest() -> None:

@@ -125,15 +125,22 @@ def arch_case(request: pytest.FixtureRequest, one_thread: None) -> dict[str, Any
     return {"model": model, "requests": reqs, "expected": [reference(model, r) for r in reqs]}
 
 
-@pytest.fixture(scope="module")
-def routed_case(one_thread: None) -> dict[str, Any]:
-    """The Llama case with its linear layers routed through OpenBLAS (`runtime.cpu_linear: openblas`)."""
+@pytest.fixture(scope="module", params=["openblas", "onednn"])
+def routed_case(request: pytest.FixtureRequest, one_thread: None) -> dict[str, Any]:
+    """The Llama case with its linear layers routed through OpenBLAS or through oneDNN's packed weights
+    (`runtime.cpu_linear: openblas` / `onednn`)."""
     from servegate.runtime.model.cpu_linear import numpy_blas, route_linears
+    from servegate.runtime.model.onednn_linear import onednn_available, route_linears_onednn
 
-    if numpy_blas() != "openblas":
+    if request.param == "openblas" and numpy_blas() != "openblas":
         pytest.skip("numpy is not built on OpenBLAS")
+    if request.param == "onednn" and not onednn_available():
+        pytest.skip("torch has no oneDNN")
     model = tiny_model("llama")
-    assert route_linears(model) == 2 * 7 + 1
+    if request.param == "onednn":  # oneDNN packs float32 and bfloat16, not the float64 of the other cases
+        model = model.float()
+    route = route_linears if request.param == "openblas" else route_linears_onednn
+    assert route(model) == 2 * 7 + 1
     reqs = requests(32, seed=1, shared_prefix=list(range(10, 30)))
     return {"model": model, "requests": reqs, "expected": [reference(model, r) for r in reqs]}
 
@@ -144,7 +151,7 @@ def test_greedy_outputs_equal_model_generate(arch_case: dict[str, Any], setup: s
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
-def test_greedy_outputs_equal_model_generate_with_openblas_linears(routed_case: dict[str, Any], setup: str) -> None:
+def test_greedy_outputs_equal_model_generate_with_routed_linears(routed_case: dict[str, Any], setup: str) -> None:
     check_setup(routed_case, setup)
 
 
@@ -176,3 +183,22 @@ def check_setup(arch_case: dict[str, Any], setup: str) -> None:
         # 20 shared tokens = 5 full blocks; the first step's prompts are computed together and cannot hit
         assert stats.prefix_cache_hits >= (32 - 8) * 5
     assert stats.kv_blocks_used == 0
+
+
+def test_continuous_batching_reads_every_context_in_place(
+    arch_case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room in the pool, the block manager lays each sequence's blocks out consecutively while 8 of them
+    grow in turn, so no decode step gathers a context block by block (the cost it saves: benchmarks/README.md)."""
+    from servegate.runtime.model.paged_attention import PagedKVCache
+
+    gathers: list[int] = []
+    original = PagedKVCache.gather
+
+    def counted(self: PagedKVCache, layer: int, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gathers.append(blocks.numel())
+        return original(self, layer, blocks)
+
+    monkeypatch.setattr(PagedKVCache, "gather", counted)
+    check_setup(arch_case, "continuous")  # outputs still equal model.generate's
+    assert gathers == []

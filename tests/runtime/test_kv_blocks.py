@@ -174,3 +174,61 @@ def test_a_cached_block_taken_while_unreferenced_leaves_the_free_pool() -> None:
     bm.allocate(b, 1)
     assert bm.num_free_blocks == 1 and bm.ref_count(b.block_table[0]) == 1
     assert bm.evictions == 0
+
+
+def consecutive(table: list[int]) -> bool:
+    return table == list(range(table[0], table[0] + len(table)))
+
+
+def test_sequences_growing_in_turn_keep_consecutive_blocks() -> None:
+    # block 4: each sequence's prompt takes 2 blocks, its 8 output tokens 2 more; they grow interleaved
+    bm = KVBlockManager(num_blocks=32, block_size=4)
+    seqs = [seq(i, list(range(10 * i, 10 * i + 8)), max_tokens=8) for i in range(4)]
+    for s in seqs:
+        bm.allocate(s, 8)
+        compute(bm, s, 8)
+    for _ in range(8):  # one decode step of every sequence at a time, as continuous batching runs them
+        for s in seqs:
+            bm.append_slot(s, 1)
+            compute(bm, s, 1)
+            s.output_token_ids.append(1)
+    for s in seqs:
+        assert len(s.block_table) == 4 and consecutive(s.block_table), s.block_table
+    assert len({b for s in seqs for b in s.block_table}) == 16
+
+
+def test_held_blocks_never_cost_capacity() -> None:
+    # two sequences that each may grow to 8 blocks hold the whole pool; a third still gets every free block
+    bm = KVBlockManager(num_blocks=16, block_size=4)
+    a, b = seq(0, [1] * 4, max_tokens=28), seq(1, [2] * 4, max_tokens=28)
+    bm.allocate(a, 4)
+    bm.allocate(b, 4)
+    assert bm.num_free_blocks == 14
+    c = seq(2, [3] * 4, max_tokens=52)
+    assert bm.can_allocate(c, 56)
+    bm.allocate(c, 56)  # takes blocks held for a and b: a hold is a preference, not a reservation
+    assert bm.num_free_blocks == 0 and len(set(c.block_table)) == 14
+    assert not set(c.block_table) & (set(a.block_table) | set(b.block_table))
+
+
+def test_a_freed_sequence_releases_its_hold() -> None:
+    bm = KVBlockManager(num_blocks=8, block_size=4)
+    a = seq(0, [1] * 4, max_tokens=12)  # 4 blocks: 1 taken, 3 held
+    bm.allocate(a, 4)
+    bm.free(a)
+    b = seq(1, [2] * 4, max_tokens=28)  # wants all 8: the run is whole again
+    bm.allocate(b, 4)
+    compute(bm, b, 4)
+    assert b.block_table == [0]
+    for _ in range(7):
+        bm.append_slot(b, 4)
+        compute(bm, b, 4)
+    assert b.block_table == list(range(8))
+
+
+def test_a_new_sequence_is_placed_past_anothers_room_to_grow() -> None:
+    bm = KVBlockManager(num_blocks=16, block_size=4)
+    a, b = seq(0, [1] * 4, max_tokens=12), seq(1, [2] * 4, max_tokens=12)
+    bm.allocate(a, 4)
+    bm.allocate(b, 4)
+    assert a.block_table == [0] and b.block_table == [4]  # blocks 1-3 are a's to grow into

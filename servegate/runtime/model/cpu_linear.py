@@ -7,6 +7,9 @@ does not use a second core at all. Measured on a 2-core AMD EPYC VM (benchmarks/
 products (2-32 rows) ran 1.3-2x faster, and large ones (512 rows) no slower. Decode steps are
 matrix-vector products over every weight, so this is what decides tokens/s at small batch.
 
+`runtime.cpu_linear: onednn` (onednn_linear.py) is the other route: weights packed once for oneDNN, on torch's
+own threads, which batched decode steps gain from (benchmarks/README.md, "Packed weights and consecutive blocks").
+
 `route_linears(model)` rewires every `nn.Linear` whose weight is a plain float32 (or float64) CPU tensor
 (quantized weights are tensor subclasses with their own kernels and stay as they are). The routed
 forward falls back to `F.linear` for anything else (other dtypes, autograd), and re-reads the weight
@@ -25,7 +28,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-CpuLinear = Literal["auto", "torch", "openblas"]
+from servegate.runtime.model.onednn_linear import (
+    ONEDNN_DTYPES,
+    onednn_available,
+    packable_linears,
+    route_linears_onednn,
+)
+
+CpuLinear = Literal["auto", "torch", "openblas", "onednn"]
+Kernel = Literal["torch", "openblas", "onednn"]
+"""The kernel `runtime.cpu_linear` resolves to on this machine (`auto` is a choice, not a kernel)."""
 
 TORCH_DEFAULT_THREADS = torch.get_num_threads()
 """torch's intra-op threads when servegate's runtime was first imported (its default: the physical cores,
@@ -86,24 +98,34 @@ workers only add CPU time (`gate check` on the 4.6 MB quickstart model, routed a
 33.2 s cold / warm against 42.4 / 33.4 s, CPU 64.7 / 50.1 s against 55.9 / 47.9 s)."""
 
 
-def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dtype, *, weight_bytes: int) -> bool:
-    """Whether linears should run through OpenBLAS.
+def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dtype, *, weight_bytes: int) -> Kernel:
+    """The kernel a model's plain linear layers run on.
 
-    `auto` does so for float32 on a non-Intel CPU when `weight_bytes` (the float linear weights) are at
-    least AUTO_MIN_WEIGHT_BYTES; `openblas` whenever the device and dtype allow.
+    `openblas` and `onednn` whenever the device and dtype allow (float32 for OpenBLAS, float32 and bfloat16 for
+    oneDNN). `auto`, when `weight_bytes` (the float linear weights) are at least AUTO_MIN_WEIGHT_BYTES: oneDNN
+    for bfloat16 (packed bf16 products ran 1.45x faster than F.linear's at 1 row and 1.6x at 64 on an AMX Xeon,
+    benchmarks/README.md), OpenBLAS for float32 on a non-Intel CPU; `torch` otherwise.
     """
-    if device.type != "cpu" or dtype != torch.float32 or choice == "torch":
-        return False
+    if device.type != "cpu" or choice == "torch":
+        return "torch"
+    if choice == "onednn":
+        if not onednn_available():
+            raise ValueError("runtime.cpu_linear is onednn but this torch build has no oneDNN (mkldnn): set torch")
+        return "onednn" if dtype in ONEDNN_DTYPES else "torch"
+    if choice == "auto" and dtype == torch.bfloat16:
+        return "onednn" if weight_bytes >= AUTO_MIN_WEIGHT_BYTES and onednn_available() else "torch"
+    if dtype != torch.float32:
+        return "torch"
     if choice == "openblas":
         if numpy_blas() != "openblas":
             raise ValueError(
                 f"runtime.cpu_linear is openblas but numpy's BLAS is {numpy_blas() or 'unknown'}: "
                 "install a numpy wheel from PyPI (it bundles OpenBLAS) or set cpu_linear: torch"
             )
-        return True
+        return "openblas"
     if weight_bytes < AUTO_MIN_WEIGHT_BYTES:
-        return False
-    return cpu_vendor() != "GenuineIntel" and numpy_blas() == "openblas"
+        return "torch"
+    return "openblas" if cpu_vendor() != "GenuineIntel" and numpy_blas() == "openblas" else "torch"
 
 
 def set_blas_threads(threads: int) -> None:
@@ -167,16 +189,24 @@ def route_linears(model: torch.nn.Module) -> int:
 def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None) -> int:
     """Route the model's linears as `runtime.cpu_linear` says and size the thread pools; returns how many were.
 
-    Routed, the BLAS pool gets the threads (`runtime.threads`, else default_threads()) and torch keeps one:
-    OpenBLAS's workers spin between calls, and torch's OpenMP workers spin after each parallel op, so two
-    pools on the same cores slow every step down (2x measured); torch's remaining work at decode (norms,
-    rotary, attention over one query) is too small to gain from a second thread.
+    Routed to OpenBLAS, the BLAS pool gets the threads (`runtime.threads`, else default_threads()) and torch
+    keeps one: OpenBLAS's workers spin between calls, and torch's OpenMP workers spin after each parallel op,
+    so two pools on the same cores slow every step down (2x measured); torch's remaining work at decode (norms,
+    rotary, attention over one query) is too small to gain from a second thread. oneDNN runs on torch's own
+    OpenMP pool, which keeps the threads.
     """
     parameter = next(model.parameters(), None)
     if parameter is None:
         return 0
     dtype = getattr(model, "dtype", None) or parameter.dtype
-    if not resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=routable_weight_bytes(model)):
+    if dtype == torch.bfloat16:  # OpenBLAS takes no bfloat16: what oneDNN would pack decides
+        weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in packable_linears(model))
+    else:
+        weight_bytes = routable_weight_bytes(model)
+    kernel = resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=weight_bytes)
+    if kernel == "onednn":
+        return route_linears_onednn(model)
+    if kernel == "torch":
         return 0
     set_blas_threads(threads or default_threads())
     torch.set_num_threads(1)

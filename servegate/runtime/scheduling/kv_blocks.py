@@ -9,6 +9,10 @@ scheduler:
     cache_full_blocks(seq)                    after a step: publish blocks that just became full
     free(seq)                                 drop the sequence's references (preemption or finish)
 
+Placement: a sequence's fresh blocks are laid out consecutively where the pool allows (its first block starts
+a free run long enough for the whole sequence, the rest of the run is held for its growth, and a hold yields
+to any allocation that finds no other free block), so the runner reads a context as a view of the pool.
+
 Prefix caching keys every FULL block by a hash chain, h_i = H(h_{i-1}, tokens of block i), with h_{-1}
 derived from a salt (the tenant unless cache_scope is global), so a block is reused only after the
 very same tokens in the very same positions, and never across tenants. A block nobody references keeps
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,8 +80,15 @@ class KVBlockManager:
         self._block_of: dict[bytes, int] = {}
         # Free blocks come in two pools: never-hashed ones (taken first) and unreferenced cached ones,
         # ordered least recently freed first; taking one of those evicts its contents.
-        self._free_plain: deque[int] = deque(range(num_blocks))
+        self._plain_free = np.ones(num_blocks, dtype=bool)
+        self._num_plain_free = num_blocks
         self._free_cached: OrderedDict[int, None] = OrderedDict()
+        # Placement: each sequence's fresh blocks are laid out consecutively where the pool allows, so the
+        # runner reads its context as a view of the pool instead of gathering it block by block every layer
+        # of every step (benchmarks/README.md, "Consecutive blocks"). A sequence's first fresh block starts a
+        # free run long enough for the whole sequence, and the rest of that run is held for its growth: a soft
+        # hold, which other sequences take only when no other plain block is free, so it never costs capacity.
+        self._held_by = np.full(num_blocks, -1, dtype=np.int64)
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -87,7 +98,7 @@ class KVBlockManager:
     @property
     def num_free_blocks(self) -> int:
         """Blocks that can be allocated now (evicting cached ones if needed)."""
-        return len(self._free_plain) + len(self._free_cached)
+        return self._num_plain_free + len(self._free_cached)
 
     @property
     def num_used_blocks(self) -> int:
@@ -189,11 +200,42 @@ class KVBlockManager:
 
     def _grow(self, seq: Sequence, num_tokens: int) -> None:
         for _ in range(self.blocks_for_tokens(num_tokens) - len(seq.block_table)):
-            seq.block_table.append(self._take_free())
+            seq.block_table.append(self._take_free(seq))
 
-    def _take_free(self) -> int:
-        if self._free_plain:
-            block_id = self._free_plain.popleft()
+    def _placed(self, seq: Sequence) -> int | None:
+        """The plain block that keeps `seq`'s fresh blocks consecutive, or None when there is none to take.
+
+        Growing: the block after its last one, when free and not held for another sequence. First block: the
+        start of the first free, unheld run that holds the whole sequence (else of the longest such run), whose
+        remaining blocks are then held for it. (A table that starts with a cached prefix grows after it.)
+        """
+        if seq.block_table:
+            after = seq.block_table[-1] + 1
+            if after < self.num_blocks and self._plain_free[after] and self._held_by[after] in (-1, seq.seq_id):
+                return after
+            return None
+        free = self._plain_free & (self._held_by < 0)
+        if not free.any():
+            return None
+        want = self.blocks_for_tokens(seq.max_total_tokens)
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], free, [False])).astype(np.int8)))
+        starts, lengths = edges[0::2], edges[1::2] - edges[0::2]
+        fits = np.flatnonzero(lengths >= want)
+        run = int(fits[0]) if fits.size else int(np.argmax(lengths))
+        start, hold = int(starts[run]), min(want, int(lengths[run]))
+        self._held_by[start + 1 : start + hold] = seq.seq_id
+        return start
+
+    def _take_free(self, seq: Sequence) -> int:
+        block_id = self._placed(seq) if self._num_plain_free else None
+        if block_id is None and self._num_plain_free:
+            # lowest unheld plain block, else a held one (the hold is only a preference)
+            unheld = np.flatnonzero(self._plain_free & (self._held_by < 0))
+            block_id = int(unheld[0]) if unheld.size else int(np.flatnonzero(self._plain_free)[0])
+        if block_id is not None:
+            self._plain_free[block_id] = False
+            self._held_by[block_id] = -1
+            self._num_plain_free -= 1
         else:
             block_id, _ = self._free_cached.popitem(last=False)
             stale = self._hash_of[block_id]
@@ -231,7 +273,9 @@ class KVBlockManager:
                 if self._hash_of[block_id] is not None:
                     self._free_cached[block_id] = None
                 else:
-                    self._free_plain.append(block_id)
+                    self._plain_free[block_id] = True
+                    self._num_plain_free += 1
+        self._held_by[self._held_by == seq.seq_id] = -1
         seq.block_table = []
         seq.num_computed_tokens = 0
         seq.num_hashed_blocks = 0
