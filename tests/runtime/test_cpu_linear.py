@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from support.models import tiny_llama
+from support.models import assert_routing_decodes_as_before, tiny_llama
 from threadpoolctl import threadpool_info
 
 from servegate.contracts.sections import Quantization
@@ -78,16 +77,7 @@ def test_only_plain_float32_weights_are_routed() -> None:
 
 
 def test_a_routed_model_decodes_as_before() -> None:
-    model = tiny_llama()
-    ids = torch.tensor([[5, 9, 2, 44, 17, 3]])
-    before = model.generate(ids, max_new_tokens=12, do_sample=False)
-    with torch.inference_mode():
-        logits_before = model(ids).logits
-    routed = copy.deepcopy(model)
-    route_linears(routed)
-    assert torch.equal(routed.generate(ids, max_new_tokens=12, do_sample=False), before)
-    with torch.inference_mode():
-        torch.testing.assert_close(routed(ids).logits, logits_before, rtol=1e-4, atol=1e-5)
+    assert_routing_decodes_as_before(route_linears)
 
 
 def test_auto_routes_float32_on_cpu_except_on_intel(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
-from support.models import tiny_llama
+from support.models import assert_routing_decodes_as_before, tiny_llama
 
 from servegate.runtime.model import cpu_linear
 from servegate.runtime.model.cpu_linear import apply_cpu_linear
@@ -71,16 +69,7 @@ def test_a_tied_head_stays_dense_and_unrouted() -> None:
 
 
 def test_a_routed_model_decodes_as_before() -> None:
-    model = tiny_llama()
-    ids = torch.tensor([[5, 9, 2, 44, 17, 3]])
-    before = model.generate(ids, max_new_tokens=12, do_sample=False)
-    with torch.inference_mode():
-        logits_before = model(ids).logits
-    routed = copy.deepcopy(model)
-    assert route_linears_onednn(routed) == 2 * 7 + 1
-    assert torch.equal(routed.generate(ids, max_new_tokens=12, do_sample=False), before)
-    with torch.inference_mode():
-        torch.testing.assert_close(routed(ids).logits, logits_before, rtol=1e-4, atol=1e-5)
+    assert_routing_decodes_as_before(route_linears_onednn)
 
 
 def test_autograd_still_gets_the_right_product() -> None:

@@ -54,3 +54,22 @@ def save_tiny_llama(folder: Path, seed: int = 0) -> Path:
     char_llama(seed).save_pretrained(folder, safe_serialization=True)
     build_char_tokenizer().save_pretrained(folder)
     return folder
+
+
+def assert_routing_decodes_as_before(route: Any) -> None:
+    """`route` (a function rewiring a model's linears in place) leaves tiny_llama's greedy tokens unchanged and
+    its logits within float32 rounding."""
+    import copy
+
+    import torch
+
+    model = tiny_llama()
+    ids = torch.tensor([[5, 9, 2, 44, 17, 3]])
+    before = model.generate(ids, max_new_tokens=12, do_sample=False)
+    with torch.inference_mode():
+        logits_before = model(ids).logits
+    routed = copy.deepcopy(model)
+    assert route(routed) == 2 * 7 + 1
+    assert torch.equal(routed.generate(ids, max_new_tokens=12, do_sample=False), before)
+    with torch.inference_mode():
+        torch.testing.assert_close(routed(ids).logits, logits_before, rtol=1e-4, atol=1e-5)
