@@ -30,9 +30,12 @@ import torch.nn.functional as F
 
 from servegate.runtime.model.onednn_linear import (
     ONEDNN_DTYPES,
+    is_dense_cpu,
     onednn_available,
     packable_linears,
+    require_onednn,
     route_linears_onednn,
+    weight_bytes,
 )
 
 CpuLinear = Literal["auto", "torch", "openblas", "onednn"]
@@ -109,8 +112,7 @@ def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dty
     if device.type != "cpu" or choice == "torch":
         return "torch"
     if choice == "onednn":
-        if not onednn_available():
-            raise ValueError("runtime.cpu_linear is onednn but this torch build has no oneDNN (mkldnn): set torch")
+        require_onednn()
         return "onednn" if dtype in ONEDNN_DTYPES else "torch"
     if choice == "auto" and dtype == torch.bfloat16:
         return "onednn" if weight_bytes >= AUTO_MIN_WEIGHT_BYTES and onednn_available() else "torch"
@@ -141,8 +143,7 @@ BLAS_DTYPES = (torch.float32, torch.float64)
 
 def _is_plain_float(weight: Any) -> bool:
     """A dense float32/float64 CPU tensor (not a quantized tensor subclass, not a meta tensor)."""
-    data = weight.data if isinstance(weight, torch.nn.Parameter) else weight
-    return type(data) is torch.Tensor and data.dtype in BLAS_DTYPES and data.device.type == "cpu"
+    return is_dense_cpu(weight, BLAS_DTYPES)
 
 
 def _blas_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -174,7 +175,7 @@ def _plain_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
 
 def routable_weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the linear weights `route_linears` would route."""
-    return sum(m.weight.numel() * m.weight.element_size() for m in _plain_linears(model))
+    return weight_bytes(_plain_linears(model))
 
 
 def route_linears(model: torch.nn.Module) -> int:
@@ -199,11 +200,9 @@ def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | N
     if parameter is None:
         return 0
     dtype = getattr(model, "dtype", None) or parameter.dtype
-    if dtype == torch.bfloat16:  # OpenBLAS takes no bfloat16: what oneDNN would pack decides
-        weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in packable_linears(model))
-    else:
-        weight_bytes = routable_weight_bytes(model)
-    kernel = resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=weight_bytes)
+    # OpenBLAS takes no bfloat16: for it, what oneDNN would pack decides
+    linears = packable_linears(model) if dtype == torch.bfloat16 else _plain_linears(model)
+    kernel = resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=weight_bytes(linears))
     if kernel == "onednn":
         return route_linears_onednn(model)
     if kernel == "torch":

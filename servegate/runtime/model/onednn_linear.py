@@ -29,10 +29,21 @@ def onednn_available() -> bool:
     return bool(torch.backends.mkldnn.is_available())
 
 
-def _is_packable(weight: Any) -> bool:
-    """A dense float32/bfloat16 CPU tensor (not a quantized tensor subclass, not a meta tensor)."""
+def require_onednn() -> None:
+    """Refuse `runtime.cpu_linear: onednn` on a torch build without oneDNN, naming the fix."""
+    if not onednn_available():
+        raise ValueError("runtime.cpu_linear is onednn but this torch build has no oneDNN (mkldnn): set torch")
+
+
+def is_dense_cpu(weight: Any, dtypes: tuple[torch.dtype, ...]) -> bool:
+    """A plain CPU tensor of one of `dtypes` (not a quantized tensor subclass, not a meta tensor)."""
     data = weight.data if isinstance(weight, torch.nn.Parameter) else weight
-    return type(data) is torch.Tensor and data.dtype in ONEDNN_DTYPES and data.device.type == "cpu"
+    return type(data) is torch.Tensor and data.dtype in dtypes and data.device.type == "cpu"
+
+
+def weight_bytes(linears: list[torch.nn.Linear]) -> int:
+    """Bytes of the weights of `linears` (as declared: a released weight still counts its full size)."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in linears)
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -70,7 +81,7 @@ def _repack(module: torch.nn.Linear, state: dict[str, Any]) -> None:
     and packing that would serve zeros: that is refused, loudly.
     """
     weight = module.weight
-    if not _is_packable(weight):
+    if not is_dense_cpu(weight, ONEDNN_DTYPES):
         raise ValueError(
             f"a oneDNN-routed linear's weight became {type(weight.data).__name__} {weight.dtype} on "
             f"{weight.device}: convert or quantize the model before runtime.cpu_linear: onednn packs it"
@@ -106,14 +117,13 @@ def packable_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [
         m
         for m in model.modules()
-        if isinstance(m, torch.nn.Linear) and _is_packable(m.weight) and id(m.weight) not in shared
+        if isinstance(m, torch.nn.Linear) and is_dense_cpu(m.weight, ONEDNN_DTYPES) and id(m.weight) not in shared
     ]
 
 
 def route_linears_onednn(model: torch.nn.Module) -> int:
     """Pack every packable linear of `model` for oneDNN and release its dense weight; returns how many were."""
-    if not onednn_available():
-        raise ValueError("runtime.cpu_linear is onednn but this torch build has no oneDNN (mkldnn): set torch")
+    require_onednn()
     linears = packable_linears(model)
     for module in linears:
         state: dict[str, Any] = {"packed": pack_weight(module.weight)}

@@ -85,9 +85,10 @@ class KVBlockManager:
         self._free_cached: OrderedDict[int, None] = OrderedDict()
         # Placement: each sequence's fresh blocks are laid out consecutively where the pool allows, so the
         # runner reads its context as a view of the pool instead of gathering it block by block every layer
-        # of every step (benchmarks/README.md, "Consecutive blocks"). A sequence's first fresh block starts a
-        # free run long enough for the whole sequence, and the rest of that run is held for its growth: a soft
-        # hold, which other sequences take only when no other plain block is free, so it never costs capacity.
+        # of every step (benchmarks/README.md, "Packed weights and consecutive blocks"). A sequence's first
+        # fresh block starts a free run long enough for the whole sequence, and the rest of that run is held for
+        # its growth: a soft hold, which other sequences take only when no other plain block is free, so it
+        # never costs capacity.
         self._held_by = np.full(num_blocks, -1, dtype=np.int64)
         self.hits = 0
         self.misses = 0
@@ -214,7 +215,7 @@ class KVBlockManager:
             if after < self.num_blocks and self._plain_free[after] and self._held_by[after] in (-1, seq.seq_id):
                 return after
             return None
-        free = self._plain_free & (self._held_by < 0)
+        free = self._unheld_free()
         if not free.any():
             return None
         want = self.blocks_for_tokens(seq.max_total_tokens)
@@ -226,11 +227,15 @@ class KVBlockManager:
         self._held_by[start + 1 : start + hold] = seq.seq_id
         return start
 
+    def _unheld_free(self) -> np.ndarray:
+        """Mask of the plain free blocks no sequence holds."""
+        return self._plain_free & (self._held_by < 0)
+
     def _take_free(self, seq: Sequence) -> int:
         block_id = self._placed(seq) if self._num_plain_free else None
         if block_id is None and self._num_plain_free:
             # lowest unheld plain block, else a held one (the hold is only a preference)
-            unheld = np.flatnonzero(self._plain_free & (self._held_by < 0))
+            unheld = np.flatnonzero(self._unheld_free())
             block_id = int(unheld[0]) if unheld.size else int(np.flatnonzero(self._plain_free)[0])
         if block_id is not None:
             self._plain_free[block_id] = False
