@@ -103,8 +103,13 @@ def run(served: ServedModel, repeats: int, reprofile: bool) -> dict[str, Any]:
 
             rows.append(against_server(server.url, served, action))
             print(f"  repeat {i + 1}/{repeats}: {json.dumps(rows[-1])}", flush=True)
+    box = model.fit.black_box
+    if box is not None and box.stream is not None:
+        for line in box.stream.lines():
+            print(f"  profile's {line.strip()}", flush=True)
     return {
         "claim": limit.as_dict(),
+        "drift": {"spread": model.jitter.drift_spread, "seconds": model.jitter.drift_seconds},
         "predicted_e2el_ms": {p: predicted.central["e2el_ms"][p] for p in ("p50", "p99")},
         "rows": rows,
         "seconds": time.time() - began,

@@ -125,6 +125,8 @@ def blackbox_lines(served: ServedModel, model: LatencyModel) -> list[str]:
     ]
     if box.knee is not None:
         lines += box.knee.lines()
+    if box.stream is not None:
+        lines += box.stream.lines()
     if (group := box.process_memory) is not None:
         lines.append(f"memory: {group.describe()} after the sweeps (KV pool {format_bytes(group.kv_pool_bytes)})")
     return lines

@@ -82,3 +82,7 @@ def test_gate_profile_measures_an_endpoint_from_outside(tmp_path: Path, model_di
     data = json.loads((tmp_path / "profile.json").read_text())
     assert data["steps"]["c_step"] == pytest.approx(0.008, rel=0.1)
     assert data["fit"]["black_box"]["knee"]["rates"]
+    knee, stream = data["fit"]["black_box"]["knee"], data["fit"]["black_box"]["stream"]
+    if knee["measured_capacity_rps"]:  # the steady stream runs once the capacity is measured
+        assert stream["rate_rps"] <= 0.7 * knee["measured_capacity_rps"] + 1e-9 and stream["requests"] >= 20
+        assert [x for x in done.stdout.splitlines() if x.startswith("steady stream: ")]

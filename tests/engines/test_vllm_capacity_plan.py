@@ -56,7 +56,8 @@ def test_profile_plan_and_verify_the_quickstart_on_vllm(vllm_python: Path, tmp_p
     out, err = profiled.communicate(timeout=1200)
     assert profiled.returncode == 0, err[-3000:]
     profile_s = time.monotonic() - began
-    knee = json.loads((tmp_path / "profile.json").read_text())["fit"]["black_box"]["knee"]
+    box = json.loads((tmp_path / "profile.json").read_text())["fit"]["black_box"]
+    knee = box["knee"]
     runs = [(r["rate_rps"], r["kept_up"]) for r in knee["rates"]]
     # the knee is bracketed by measured rates: one kept up with, a higher one not (the lowest rate missed is run
     # twice, and the repeat may keep up)
@@ -65,6 +66,10 @@ def test_profile_plan_and_verify_the_quickstart_on_vllm(vllm_python: Path, tmp_p
     assert knee["measured_knee_rps"] < knee["missed_rps"]
     [said] = [x for x in out.splitlines() if x.startswith("knee: ")]
     assert said.startswith("knee: measured between")
+    # the steady stream below the knee, on which the machine's drift is fitted, ran and was answered
+    stream = box["stream"]
+    assert stream["rate_rps"] <= 0.7 * knee["measured_capacity_rps"] + 1e-9 and stream["requests"] >= 20, stream
+    assert stream["measured_p50_ms"] > 0 and [x for x in out.splitlines() if x.startswith("steady stream: ")]
 
     planned = _gate(["plan", "--requests", "100", "--verify", "--json", "plan.json"], tmp_path, vllm_python)
     peak = 0

@@ -19,6 +19,8 @@ the engine's scheduler taken to be continuous batching under the manifest's `max
    again. Per rate: the pace of answers, the p50 end-to-end latency, measured and simulated. Above the knee the
    pace of answers is the engine's capacity, so the runs there (at least two, up to SATURATION_WINDOW x the
    rate missed) measure it and its spread.
+4. A steady stream of the workload below the knee (drift_fit.py): how much the whole machine slows for a while,
+   and for how long, which a stream's latency shows and bursts do not.
 The step jitter is the spread of the measured gaps around the fitted decode step.
 """
 
@@ -38,6 +40,7 @@ from servegate.capacity.bench.run_metrics import RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
 from servegate.capacity.latency.blackbox_fit import BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
+from servegate.capacity.latency.drift_fit import fit_drift, measure_stream, stream_rate
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.provenance import FitQuality, Provenance, hardware_id
 from servegate.capacity.latency.run_pace import kept_up_with, paces
@@ -374,6 +377,16 @@ async def profile_target(
         knee = await knee_sweep(target, prompts, setup, model, workload, sweep_seconds)
         model, knee = fit_to_knee(model, knee, setup, workload)
         box = replace(box, knee=knee)
+        if knee.measured_capacity_rps:
+            rate = stream_rate(workload, knee.measured_capacity_rps)
+            if stage:
+                stage(f"a steady stream at {rate:.3g} requests/s, for the machine's drift")
+            specs, records = await measure_stream(target, prompts, workload, rate)
+            model, stream = fit_drift(
+                setup, model, specs, records, rate, refit=lambda m: fit_to_knee(m, knee, setup, workload)[0]
+            )
+            knee = replace(knee, serving_work_s=model.overheads.serving_work_s)
+            box = replace(box, knee=knee, stream=stream)
     provenance = Provenance(
         key=profile_key(served),
         fingerprint=served.fingerprint,

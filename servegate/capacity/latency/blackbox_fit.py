@@ -165,6 +165,46 @@ class KneeSweep:
 
 
 @dataclass(frozen=True)
+class SteadyStream:
+    """The steady stream a black-box profile sends after the knee search, and the machine's drift fitted on it
+    (drift_fit.py; StepJitter.drift_spread)."""
+
+    rate_rps: float
+    requests: int
+    measured_mean_ms: float
+    """Mean end-to-end latency of its answered requests."""
+    measured_p50_ms: float
+    measured_p99_ms: float
+    measured_tail_ms: float
+    """Its drift_fit.TAIL percentile, what the drift is fitted to."""
+    simulated_tail_ms: float
+    """The same percentile of the same requests simulated without drift (mean over drift_fit.DRIFT_SEEDS jitter
+    seeds)."""
+    fitted_tail_ms: float
+    """Simulated with the fitted drift."""
+    correlation: tuple[tuple[float, float, float], ...]
+    """(shortest gap, longest gap, correlation) of the measured over simulated log latencies of requests sent that
+    far apart, seconds: how long a slow moment lasts."""
+    drift_spread: float
+    drift_seconds: float
+
+    def lines(self) -> list[str]:
+        """The stream and the drift in words."""
+        head = (
+            f"steady stream: {self.requests} requests at {self.rate_rps:.3g} requests/s, E2E mean "
+            f"{self.measured_mean_ms:.1f} ms (p50 {self.measured_p50_ms:.1f}, p95 {self.measured_tail_ms:.1f}, p99 "
+            f"{self.measured_p99_ms:.1f}); p95 simulated without drift {self.simulated_tail_ms:.1f} ms"
+        )
+        if not self.drift_spread:
+            return [f"{head}; no drift fitted (the steps explain it, or slow moments do not last)"]
+        return [
+            head,
+            f"  drift: the machine's slowdown spreads by {self.drift_spread:.2f} (log s.d.) and lasts "
+            f"{self.drift_seconds:.2g} s (correlation time); p95 simulated with it {self.fitted_tail_ms:.1f} ms",
+        ]
+
+
+@dataclass(frozen=True)
 class BlackBoxFit:
     """The sweeps of a black-box profile and the fit's error on them."""
 
@@ -180,6 +220,8 @@ class BlackBoxFit:
     process_memory: ProcessGroupMemory | None = None
     """The resident memory of the engine's processes after the sweeps, for an engine servegate started (None:
     an endpoint it cannot see into)."""
+    stream: SteadyStream | None = None
+    """The steady stream the drift was fitted on (None: no knee measured, or a profile made before it)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BlackBoxFit:
@@ -204,4 +246,13 @@ class BlackBoxFit:
             else None,
             profile_seconds=float(data.get("profile_seconds", 0.0)),
             process_memory=ProcessGroupMemory.from_dict(data["process_memory"]) if data.get("process_memory") else None,
+            stream=_stream(data.get("stream")),
         )
+
+
+def _stream(data: Mapping[str, Any] | None) -> SteadyStream | None:
+    """A SteadyStream from its dataclasses.asdict form (None stays None)."""
+    if not data:
+        return None
+    fields = {**data, "correlation": tuple(tuple(float(x) for x in row) for row in data.get("correlation") or ())}
+    return SteadyStream(**fields)

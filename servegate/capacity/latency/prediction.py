@@ -91,5 +91,5 @@ def saturation_throughput(
     closed = workload.model_copy(update={"arrival": "closed", "concurrency": concurrency, "rate_rps": None})
     specs = make_requests(closed, seed, num_requests=max(num_requests, 3 * concurrency))
     timeless = SimSetup(**{**setup.__dict__, "timeout_s": float("inf"), "max_queue": 1_000_000})
-    result = simulate(timeless, model, specs, concurrency=concurrency, seed=seed)
+    result = simulate(timeless, model, specs, concurrency=concurrency, seed=seed, drift=False)
     return float(result.summary()["throughput"]["requests_per_s"])

@@ -4,7 +4,10 @@ The simulation drives the runtime's real scheduler and KV block manager (`serveg
 so admission, batching windows, block accounting and preemption are exactly the engine's; only the
 model is replaced: each step lasts what the latency model predicts for the chunks the scheduler
 chose, times a log-normal jitter with the spread and the step-to-step correlation measured when
-profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while). Requests reach the
+profiling (slow steps come in runs: a busy interpreter or a busy core stays busy for a while), times the machine's
+drift where the profile measured one (a log-normal slowdown of median 1 that lasts in time, an Ornstein-Uhlenbeck
+process on the virtual clock: a shared machine runs slower for a second or two, and every step and overhead started
+meanwhile shares it; StepJitter.drift_spread). Requests reach the
 scheduler `overheads.request_s` after they are sent, plus `overheads.admission_delay_per_running_s` for every
 sequence running at that moment (or, replaying a trace, when they were measured to); a token is seen when its
 step ends, and a response ends `overheads.finish_s` after its last token (or, replaying a trace that recorded the
@@ -116,6 +119,7 @@ def simulate(
     concurrency: int | None = None,
     seed: int = 0,
     jitter: bool = True,
+    drift: bool = True,
     replay: Sequence[float] | None = None,
     admission_delays: Sequence[float | None] | None = None,
     way_out: Sequence[tuple[float | None, float | None]] | None = None,
@@ -130,23 +134,37 @@ def simulate(
     in place of the model's request overhead and admission delay. With `way_out` (per spec, seconds from the
     engine handing its first token, and its final event, to the client receiving them; None: not measured) spec i's
     tokens are seen that much after their step ends, and its response ends that much after it ended in the engine,
-    in place of the model's finish overhead.
+    in place of the model's finish overhead. Without `jitter` neither the step noise nor the drift's moments are
+    drawn; without `drift` only the drift's moments are not: every moment then runs at the drift's mean slowdown
+    (a capacity, which is a mean, reads the same under every seed).
     """
-    run = _Simulation(setup, model, specs, _StepNoise(model, seed, jitter), replay, admission_delays, way_out)
+    noise = _StepNoise(model, seed, jitter, drift and jitter)
+    run = _Simulation(setup, model, specs, noise, replay, admission_delays, way_out)
     run.send_first(concurrency)
     return run.run()
 
 
 class _StepNoise:
-    """The log-normal step slowdown: an AR(1) process in log space, so slow steps come in runs as measured."""
+    """The log-normal step slowdown: an AR(1) process in log space, so slow steps come in runs as measured; and the
+    machine's drift, an Ornstein-Uhlenbeck process in log space on the virtual clock (StepJitter.drift_spread)."""
 
-    def __init__(self, model: LatencyModel, seed: int, jitter: bool) -> None:
+    def __init__(self, model: LatencyModel, seed: int, jitter: bool, drift: bool = False) -> None:
         spread = model.jitter.spread
         self.rng = np.random.default_rng(seed)
         self.sigma = math.sqrt(math.log1p(spread**2)) if jitter and spread > 0 else 0.0
         self.rho = min(max(model.jitter.correlation, 0.0), 0.99)
         self.slow = 0.0
         """Log of the current step's slowdown."""
+        # a stream of its own, so a seed's step noise is the same with and without drift
+        self.drift_rng = np.random.default_rng([seed, 1])
+        spread = model.jitter.drift_spread if model.jitter.drift_seconds > 0 else 0.0
+        self.drift_sigma = spread if drift else 0.0
+        self.drift_seconds = model.jitter.drift_seconds
+        self.drift_mean = math.exp(spread * spread / 2)
+        """The drift's mean factor, what every moment takes when its moments are not drawn."""
+        self.drift_log = float(self.drift_rng.normal(0.0, self.drift_sigma)) if self.drift_sigma else 0.0
+        """Log of the machine's slowdown at drift_time (drawn from the process's stationary law at 0)."""
+        self.drift_time = 0.0
 
     def apply(self, duration: float) -> float:
         """The next step's duration once slowed down (mean-preserving); unchanged without jitter."""
@@ -155,6 +173,19 @@ class _StepNoise:
         rho, sigma = self.rho, self.sigma
         self.slow = rho * self.slow + math.sqrt(1 - rho * rho) * float(self.rng.normal(0.0, sigma))
         return duration * math.exp(self.slow - sigma * sigma / 2)
+
+    def drift(self, at: float) -> float:
+        """The machine's slowdown factor for work started at virtual time `at`: median 1 (the speed bursts measure),
+        mean drift_mean; drift_mean itself when the moments are not drawn, 1.0 without drift. The process moves
+        forward only: a query for an earlier time than the last one reads the last one's value."""
+        sigma = self.drift_sigma
+        if not sigma:
+            return self.drift_mean
+        if at > self.drift_time:  # the exact Ornstein-Uhlenbeck transition over the gap
+            keep = math.exp(-(at - self.drift_time) / self.drift_seconds)
+            fresh = float(self.drift_rng.normal(0.0, sigma * math.sqrt(1.0 - keep * keep)))
+            self.drift_log, self.drift_time = self.drift_log * keep + fresh, at
+        return math.exp(self.drift_log)
 
 
 class _Simulation:
@@ -233,7 +264,7 @@ class _Simulation:
         self.scheduler.finish(seq)
         record = self.record_of[seq.seq_id]
         record.error = error
-        finish = self.model.overheads.finish_s * self.stretch(now) if error is None else 0.0
+        finish = self.model.overheads.finish_s * self.stretch(now) * self.noise.drift(now) if error is None else 0.0
         record.end = now + self.out_delay(seq.seq_id, 1, finish)
         self.send_next(record.end)
 
@@ -270,7 +301,8 @@ class _Simulation:
             if stage == 0:  # the server reads it after its fixed overhead and the streaming work ahead of it
                 measured = self.admission_delays[index] if self.admission_delays is not None else None
                 running = len(self.scheduler.running)
-                delay = overheads.request_s * self.stretch(t) + overheads.admission_delay_per_running_s * running
+                delay = overheads.request_s * self.stretch(t) * self.noise.drift(t)
+                delay += overheads.admission_delay_per_running_s * running
                 read = t + (delay if measured is None else measured)
                 heapq.heappush(self.arrivals, (read, 1, index))
             else:
@@ -328,7 +360,7 @@ class _Simulation:
     def step_seconds(self, output: SchedulerOutput, now: float) -> float:
         """How long a step starting at `now` lasts: the step cost, jittered, plus what serving adds (or as replayed)."""
         duration = self.noise.apply(self.model.step_time((c.num_tokens, c.start_pos) for c in output.chunks))
-        duration = self.with_serving_work(duration, now)
+        duration = self.with_serving_work(duration, now) * self.noise.drift(now)
         steps, replay = self.result.steps, self.replay
         if replay is not None and steps < len(replay):
             duration = float(replay[steps])  # measured: it holds every cost predicted above

@@ -183,6 +183,15 @@ class StepJitter:
     correlation: float = 0.0
     """Correlation of one step's log slowdown with the next one's (back-to-back serving steps): slow steps come
     in runs."""
+    drift_spread: float = 0.0
+    """Standard deviation of the log of a slowdown of the whole machine that lasts in time (0: none): under a
+    steady stream an engine on shared cores runs slower for a second or two, then at its usual speed again, and
+    every step and overhead started meanwhile shares it. Its median is 1 (the speed bursts measure); its mean,
+    exp(drift_spread**2 / 2), is what a capacity sees, so the serving work is fitted to the knee under it. Fitted
+    on a steady stream (drift_fit.py)."""
+    drift_seconds: float = 0.0
+    """Correlation time of that slowdown, seconds: an Ornstein-Uhlenbeck process in log space, whose correlation
+    over a gap of d seconds is exp(-d / drift_seconds)."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepJitter:
