@@ -405,7 +405,8 @@ class Fallback(Section):
     """Path to the fallback's manifest, relative to this file."""
     # mypy infers the lambda's list as list[str], not the list of literals
     triggers: list[Literal["overload", "timeout", "error"]] = Field(
-        default_factory=lambda: ["overload"], min_length=1  # type: ignore[arg-type]
+        default_factory=lambda: ["overload"],  # type: ignore[arg-type]
+        min_length=1,
     )
     """Which failures of the primary are routed to the fallback."""
     boundary: dict[str, float] = Field(default_factory=dict)

@@ -90,8 +90,14 @@ def llamacpp_facts(served: ServedModel, get: Callable[[str], httpx.Response | No
     ok = all(isinstance(v, (int, float)) and abs(float(v) - NEUTRAL_SAMPLING[k]) < 1e-6 for k, v in sampling.items())
     reason = "neutral: temperature 0 is greedy" if ok else "not neutral: requests that leave them out are reshaped"
     facts.append(
-        ("runtime.backend", ok, f"default sampling {sampling} {reason}", "GET /props params", NEUTRAL_SAMPLING,
-         sampling)  # fmt: skip
+        (
+            "runtime.backend",
+            ok,
+            f"default sampling {sampling} {reason}",
+            "GET /props params",
+            NEUTRAL_SAMPLING,
+            sampling,
+        )
     )
     listed = json_of(get("/slots"))
     if isinstance(listed, list):

@@ -51,8 +51,10 @@ def _verdict_line(report: GateReport, data: dict[str, Any]) -> list[str]:
     ran = [g for g in report.gates if g.verdict != "skipped"]
     failed = [g.name for g in report.gates if g.verdict in ("fail", "unavailable")]
     warned = [g.name for g in report.gates if g.verdict == "warn"]
-    outcome = f"{len(failed)} of {len(ran)} gate(s) run failed: {', '.join(failed)}" if failed else (
-        f"all {len(ran)} gate(s) run passed" if ran else "no gate ran: nothing the gates watch changed"
+    outcome = (
+        f"{len(failed)} of {len(ran)} gate(s) run failed: {', '.join(failed)}"
+        if failed
+        else (f"all {len(ran)} gate(s) run passed" if ran else "no gate ran: nothing the gates watch changed")
     )
     if warned:
         outcome += f"; warned: {', '.join(warned)}"

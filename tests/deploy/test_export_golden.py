@@ -19,8 +19,12 @@ from servegate.deploy.targets import TARGETS, Deployment, export_manifest, write
 CASES = {
     "quickstart": (
         QUICKSTART,
-        {"vllm": "/models/tiny-primary", "ray-serve": "/models/tiny-primary", "kserve": "pvc://models/tiny-primary",
-         "llamacpp": "/models/tiny-primary.gguf"},
+        {
+            "vllm": "/models/tiny-primary",
+            "ray-serve": "/models/tiny-primary",
+            "kserve": "pvc://models/tiny-primary",
+            "llamacpp": "/models/tiny-primary.gguf",
+        },
         None,
     ),
     "multigpu": (MULTIGPU, {}, 4),

@@ -99,9 +99,7 @@ def _simulated_e2e(setup: SimSetup, model: LatencyModel, specs: Sequence[Request
     return np.array(rows, dtype=float)
 
 
-def lag_correlations(
-    sent: Sequence[float], residuals: Sequence[float]
-) -> list[tuple[float, float, float]]:
+def lag_correlations(sent: Sequence[float], residuals: Sequence[float]) -> list[tuple[float, float, float]]:
     """(shortest gap, longest gap, correlation) of the residuals of requests sent within each of LAG_BINS of each
     other (the residuals centred on their mean, over their variance); bins with fewer than MIN_PAIRS pairs are
     left out."""

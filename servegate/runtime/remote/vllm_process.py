@@ -176,5 +176,3 @@ class VllmServer(ChildServer):
         """The labels of `vllm:cache_config_info`: block_size, kv_cache_memory_bytes, kv_cache_size_tokens, ..."""
         samples = self.metrics().get("vllm:cache_config_info") or [({}, 0.0)]
         return samples[0][0]
-
-

@@ -57,6 +57,7 @@ def test_the_margin_is_the_references_own_gap_between_its_token_and_the_batchs()
 def test_only_engine_ids_parting_at_a_generated_token_are_judged() -> None:
     served = ServedModel.model_validate(fake_manifest())
     alone, batched = ItemOutput("x", "a", (7, 8, 9)), ItemOutput("x", "b", (7, 8, 4))
+
     def judgeable(other: ItemOutput) -> bool:
         return _judgeable(served, alone, other, first_difference(alone.token_ids, other.token_ids))
 
