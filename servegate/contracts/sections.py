@@ -404,10 +404,7 @@ class Fallback(Section):
     manifest: str = Field(min_length=1)
     """Path to the fallback's manifest, relative to this file."""
     # mypy infers the lambda's list as list[str], not the list of literals
-    triggers: list[Literal["overload", "timeout", "error"]] = Field(
-        default_factory=lambda: ["overload"],  # type: ignore[arg-type]
-        min_length=1,
-    )
+    triggers: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)  # type: ignore[arg-type]
     """Which failures of the primary are routed to the fallback."""
     boundary: dict[str, float] = Field(default_factory=dict)
     """Lowest score the fallback must keep per metric (e.g. exact_match: 0.6), checked by the fallback gate."""
