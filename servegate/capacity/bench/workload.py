@@ -93,6 +93,11 @@ def with_rate(workload: Workload, rate_rps: float) -> Workload:
     return workload.model_copy(update={"arrival": arrival, "rate_rps": rate_rps, "concurrency": None})
 
 
+def timed_requests(workload: Workload, rate_rps: float, seconds: float, seed: int, minimum: int) -> list[RequestSpec]:
+    """`seconds` of the workload's requests sent as an open loop at `rate_rps` (with_rate), at least `minimum`."""
+    return make_requests(with_rate(workload, rate_rps), seed, num_requests=max(minimum, round(rate_rps * seconds)))
+
+
 def load_workload(path: str | Path) -> Workload:
     """Read a workload file: the `capacity.workload` section on its own, or a manifest holding one."""
     p = Path(path)

@@ -38,7 +38,7 @@ import numpy as np
 from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
-from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.bench.workload import RequestSpec, timed_requests
 from servegate.capacity.latency.blackbox_fit import BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
 from servegate.capacity.latency.drift_fit import fit_drift, measure_stream, stream_rate
 from servegate.capacity.latency.model import LatencyModel
@@ -248,8 +248,8 @@ async def knee_sweep(
     rows: list[KneeRate] = []
 
     async def run(rate: float) -> KneeRate:
-        n = max(SWEEP_MIN_REQUESTS, round(rate * seconds))
-        specs = make_requests(with_rate(workload, rate).model_copy(update={"num_requests": n}), seed=31 + len(rows))
+        specs = timed_requests(workload, rate, seconds, seed=31 + len(rows), minimum=SWEEP_MIN_REQUESTS)
+        n = len(specs)
         records = await run_open_loop(target, specs, prompts)
         measured = summarize(records)
         simulated = simulate(setup, model, specs, seed=0).summary()

@@ -35,7 +35,7 @@ import numpy as np
 from servegate.capacity.bench.load_generator import run_open_loop
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
-from servegate.capacity.bench.workload import RequestSpec, make_requests, with_rate
+from servegate.capacity.bench.workload import RequestSpec, timed_requests
 from servegate.capacity.latency.blackbox_fit import SteadyStream
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.simulate import SimSetup, simulate
@@ -46,6 +46,8 @@ STREAM_SECONDS = 12.0
 STREAM_LOAD = 0.7
 """Most of the measured capacity the stream is sent at (the declared rate when lower): near enough to the knee
 that a slow moment builds a queue, far enough that the stream keeps up."""
+STREAM_MIN_REQUESTS = 20
+"""Fewest requests the stream sends, however low its rate (as many as a run of the knee search)."""
 STREAM_SEED = 97
 """Seed of the stream's requests (apart from the knee search's)."""
 DRIFT_SEEDS = 4
@@ -76,17 +78,11 @@ def stream_rate(workload: Workload, capacity_rps: float) -> float:
     return min(declared, ceiling) if declared else ceiling
 
 
-def stream_specs(workload: Workload, rate_rps: float) -> list[RequestSpec]:
-    """STREAM_SECONDS of the workload's requests at `rate_rps`."""
-    n = max(20, round(rate_rps * STREAM_SECONDS))
-    return make_requests(with_rate(workload, rate_rps).model_copy(update={"num_requests": n}), seed=STREAM_SEED)
-
-
 async def measure_stream(
     target: BenchTarget, prompts: PromptFactory, workload: Workload, rate_rps: float
 ) -> tuple[list[RequestSpec], list[RequestRecord]]:
     """Send the stream; its specs and their records, in the same order."""
-    specs = stream_specs(workload, rate_rps)
+    specs = timed_requests(workload, rate_rps, STREAM_SECONDS, STREAM_SEED, minimum=STREAM_MIN_REQUESTS)
     return specs, await run_open_loop(target, specs, prompts)
 
 

@@ -155,14 +155,15 @@ class _StepNoise:
         self.rho = min(max(model.jitter.correlation, 0.0), 0.99)
         self.slow = 0.0
         """Log of the current step's slowdown."""
-        # a stream of its own, so a seed's step noise is the same with and without drift
-        self.drift_rng = np.random.default_rng([seed, 1])
         spread = model.jitter.drift_spread if model.jitter.drift_seconds > 0 else 0.0
         self.drift_sigma = spread if drift else 0.0
         self.drift_seconds = model.jitter.drift_seconds
         self.drift_mean = math.exp(spread * spread / 2)
         """The drift's mean factor, what every moment takes when its moments are not drawn."""
-        self.drift_log = float(self.drift_rng.normal(0.0, self.drift_sigma)) if self.drift_sigma else 0.0
+        # a stream of its own, so a seed's step noise is the same with and without drift (made only when drawn:
+        # the planner simulates thousands of runs, most without a drift)
+        self.drift_rng = np.random.default_rng([seed, 1]) if self.drift_sigma else None
+        self.drift_log = float(self.drift_rng.normal(0.0, self.drift_sigma)) if self.drift_rng else 0.0
         """Log of the machine's slowdown at drift_time (drawn from the process's stationary law at 0)."""
         self.drift_time = 0.0
 
@@ -181,6 +182,7 @@ class _StepNoise:
         sigma = self.drift_sigma
         if not sigma:
             return self.drift_mean
+        assert self.drift_rng is not None
         if at > self.drift_time:  # the exact Ornstein-Uhlenbeck transition over the gap
             keep = math.exp(-(at - self.drift_time) / self.drift_seconds)
             fresh = float(self.drift_rng.normal(0.0, sigma * math.sqrt(1.0 - keep * keep)))
