@@ -57,7 +57,7 @@ TAIL = 95
 12-second stream holds enough requests for a p95 (a p99 needs 368 for its interval, percentiles.interval_floor)."""
 SPREAD_GRID = tuple(round(0.1 * k, 1) for k in range(16))
 """The drift spreads tried (log standard deviations, 0-1.5: at 1.5 a slow moment one standard deviation out runs
-4.5x slower). A grid, not a bisection: the stream's mean latency need not grow steadily with the spread, since the
+4.5x slower). A grid, not a bisection: the stream's simulated p95 need not grow steadily with the spread, since the
 serving work refitted under each one shrinks as the drift's mean grows."""
 LAG_BINS = ((0.1, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0))
 """Gaps between sends (seconds) whose pairs of requests give one correlation each. Gaps under 0.1 s are left
