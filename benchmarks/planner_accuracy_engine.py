@@ -110,6 +110,7 @@ def run(served: ServedModel, repeats: int, reprofile: bool) -> dict[str, Any]:
     return {
         "claim": limit.as_dict(),
         "drift": {"spread": model.jitter.drift_spread, "seconds": model.jitter.drift_seconds},
+        "load_stretch_per_rps": model.overheads.load_stretch_per_rps,
         "predicted_e2el_ms": {p: predicted.central["e2el_ms"][p] for p in ("p50", "p99")},
         "rows": rows,
         "seconds": time.time() - began,

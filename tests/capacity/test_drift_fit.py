@@ -1,5 +1,6 @@
-"""The machine's drift: a slowdown that lasts in time, drawn on the simulator's clock and fitted on a steady stream
-(latency/drift_fit.py, StepJitter.drift_spread)."""
+"""What a black-box profile fits on its steady stream: the machine's drift, a slowdown that lasts in time, drawn on
+the simulator's clock (latency/drift_fit.py, StepJitter.drift_spread), and the load stretch that sets the stream's
+median (latency/stretch_fit.py, ServingOverheads.load_stretch_per_rps)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from servegate.capacity.latency.drift_fit import (
 )
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.simulate import SimSetup, _StepNoise, simulate
+from servegate.capacity.latency.stretch_fit import STRETCH_BISECTIONS, fit_load_stretch
 from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.capacity_section import Workload
 
@@ -102,7 +104,7 @@ def test_the_fit_finds_a_drift_that_is_there_and_none_where_there_is_none() -> N
     assert fitted.steps == MODEL.steps  # the drift is all it adds (no refit given)
     _, quiet = fit_drift(SETUP, MODEL, specs, _records(specs, MODEL, seed=11), 20.0)
     assert quiet is not None and quiet.drift_spread <= 0.2, quiet
-    assert "no drift fitted" in quiet.lines()[0] or quiet.drift_spread > 0
+    assert "no drift fitted" in quiet.lines()[-1] or quiet.drift_spread > 0
 
 
 def test_the_refit_runs_under_each_spread_tried() -> None:
@@ -141,3 +143,66 @@ def test_the_stream_is_kept_in_the_profile_and_said_in_words() -> None:
     first, second = record.lines()
     assert first.startswith("steady stream: 288 requests at 24 requests/s, E2E mean 120.0 ms (p50 90.0, p95 500.0")
     assert "lasts 0.5 s (correlation time); p95 simulated with it 480.0 ms" in second
+    loaded = replace(record, simulated_p50_ms=60.0, fitted_p50_ms=89.0, load_stretch_per_rps=0.05)
+    assert BlackBoxFit.from_dict(asdict(replace(box, stream=loaded))).stream == loaded
+    assert loaded.lines()[1] == (
+        "  load: requests 120% slower at this rate (5.00% per request/s served), on top of the serving work; p50 "
+        "simulated 60.0 ms without it, 89.0 with it"
+    )
+
+
+def slowed(factor: float, rate: float) -> LatencyModel:
+    """MODEL with every part of a request `factor` times slower at `rate` requests/s served."""
+    return replace(MODEL, overheads=replace(MODEL.overheads, load_stretch_per_rps=(factor - 1) / rate))
+
+
+def test_the_load_stretch_is_fitted_to_the_streams_median() -> None:
+    specs = stream(40.0, 15.0)
+    measured = _records(specs, slowed(2.0, 40.0), seed=3)  # twice as slow at the stream's rate
+    fitted, kept = fit_load_stretch(SETUP, MODEL, specs, measured, 40.0)
+    median = 1000 * float(np.median([r.e2el for r in measured if r.ok]))
+    assert kept["simulated_p50_ms"] < 0.8 * median
+    assert kept["fitted_p50_ms"] == pytest.approx(median, rel=0.05)
+    factor = 1 + fitted.overheads.load_stretch_per_rps * 40.0
+    assert 1.6 <= factor <= 2.4, kept
+    assert kept["load_stretch_per_rps"] == fitted.overheads.load_stretch_per_rps
+    assert fitted.steps == MODEL.steps and fitted.jitter == MODEL.jitter  # the stretch is all it adds
+    record = replace(SteadyStream(40.0, len(specs), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (), 0.0, 0.0), **kept)
+    assert f"requests {100 * (factor - 1):.0f}% slower at this rate" in record.lines()[1]
+
+
+def test_a_model_as_slow_as_the_stream_fits_no_load_stretch() -> None:
+    specs = stream(40.0, 10.0)
+    tried: list[float] = []
+
+    def refit(model: LatencyModel) -> LatencyModel:
+        tried.append(model.overheads.load_stretch_per_rps)
+        return model
+
+    fast = replace(MODEL, steps=MODEL.steps.scaled(0.5))
+    fitted, kept = fit_load_stretch(SETUP, MODEL, specs, _records(specs, fast, seed=3), 40.0, refit=refit)
+    assert fitted is MODEL and kept["load_stretch_per_rps"] == 0.0 and not tried
+    assert kept["fitted_p50_ms"] == kept["simulated_p50_ms"]
+    failed = _records(specs, MODEL, seed=3)
+    for r in failed:
+        r.error = "HTTP 500"
+    assert fit_load_stretch(SETUP, MODEL, specs, failed, 40.0) == (MODEL, {})
+
+
+def test_the_serving_work_is_refitted_at_each_load_stretch_tried() -> None:
+    specs = stream(40.0, 10.0)
+    tried: list[float] = []
+
+    def refit(model: LatencyModel) -> LatencyModel:
+        tried.append(model.overheads.load_stretch_per_rps)
+        return model
+
+    measured = _records(specs, slowed(2.0, 40.0), seed=2)
+    fit_load_stretch(SETUP, MODEL, specs, measured, 40.0, refit)
+    # the top of the range, each halving, and the value kept
+    assert len(tried) == STRETCH_BISECTIONS + 2 and all(t > 0 for t in tried)
+    # fitted again, as after the drift: from 0, not from the value it has
+    tried.clear()
+    again, kept = fit_load_stretch(SETUP, slowed(3.0, 40.0), specs, measured, 40.0, refit)
+    assert tried[0] == 0.0 and len(tried) == STRETCH_BISECTIONS + 3
+    assert 1.6 <= 1 + 40.0 * again.overheads.load_stretch_per_rps <= 2.4, kept

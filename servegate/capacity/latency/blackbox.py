@@ -19,8 +19,9 @@ the engine's scheduler taken to be continuous batching under the manifest's `max
    again. Per rate: the pace of answers, the p50 end-to-end latency, measured and simulated. Above the knee the
    pace of answers is the engine's capacity, so the runs there (at least two, up to SATURATION_WINDOW x the
    rate missed) measure it and its spread.
-4. A steady stream of the workload below the knee (drift_fit.py): how much the whole machine slows for a while,
-   and for how long, which a stream's latency shows and bursts do not.
+4. A steady stream of the workload below the knee: how fast the slowdown under load grows below the knee, which
+   its median shows (stretch_fit.py), then how much the whole machine slows for a while, and for how long, which
+   its tail shows and bursts do not (drift_fit.py), then the first again under the drift.
 The step jitter is the spread of the measured gaps around the fitted decode step.
 """
 
@@ -45,6 +46,7 @@ from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.provenance import FitQuality, Provenance, hardware_id
 from servegate.capacity.latency.run_pace import kept_up_with, paces
 from servegate.capacity.latency.simulate import SimSetup, simulate
+from servegate.capacity.latency.stretch_fit import fit_load_stretch
 from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
@@ -380,11 +382,20 @@ async def profile_target(
         if knee.measured_capacity_rps:
             rate = stream_rate(workload, knee.measured_capacity_rps)
             if stage:
-                stage(f"a steady stream at {rate:.3g} requests/s, for the machine's drift")
+                stage(f"a steady stream at {rate:.3g} requests/s, for the load's shape and the machine's drift")
             specs, records = await measure_stream(target, prompts, workload, rate)
-            model, stream = fit_drift(
-                setup, model, specs, records, rate, refit=lambda m: fit_to_knee(m, knee, setup, workload)[0]
-            )
+
+            def refit(m: LatencyModel) -> LatencyModel:
+                return fit_to_knee(m, knee, setup, workload)[0]
+
+            # the middle, the tail under it, then the middle again: the drift's refit takes serving work off
+            model, first = fit_load_stretch(setup, model, specs, records, rate, refit=refit)
+            model, stream = fit_drift(setup, model, specs, records, rate, refit=refit)
+            if stream is not None and stream.drift_spread:
+                model, middle = fit_load_stretch(setup, model, specs, records, rate, refit=refit)
+                stream = replace(stream, **{**middle, "simulated_p50_ms": first["simulated_p50_ms"]})
+            elif stream is not None:
+                stream = replace(stream, **first)
             knee = replace(knee, serving_work_s=model.overheads.serving_work_s)
             box = replace(box, knee=knee, stream=stream)
     provenance = Provenance(

@@ -187,21 +187,43 @@ class SteadyStream:
     far apart, seconds: how long a slow moment lasts."""
     drift_spread: float
     drift_seconds: float
+    simulated_p50_ms: float | None = None
+    """The median simulated before the load stretch was fitted (stretch_fit.py; None: a profile made before it)."""
+    fitted_p50_ms: float | None = None
+    """The median simulated with the fitted load stretch, before the drift (which lowers it a little)."""
+    load_stretch_per_rps: float = 0.0
+    """The load stretch fitted to the measured median (ServingOverheads.load_stretch_per_rps)."""
 
     def lines(self) -> list[str]:
-        """The stream and the drift in words."""
+        """The stream, the load stretch and the drift in words, in the order they were fitted."""
         head = (
             f"steady stream: {self.requests} requests at {self.rate_rps:.3g} requests/s, E2E mean "
             f"{self.measured_mean_ms:.1f} ms (p50 {self.measured_p50_ms:.1f}, p95 {self.measured_tail_ms:.1f}, p99 "
-            f"{self.measured_p99_ms:.1f}); p95 simulated without drift {self.simulated_tail_ms:.1f} ms"
+            f"{self.measured_p99_ms:.1f})"
         )
+        lines = [head]
+        if self.simulated_p50_ms is not None and self.fitted_p50_ms is not None:
+            if not self.load_stretch_per_rps:
+                said = f"p50 simulated {self.simulated_p50_ms:.1f} ms, no load stretch fitted (the model is as slow)"
+            else:
+                said = (
+                    f"load: requests {100 * self.load_stretch_per_rps * self.rate_rps:.0f}% slower at this rate "
+                    f"({100 * self.load_stretch_per_rps:.2f}% per request/s served), on top of the serving work; p50 "
+                    f"simulated {self.simulated_p50_ms:.1f} ms without it, {self.fitted_p50_ms:.1f} with it"
+                )
+            lines.append(f"  {said}")
         if not self.drift_spread:
-            return [f"{head}; no drift fitted (the steps explain it, or slow moments do not last)"]
-        return [
-            head,
-            f"  drift: the machine's slowdown spreads by {self.drift_spread:.2f} (log s.d.) and lasts "
-            f"{self.drift_seconds:.2g} s (correlation time); p95 simulated with it {self.fitted_tail_ms:.1f} ms",
-        ]
+            lines.append(
+                f"  p95 simulated without drift {self.simulated_tail_ms:.1f} ms; no drift fitted (the steps explain "
+                "it, or slow moments do not last)"
+            )
+        else:
+            lines.append(
+                f"  drift: p95 simulated {self.simulated_tail_ms:.1f} ms without it; the machine's slowdown spreads by "
+                f"{self.drift_spread:.2f} (log s.d.) and lasts {self.drift_seconds:.2g} s (correlation time); p95 "
+                f"simulated with it {self.fitted_tail_ms:.1f} ms"
+            )
+        return lines
 
 
 @dataclass(frozen=True)

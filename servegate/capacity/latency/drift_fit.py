@@ -86,7 +86,7 @@ async def measure_stream(
     return specs, await run_open_loop(target, specs, prompts)
 
 
-def _simulated_e2e(setup: SimSetup, model: LatencyModel, specs: Sequence[RequestSpec], drift: bool) -> np.ndarray:
+def simulated_e2e(setup: SimSetup, model: LatencyModel, specs: Sequence[RequestSpec], drift: bool) -> np.ndarray:
     """Per spec, end-to-end seconds simulated under each of DRIFT_SEEDS seeds (rows: seeds; nan: not answered)."""
     rows = []
     for seed in range(DRIFT_SEEDS):
@@ -134,9 +134,9 @@ def correlation_time(correlations: Sequence[tuple[float, float, float]]) -> floa
     return best
 
 
-def _tail(e2e: np.ndarray) -> float:
-    """The TAIL percentile of each seed's simulated latencies (rows), averaged over the seeds."""
-    return float(np.mean([np.percentile(row[np.isfinite(row)], TAIL) for row in e2e]))
+def seeds_percentile(e2e: np.ndarray, q: float = TAIL) -> float:
+    """The q-th percentile of each seed's simulated latencies (rows), averaged over the seeds."""
+    return float(np.mean([np.percentile(row[np.isfinite(row)], q) for row in e2e]))
 
 
 def _with_drift(model: LatencyModel, spread: float, seconds: float) -> LatencyModel:
@@ -157,7 +157,7 @@ def fit_drift(
     the capacity is left to the serving work)."""
     measured = np.array([r.e2el if r.ok else np.nan for r in records])
     sent = np.array([r.scheduled for r in records])
-    rows = _simulated_e2e(setup, model, specs, drift=False)
+    rows = simulated_e2e(setup, model, specs, drift=False)
     plain = np.nanmean(rows, axis=0)
     ok = np.isfinite(measured) & np.isfinite(plain) & (measured > 0) & (plain > 0)
     if int(ok.sum()) < 3:  # an engine that failed the stream: the knee search has already said so
@@ -165,12 +165,12 @@ def fit_drift(
     correlations = lag_correlations(sent[ok], np.log(measured[ok] / plain[ok]))
     seconds = correlation_time(correlations)
     target = float(np.percentile(measured[ok], TAIL))
-    without = _tail(rows[:, ok])
+    without = seeds_percentile(rows[:, ok])
     best, best_tail = model, without
     if seconds > 0 and target > without:
         for spread in SPREAD_GRID[1:]:
             candidate = refit(_with_drift(model, spread, seconds))
-            tail = _tail(_simulated_e2e(setup, candidate, specs, drift=True)[:, ok])
+            tail = seeds_percentile(simulated_e2e(setup, candidate, specs, drift=True)[:, ok])
             if abs(math.log(tail / target)) < abs(math.log(best_tail / target)):
                 best, best_tail = candidate, tail
     spread = best.jitter.drift_spread

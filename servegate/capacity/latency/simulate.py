@@ -15,10 +15,11 @@ way out, a request's tokens reach the client its measured first-token way out af
 response ends its measured final way out after it ended in the engine); a step running while requests are sent to the
 server lasts `overheads.arrival_s` longer per request, and a step that follows at once one which answered
 requests lasts `overheads.completion_s` longer per answer, and every step is `overheads.load_slowdown_per_rps`
-slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). At r requests/s served over the SHARE_WINDOW_S
-before, the request overhead, every step and the finishing overhead take 1 / (1 - r x `overheads.serving_work_s`) as
-long (the requests sharing the machine, ServingOverheads.serving_work_s). The failure policy's queue bound and deadline
-apply as in the engine (runtime/failure_policy/outcomes.py decides both). Prefix caching is not
+slower per request/s sent in the LOAD_WINDOW_S before it (terms.py). At r requests/s served over the
+SHARE_WINDOW_S before, the request overhead, every step and the finishing overhead take (1 + r x
+`overheads.load_stretch_per_rps`) / (1 - r x `overheads.serving_work_s`) as long (the requests sharing the machine,
+ServingOverheads.stretch). The failure policy's queue bound and deadline apply as in the engine
+(runtime/failure_policy/outcomes.py decides both). Prefix caching is not
 simulated (prompts are distinct).
 """
 
@@ -386,7 +387,7 @@ class _Simulation:
         their share of the machine (ServingOverheads.stretch), at the rate requests were served (ended in the
         engine) over the SHARE_WINDOW_S before: the work done, which the sends overstate past the knee (a
         backlog holds no share of the cores) and in a closed loop's first burst."""
-        if not self.model.overheads.serving_work_s:
+        if not self.model.overheads.serving_work_s and not self.model.overheads.load_stretch_per_rps:
             return 1.0
         served = self.served
         recent = len(served) - bisect.bisect_right(served, now - SHARE_WINDOW_S)

@@ -155,14 +155,20 @@ class ServingOverheads:
     capacity_rps: float = 0.0
     """The most requests/s the machine serves (the knee search's measured capacity; 0: not measured): the served
     rate the share is read at never exceeds it, as the machine's never does."""
+    load_stretch_per_rps: float = 0.0
+    """How much longer, relatively, every part of a request takes per request/s served, on top of the serving
+    work's processor sharing: the stretch at r requests/s is (1 + r x load_stretch_per_rps) / (1 - r x
+    serving_work_s). Processor sharing alone fixes where the machine runs out but grows too slowly below it on
+    vLLM's CPU build; fitted to a steady stream's median, the serving work refitted to the knee beside it
+    (stretch_fit.py)."""
 
     def stretch(self, rate_rps: float) -> float:
         """How much longer each part of a request takes while requests are served at `rate_rps` (1.0 without
-        serving work): the rate at most capacity_rps, the share at most MAX_SERVING_SHARE."""
-        if not self.serving_work_s:
+        serving work or load stretch): the rate at most capacity_rps, the share at most MAX_SERVING_SHARE."""
+        if not self.serving_work_s and not self.load_stretch_per_rps:
             return 1.0
         rate = min(rate_rps, self.capacity_rps) if self.capacity_rps else rate_rps
-        return 1.0 / (1.0 - min(MAX_SERVING_SHARE, rate * self.serving_work_s))
+        return (1.0 + rate * self.load_stretch_per_rps) / (1.0 - min(MAX_SERVING_SHARE, rate * self.serving_work_s))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingOverheads:
