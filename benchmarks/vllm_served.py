@@ -53,6 +53,8 @@ class ServedRun:
     e2e_p50_s: float
     e2e_p99_s: float
     ttft_p50_ms: float
+    tpot_p50_ms: float
+    """Median time per output token after the first (issue 38's served target: servegate's <= vLLM's)."""
     failed: int
     load: float
     errors: list[str]
@@ -163,6 +165,7 @@ class ServedPair:
             e2e["p50"] / 1000,
             e2e["p99"] / 1000,
             float(report["ttft_ms"]["p50"]),
+            float(report["tpot_ms"]["p50"]),
             int(report["requests"]["failed"]),
             load,
             sorted({r.error or "no text streamed" for run in result.runs for r in run.records if not r.ok}),

@@ -323,7 +323,8 @@ def served_mode(
                     print(
                         f"  {rate:.2f} req/s round {r + 1} {system:<9} {run.output_tokens_per_s:7.1f} output tokens/s"
                         f" | e2e p50 {run.e2e_p50_s:6.1f} s | p99 {run.e2e_p99_s:6.1f} s | TTFT p50 "
-                        f"{run.ttft_p50_ms:7.0f} ms | failed {run.failed} | load {run.load:.1f}",
+                        f"{run.ttft_p50_ms:7.0f} ms | TPOT p50 {run.tpot_p50_ms:6.1f} ms | failed {run.failed} | load "
+                        f"{run.load:.1f}",
                         flush=True,
                     )
                     if run.errors:
@@ -332,10 +333,15 @@ def served_mode(
                 print(
                     f"  {rate:.2f} req/s {system:<9} median (min-max): "
                     f"{spread([o.output_tokens_per_s for o in outs])} output tokens/s, e2e p50 "
-                    f"{spread([o.e2e_p50_s for o in outs])} s, p99 {spread([o.e2e_p99_s for o in outs])} s",
+                    f"{spread([o.e2e_p50_s for o in outs])} s, p99 {spread([o.e2e_p99_s for o in outs])} s, TPOT p50 "
+                    f"{spread([o.tpot_p50_ms for o in outs])} ms",
                     flush=True,
                 )
-            for label, key in (("output tokens/s", "output_tokens_per_s"), ("e2e p50", "e2e_p50_s")):
+            for label, key in (
+                ("output tokens/s", "output_tokens_per_s"),
+                ("e2e p50", "e2e_p50_s"),
+                ("TPOT p50", "tpot_p50_ms"),
+            ):
                 ours, theirs = ([getattr(o, key) for o in runs[s]] for s in ("servegate", "vllm"))
                 print("  " + ratio_line(f"served {dtype} {rate:.2f} req/s {label}", ours, theirs), flush=True)
     finally:

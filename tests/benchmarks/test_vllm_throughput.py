@@ -71,5 +71,6 @@ def test_quick_run_against_vllm_prints_both_systems_and_their_ratios() -> None:
     for expected in ("round 1 servegate", "round 1 vllm", "offline float32 output tokens/s: servegate/vLLM"):
         assert expected in out, out
     assert "served float32" in out and "req/s output tokens/s: servegate/vLLM" in out, out
+    assert "req/s TPOT p50: servegate/vLLM" in out and re.search(r"\| TPOT p50 +\d+\.\d ms \|", out), out
     failed = re.findall(r"\| failed (\d+) \|", out)
     assert failed and set(failed) == {"0"}, out

@@ -5,7 +5,9 @@ median (latency/stretch_fit.py, ServingOverheads.load_stretch_per_rps)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from servegate.capacity.latency.drift_fit import (
 )
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.simulate import SimSetup, _StepNoise, simulate
+from servegate.capacity.latency.stream_fit import fit_stream
 from servegate.capacity.latency.stretch_fit import STRETCH_BISECTIONS, fit_load_stretch
 from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.capacity_section import Workload
@@ -43,6 +46,17 @@ def stream(rate: float, seconds: float, seed: int = 5) -> list[RequestSpec]:
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1 / rate, size=int(rate * seconds)))
     return [RequestSpec(32, 8, float(t)) for t in times]
+
+
+def recording(read: Callable[[LatencyModel], Any]) -> tuple[list[Any], Callable[[LatencyModel], LatencyModel]]:
+    """A refit that changes nothing and notes `read` of every model it is given."""
+    tried: list[Any] = []
+
+    def refit(model: LatencyModel) -> LatencyModel:
+        tried.append(read(model))
+        return model
+
+    return tried, refit
 
 
 def test_the_drift_is_an_ornstein_uhlenbeck_process_of_median_one_on_the_virtual_clock() -> None:
@@ -109,11 +123,7 @@ def test_the_fit_finds_a_drift_that_is_there_and_none_where_there_is_none() -> N
 
 def test_the_refit_runs_under_each_spread_tried() -> None:
     specs = stream(20.0, 10.0)
-    tried: list[float] = []
-
-    def refit(model: LatencyModel) -> LatencyModel:
-        tried.append(model.jitter.drift_spread)
-        return model
+    tried, refit = recording(lambda m: m.jitter.drift_spread)
 
     fit_drift(SETUP, MODEL, specs, _records(specs, drifting(0.8, 1.0), seed=2), 20.0, refit=refit)
     assert tried and tried == sorted(tried) and tried[0] > 0
@@ -161,41 +171,33 @@ def test_the_load_stretch_is_fitted_to_the_streams_median() -> None:
     measured = _records(specs, slowed(2.0, 40.0), seed=3)  # twice as slow at the stream's rate
     fitted, kept = fit_load_stretch(SETUP, MODEL, specs, measured, 40.0)
     median = 1000 * float(np.median([r.e2el for r in measured if r.ok]))
-    assert kept["simulated_p50_ms"] < 0.8 * median
-    assert kept["fitted_p50_ms"] == pytest.approx(median, rel=0.05)
+    assert kept is not None and kept.simulated_p50_ms < 0.8 * median
+    assert kept.fitted_p50_ms == pytest.approx(median, rel=0.05)
     factor = 1 + fitted.overheads.load_stretch_per_rps * 40.0
     assert 1.6 <= factor <= 2.4, kept
-    assert kept["load_stretch_per_rps"] == fitted.overheads.load_stretch_per_rps
+    assert kept.load_stretch_per_rps == fitted.overheads.load_stretch_per_rps
     assert fitted.steps == MODEL.steps and fitted.jitter == MODEL.jitter  # the stretch is all it adds
-    record = replace(SteadyStream(40.0, len(specs), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (), 0.0, 0.0), **kept)
+    record = replace(SteadyStream(40.0, len(specs), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (), 0.0, 0.0), **asdict(kept))
     assert f"requests {100 * (factor - 1):.0f}% slower at this rate" in record.lines()[1]
 
 
 def test_a_model_as_slow_as_the_stream_fits_no_load_stretch() -> None:
     specs = stream(40.0, 10.0)
-    tried: list[float] = []
-
-    def refit(model: LatencyModel) -> LatencyModel:
-        tried.append(model.overheads.load_stretch_per_rps)
-        return model
+    tried, refit = recording(lambda m: m.overheads.load_stretch_per_rps)
 
     fast = replace(MODEL, steps=MODEL.steps.scaled(0.5))
     fitted, kept = fit_load_stretch(SETUP, MODEL, specs, _records(specs, fast, seed=3), 40.0, refit=refit)
-    assert fitted is MODEL and kept["load_stretch_per_rps"] == 0.0 and not tried
-    assert kept["fitted_p50_ms"] == kept["simulated_p50_ms"]
+    assert kept is not None and fitted is MODEL and kept.load_stretch_per_rps == 0.0 and not tried
+    assert kept.fitted_p50_ms == kept.simulated_p50_ms
     failed = _records(specs, MODEL, seed=3)
     for r in failed:
         r.error = "HTTP 500"
-    assert fit_load_stretch(SETUP, MODEL, specs, failed, 40.0) == (MODEL, {})
+    assert fit_load_stretch(SETUP, MODEL, specs, failed, 40.0) == (MODEL, None)
 
 
 def test_the_serving_work_is_refitted_at_each_load_stretch_tried() -> None:
     specs = stream(40.0, 10.0)
-    tried: list[float] = []
-
-    def refit(model: LatencyModel) -> LatencyModel:
-        tried.append(model.overheads.load_stretch_per_rps)
-        return model
+    tried, refit = recording(lambda m: m.overheads.load_stretch_per_rps)
 
     measured = _records(specs, slowed(2.0, 40.0), seed=2)
     fit_load_stretch(SETUP, MODEL, specs, measured, 40.0, refit)
@@ -206,3 +208,17 @@ def test_the_serving_work_is_refitted_at_each_load_stretch_tried() -> None:
     again, kept = fit_load_stretch(SETUP, slowed(3.0, 40.0), specs, measured, 40.0, refit)
     assert tried[0] == 0.0 and len(tried) == STRETCH_BISECTIONS + 3
     assert 1.6 <= 1 + 40.0 * again.overheads.load_stretch_per_rps <= 2.4, kept
+
+
+def test_the_stream_fits_the_middle_then_the_tail_then_the_middle_again() -> None:
+    specs = stream(20.0, 20.0)
+    truth = replace(drifting(0.8, 1.0), overheads=replace(MODEL.overheads, load_stretch_per_rps=0.05))
+    seen, refit = recording(lambda m: (m.jitter.drift_spread, m.overheads.load_stretch_per_rps))
+    fitted, record = fit_stream(SETUP, MODEL, specs, _records(specs, truth, seed=11), 20.0, refit)
+    assert record is not None and record.drift_spread > 0, record
+    assert record.load_stretch_per_rps == fitted.overheads.load_stretch_per_rps > 0
+    assert record.simulated_p50_ms is not None and record.simulated_p50_ms < record.measured_p50_ms
+    drifted = next(i for i, (spread, _) in enumerate(seen) if spread > 0)
+    assert drifted > 0 and all(spread == 0 for spread, _ in seen[:drifted])  # the middle first, without drift
+    assert seen[-1][0] == record.drift_spread  # the middle again, under the drift fitted
+    assert (record.drift_spread, 0.0) in seen[drifted:]  # ... fitted from 0

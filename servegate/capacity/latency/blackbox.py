@@ -21,7 +21,7 @@ the engine's scheduler taken to be continuous batching under the manifest's `max
    rate missed) measure it and its spread.
 4. A steady stream of the workload below the knee: how fast the slowdown under load grows below the knee, which
    its median shows (stretch_fit.py), then how much the whole machine slows for a while, and for how long, which
-   its tail shows and bursts do not (drift_fit.py), then the first again under the drift.
+   its tail shows and bursts do not (drift_fit.py), then the first again under the drift (stream_fit.py).
 The step jitter is the spread of the measured gaps around the fitted decode step.
 """
 
@@ -41,12 +41,12 @@ from servegate.capacity.bench.run_metrics import RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
 from servegate.capacity.bench.workload import RequestSpec, timed_requests
 from servegate.capacity.latency.blackbox_fit import BlackBoxFit, ItlRow, KneeRate, KneeSweep, TtftPoint
-from servegate.capacity.latency.drift_fit import fit_drift, measure_stream, stream_rate
+from servegate.capacity.latency.drift_fit import measure_stream, stream_rate
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.provenance import FitQuality, Provenance, hardware_id
 from servegate.capacity.latency.run_pace import kept_up_with, paces
 from servegate.capacity.latency.simulate import SimSetup, simulate
-from servegate.capacity.latency.stretch_fit import fit_load_stretch
+from servegate.capacity.latency.stream_fit import fit_stream
 from servegate.capacity.latency.terms import ServingOverheads, StepCost, StepJitter
 from servegate.contracts.capacity_section import Workload
 from servegate.contracts.errors import ServegateError
@@ -384,18 +384,9 @@ async def profile_target(
             if stage:
                 stage(f"a steady stream at {rate:.3g} requests/s, for the load's shape and the machine's drift")
             specs, records = await measure_stream(target, prompts, workload, rate)
-
-            def refit(m: LatencyModel) -> LatencyModel:
-                return fit_to_knee(m, knee, setup, workload)[0]
-
-            # the middle, the tail under it, then the middle again: the drift's refit takes serving work off
-            model, first = fit_load_stretch(setup, model, specs, records, rate, refit=refit)
-            model, stream = fit_drift(setup, model, specs, records, rate, refit=refit)
-            if stream is not None and stream.drift_spread:
-                model, middle = fit_load_stretch(setup, model, specs, records, rate, refit=refit)
-                stream = replace(stream, **{**middle, "simulated_p50_ms": first["simulated_p50_ms"]})
-            elif stream is not None:
-                stream = replace(stream, **first)
+            model, stream = fit_stream(
+                setup, model, specs, records, rate, refit=lambda m: fit_to_knee(m, knee, setup, workload)[0]
+            )
             knee = replace(knee, serving_work_s=model.overheads.serving_work_s)
             box = replace(box, knee=knee, stream=stream)
     provenance = Provenance(

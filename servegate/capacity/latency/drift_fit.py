@@ -95,6 +95,11 @@ def simulated_e2e(setup: SimSetup, model: LatencyModel, specs: Sequence[RequestS
     return np.array(rows, dtype=float)
 
 
+def measured_e2e(records: Sequence[RequestRecord]) -> np.ndarray:
+    """Each record's end-to-end seconds (nan: not answered)."""
+    return np.array([r.e2el if r.ok else np.nan for r in records], dtype=float)
+
+
 def lag_correlations(sent: Sequence[float], residuals: Sequence[float]) -> list[tuple[float, float, float]]:
     """(shortest gap, longest gap, correlation) of the residuals of requests sent within each of LAG_BINS of each
     other (the residuals centred on their mean, over their variance); bins with fewer than MIN_PAIRS pairs are
@@ -155,7 +160,7 @@ def fit_drift(
     model unchanged and None when fewer than three of its requests were answered). `refit` fits what the knee
     measured again under each spread tried (blackbox.fit_to_knee: the drift's mean slows every step, so less of
     the capacity is left to the serving work)."""
-    measured = np.array([r.e2el if r.ok else np.nan for r in records])
+    measured = measured_e2e(records)
     sent = np.array([r.scheduled for r in records])
     rows = simulated_e2e(setup, model, specs, drift=False)
     plain = np.nanmean(rows, axis=0)

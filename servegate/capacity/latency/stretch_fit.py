@@ -21,13 +21,13 @@ model is already as slow as the stream: a machine that runs faster under load is
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from servegate.capacity.bench.run_metrics import RequestRecord
 from servegate.capacity.bench.workload import RequestSpec
-from servegate.capacity.latency.drift_fit import seeds_percentile, simulated_e2e
+from servegate.capacity.latency.drift_fit import measured_e2e, seeds_percentile, simulated_e2e
 from servegate.capacity.latency.model import LatencyModel
 from servegate.capacity.latency.simulate import SimSetup
 
@@ -37,6 +37,17 @@ sharing's)."""
 STRETCH_BISECTIONS = 7
 """Halvings of [0, STRETCH_MAX]: to within 0.03 of the factor (each one refit to the knee and DRIFT_SEEDS stream
 simulations, about 2 s for vLLM's quickstart)."""
+
+
+@dataclass(frozen=True)
+class StretchFit:
+    """What the stream's record keeps of the fit (SteadyStream's fields of the same names)."""
+
+    simulated_p50_ms: float
+    """The stream's median simulated with the stretch's linear part at 0."""
+    fitted_p50_ms: float
+    """Simulated with the fitted one."""
+    load_stretch_per_rps: float
 
 
 def _with_stretch(model: LatencyModel, per_rps: float) -> LatencyModel:
@@ -50,16 +61,16 @@ def fit_load_stretch(
     records: Sequence[RequestRecord],
     rate_rps: float,
     refit: Callable[[LatencyModel], LatencyModel] = lambda m: m,
-) -> tuple[LatencyModel, dict[str, float]]:
+) -> tuple[LatencyModel, StretchFit | None]:
     """The model with its load stretch fitted to the stream's measured median (see the module notes; one the
-    model already has is fitted again from 0), and what the stream's record keeps of it (SteadyStream's
-    simulated_p50_ms, fitted_p50_ms and load_stretch_per_rps; empty when no request was answered). A value whose
+    model already has is fitted again from 0), and what the stream's record keeps of it (None when no request
+    was answered). A value whose
     refit leaves no serving work (the stretch alone already keeps less than the measured capacity) counts as too
     much, so the capacity holds."""
-    measured = np.array([r.e2el if r.ok else np.nan for r in records])
+    measured = measured_e2e(records)
     ok = np.isfinite(measured) & (measured > 0)
     if not ok.any():
-        return model, {}
+        return model, None
     drift = model.jitter.drift_spread > 0
     target = float(np.median(measured[ok]))
 
@@ -87,4 +98,4 @@ def fit_load_stretch(
         per_rps = (low + high) / 2 / rate_rps
         fitted = refit(_with_stretch(model, per_rps))
         after = middle(fitted)
-    return fitted, {"simulated_p50_ms": 1000 * before, "fitted_p50_ms": 1000 * after, "load_stretch_per_rps": per_rps}
+    return fitted, StretchFit(1000 * before, 1000 * after, per_rps)
