@@ -3,9 +3,9 @@
 The serving work fitted to the knee (blackbox.fit_to_knee: processor sharing, every part of a request stretched by
 1 / (1 - r x serving_work_s) at r requests/s served) fixes where the machine runs out. It does not fix how the
 stretch grows on the way there, and on vLLM's CPU build it grows faster than processor sharing's: the simulated
-median of the profile's stream, at 0.6-0.7x the capacity, was 55 ms against 75 measured in one profile and 56
-against 105 in another (2026-12-05, benchmarks/README.md, issue 40). The stream is a second load point, and its
-median pins the shape.
+median of the profile's stream, at 0.6-0.7x the capacity and without drift, was 46 ms against 75 measured in one
+profile and 56 against 105 in another (2026-12-05, benchmarks/README.md, issue 40). The stream is a second load
+point, and its median pins the shape.
 
 Before the drift (drift_fit.py), the stretch's linear part (ServingOverheads.load_stretch_per_rps: the stretch
 becomes (1 + r x a) / (1 - r x serving_work_s)) is bisected until the stream simulated with it (over
@@ -36,7 +36,7 @@ STRETCH_MAX = 4.0
 sharing's)."""
 STRETCH_BISECTIONS = 7
 """Halvings of [0, STRETCH_MAX]: to within 0.03 of the factor (each one refit to the knee and DRIFT_SEEDS stream
-simulations, about 2 s for vLLM's quickstart)."""
+simulations, about 0.5 s for vLLM's quickstart on 2 cores)."""
 
 
 @dataclass(frozen=True)
