@@ -387,7 +387,7 @@ class _Simulation:
         their share of the machine (ServingOverheads.stretch), at the rate requests were served (ended in the
         engine) over the SHARE_WINDOW_S before: the work done, which the sends overstate past the knee (a
         backlog holds no share of the cores) and in a closed loop's first burst."""
-        if not self.model.overheads.serving_work_s and not self.model.overheads.load_stretch_per_rps:
+        if not self.model.overheads.stretches:  # skips counting the served requests, on every step
             return 1.0
         served = self.served
         recent = len(served) - bisect.bisect_right(served, now - SHARE_WINDOW_S)

@@ -64,9 +64,8 @@ def fit_load_stretch(
 ) -> tuple[LatencyModel, StretchFit | None]:
     """The model with its load stretch fitted to the stream's measured median (see the module notes; one the
     model already has is fitted again from 0), and what the stream's record keeps of it (None when no request
-    was answered). A value whose
-    refit leaves no serving work (the stretch alone already keeps less than the measured capacity) counts as too
-    much, so the capacity holds."""
+    was answered). A value whose refit leaves no serving work (the stretch alone already keeps less than the
+    measured capacity) counts as too much, so the capacity holds."""
     measured = measured_e2e(records)
     ok = np.isfinite(measured) & (measured > 0)
     if not ok.any():

@@ -162,10 +162,15 @@ class ServingOverheads:
     vLLM's CPU build; fitted to a steady stream's median, the serving work refitted to the knee beside it
     (stretch_fit.py)."""
 
+    @property
+    def stretches(self) -> bool:
+        """Whether load stretches a request at all (serving work or a load stretch fitted)."""
+        return bool(self.serving_work_s or self.load_stretch_per_rps)
+
     def stretch(self, rate_rps: float) -> float:
-        """How much longer each part of a request takes while requests are served at `rate_rps` (1.0 without
-        serving work or load stretch): the rate at most capacity_rps, the share at most MAX_SERVING_SHARE."""
-        if not self.serving_work_s and not self.load_stretch_per_rps:
+        """How much longer each part of a request takes while requests are served at `rate_rps` (1.0 when nothing
+        `stretches`): the rate at most capacity_rps, the share at most MAX_SERVING_SHARE."""
+        if not self.stretches:
             return 1.0
         rate = min(rate_rps, self.capacity_rps) if self.capacity_rps else rate_rps
         return (1.0 + rate * self.load_stretch_per_rps) / (1.0 - min(MAX_SERVING_SHARE, rate * self.serving_work_s))
