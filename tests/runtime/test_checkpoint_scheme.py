@@ -87,7 +87,7 @@ def test_the_real_gguf_header_gives_its_quant_type(smollm2: Path) -> None:
     assert "Q4_1 x210" in str(scheme.storage) and "llama" in str(scheme.toolchain)
 
 
-def test_the_gguf_runs_as_its_safetensors_conversion(smollm2: Path, tmp_path: Path) -> None:
+def test_the_gguf_runs_as_its_safetensors_conversion(smollm2: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from servegate.contracts.manifest import ServedModel
@@ -103,6 +103,16 @@ def test_the_gguf_runs_as_its_safetensors_conversion(smollm2: Path, tmp_path: Pa
     with torch.no_grad():
         gap = (gguf.model(ids).logits - plain.model(ids).logits).abs().max().item()
     assert gap < 1e-3, gap  # the same Q4_1 dequantization: the conversion saved exactly these weights
+    # the dequantized file was kept: a second load never reads the GGUF's tensors again
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the GGUF was dequantized again")
+
+    monkeypatch.setattr(gguf_utils, "load_gguf_checkpoint", refuse)
+    again = load({"source": f"zoo:{SMOLLM2}", "format": "gguf"})
+    with torch.no_grad():
+        assert torch.equal(again.model(ids).logits, gguf.model(ids).logits)
 
 
 def test_gate_validate_shows_a_gguf_scheme_and_asks_for_its_parent(smollm2: Path, tmp_path: Path) -> None:

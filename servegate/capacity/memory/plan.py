@@ -251,18 +251,11 @@ def manifest_config(served: ServedModel) -> dict[str, Any]:
     transformers derives from the GGUF's header (a GGUF folder has no config.json)."""
     if served.weights.format != "gguf":
         return read_config(model_config_path(served))
-    from transformers import AutoConfig
-
     from servegate.runtime.model.checkpoint_scheme import gguf_path
+    from servegate.runtime.model.gguf_kept import gguf_config
     from servegate.runtime.model.weights import resolve_weights_dir
 
-    directory = resolve_weights_dir(served)
-    path = gguf_path(directory, served.weights.gguf_file)
-    try:
-        config = AutoConfig.from_pretrained(directory, gguf_file=path.name, local_files_only=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ServegateError(f"{path}: no model config in its header ({str(exc).splitlines()[0]})") from None
-    return dict(config.to_dict())
+    return gguf_config(gguf_path(resolve_weights_dir(served), served.weights.gguf_file))
 
 
 def compute_dtype(served: ServedModel) -> str:

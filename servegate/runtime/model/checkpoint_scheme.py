@@ -10,7 +10,8 @@ How the reference runtime runs each format (`executed_as` in every report):
 - compressed-tensors: the weights are dequantized once at load (compressed-tensors' own decompressors, through
   transformers) and run in the compute dtype; int8 or fp8 activations declared dynamic per token are rounded
   per token before every quantized linear layer, as the scheme's kernels would see them.
-- gguf: transformers' GGUF reader dequantizes every tensor once at load (the `gguf` package's dequantizers).
+- gguf: transformers' GGUF reader dequantizes every tensor to float32 once per file (the `gguf` package's
+  dequantizers); the result is kept as safetensors and loaded from there (runtime/model/gguf_kept.py).
 """
 
 from __future__ import annotations
@@ -268,18 +269,15 @@ def gguf_path(directory: Path, gguf_file: str | None) -> Path:
 
 
 def _gguf_scheme(path: Path) -> CheckpointScheme:
+    from servegate.runtime.model.gguf_kept import gguf_fields
+
+    header = gguf_fields(path)
     try:
         import gguf
         from gguf.quants import _type_traits  # the dequantizers the gguf package has
     except ImportError:
         raise ServegateError(f"reading {path.name} needs the gguf package: pip install 'servegate[real]'") from None
-    try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise ServegateError(f"{path} is not a GGUF file servegate can read ({exc})") from None
-    counts: dict[str, int] = {}
-    for tensor in reader.tensors:
-        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+    counts = header.tensor_types
     plain = UNQUANTIZED_GGUF_TYPES
     unknown = sorted(t for t in counts if t not in plain and gguf.GGMLQuantizationType[t] not in _type_traits)
     if unknown:
@@ -287,11 +285,10 @@ def _gguf_scheme(path: Path) -> CheckpointScheme:
             f"{path}: GGUF tensor type {', '.join(unknown)} has no dequantizer in the gguf package, so the reference "
             "runtime cannot run this file: requantize it to a known type (e.g. Q8_0, Q4_K_M)"
         )
-    file_type = _field(reader, "general.file_type")
-    label = _file_type_name(gguf, file_type) if file_type is not None else max(counts, key=counts.__getitem__)
+    label = header.file_type_name() or max(counts, key=counts.__getitem__)
     quantized = {t: n for t, n in counts.items() if t not in plain}
     main = max(quantized, key=quantized.__getitem__) if quantized else None
-    architecture = _field(reader, "general.architecture")
+    architecture = header.get("general.architecture")
     build = _build_record(path.parent)
     toolchain = "llama.cpp (GGUF)"
     if build.get("toolchain"):  # scripts/build_gguf.py records the tools' version and the command
@@ -316,28 +313,10 @@ def _gguf_scheme(path: Path) -> CheckpointScheme:
         strategy=f"{main} blocks" if main else None,
         storage=", ".join(f"{t} x{n}" for t, n in sorted(counts.items())),
         toolchain=toolchain,
-        executed_as="every tensor dequantized once at load by transformers' GGUF reader, computed in the runtime "
-        "dtype (llama.cpp itself also quantizes activations in its dot products)",
+        executed_as="every tensor dequantized to float32 once per file by transformers' GGUF reader (then kept), "
+        "computed in the runtime dtype (llama.cpp itself also quantizes activations in its dot products)",
         notes=tuple(notes),
     )
-
-
-def _field(reader: Any, key: str) -> Any:
-    """A scalar or string metadata value of a GGUF header, or None."""
-    found = reader.fields.get(key)
-    if found is None:
-        return None
-    value = found.parts[found.data[0]]
-    if found.types and found.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", errors="replace")
-    return value.tolist()[0] if hasattr(value, "tolist") else value
-
-
-def _file_type_name(gguf: Any, file_type: int) -> str:
-    try:
-        return str(gguf.LlamaFileType(file_type).name).removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
-        return f"file type {file_type}"
 
 
 def _gguf_bits(tensor_type: str | None) -> int | None:
@@ -353,15 +332,15 @@ def _gguf_bits(tensor_type: str | None) -> int | None:
 
 
 def architecture_of(directory: Path, weights_format: str, gguf_file: str | None = None) -> dict[str, Any]:
-    """The architecture keys of a checkpoint (config.json, or the GGUF header through transformers' reader)."""
+    """The architecture keys of a checkpoint (config.json, or the config transformers reads from a GGUF)."""
     if weights_format == "gguf":
-        path = gguf_path(directory, gguf_file)
-        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+        from servegate.runtime.model.gguf_kept import gguf_config
 
-        config = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        config = gguf_config(gguf_path(directory, gguf_file))
     else:
         config = _read_config(directory)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     return {key: text.get(key) for key in ARCHITECTURE_KEYS if text.get(key) is not None}
 
 

@@ -23,6 +23,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.model.checkpoint_scheme import CheckpointScheme, gguf_path, read_scheme
 from servegate.runtime.model.cpu_linear import use_torch_threads
+from servegate.runtime.model.gguf_kept import gguf_checkpoint_dir, gguf_tokenizer_dir
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -145,8 +146,8 @@ def _format_kwargs(served: ServedModel, directory: Path) -> tuple[dict[str, Any]
     a scheme the runtime cannot run, or a GPTQ/AWQ/bitsandbytes folder, is refused by name before loading)."""
     weights = served.weights
     scheme = read_scheme(directory, weights.format, weights.gguf_file)
-    if weights.format == "gguf":
-        return {"gguf_file": gguf_path(directory, weights.gguf_file).name}, scheme
+    if weights.format == "gguf":  # the file's float32 conversion, made once and kept (gguf_kept.py)
+        return {"use_safetensors": True}, scheme
     if weights.format == "compressed-tensors":
         if _absent("compressed_tensors"):
             raise ServegateError(
@@ -177,6 +178,8 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     directory = resolve_weights_dir(served)
     verify_checksums(directory, weights.sha256)
     kwargs, scheme = _format_kwargs(served, directory)
+    if weights.format == "gguf":
+        directory = gguf_checkpoint_dir(gguf_path(directory, weights.gguf_file))
     use_torch_threads(runtime.threads)
     device = resolve_device(runtime.device)
     dtype = resolve_dtype(runtime.dtype, device)
@@ -194,7 +197,7 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
                 local_files_only=True,
                 **kwargs,
             )
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True, **_tokenizer_kwargs(kwargs))
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError, pickle.UnpicklingError) as exc:  # unpickling: torch's weights_only refusal
         raise ServegateError(f"cannot load a causal LM from {directory}: {str(exc).splitlines()[0]}") from None
     if scheme.activations is not None:
@@ -207,20 +210,14 @@ def load_causal_lm(served: ServedModel) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, weights_dir=directory)
 
 
-def _tokenizer_kwargs(model_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A GGUF carries its tokenizer inside; other formats keep theirs in the folder."""
-    return {"gguf_file": model_kwargs["gguf_file"]} if "gguf_file" in model_kwargs else {}
-
-
 def load_tokenizer(served: ServedModel) -> Any:
     """The manifest's tokenizer alone (an endpoint backend preprocesses here and runs the model remotely)."""
     from transformers import AutoTokenizer
 
     directory = resolve_weights_dir(served)
-    extra: dict[str, Any] = {}
-    if served.weights.format == "gguf":
-        extra["gguf_file"] = gguf_path(directory, served.weights.gguf_file).name
+    if served.weights.format == "gguf":  # the tokenizer the file carries, read once and kept
+        directory = gguf_tokenizer_dir(gguf_path(directory, served.weights.gguf_file))
     try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra)
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ServegateError(f"cannot load the tokenizer from {directory}: {str(exc).splitlines()[0]}") from None

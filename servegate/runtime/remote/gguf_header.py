@@ -1,7 +1,8 @@
 """What a GGUF file's header says about the model llama.cpp will run: architecture, trained context, KV shape.
 
-Read with the `gguf` package's reader (a memory map: the tensors are not loaded), for the llama.cpp mapping
-(runtime/remote/llamacpp_args.py): a context past the trained length, and the KV bytes a context costs.
+Read with the `gguf` package's reader (a memory map: the tensors are not loaded) once per file and kept
+(runtime/model/gguf_kept.py), for the llama.cpp mapping (runtime/remote/llamacpp_args.py): a context past the
+trained length, and the KV bytes a context costs.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servegate.contracts.errors import ServegateError
+from servegate.runtime.model.gguf_kept import gguf_fields
 
 
 @dataclass(frozen=True)
@@ -41,53 +42,22 @@ class GgufHeader:
 
 def read_gguf_header(path: Path) -> GgufHeader:
     """The header of `path`; a ServegateError when it is missing or not a GGUF file."""
-    try:
-        import gguf
-    except ImportError:
-        raise ServegateError(f"reading {path.name} needs the gguf package: pip install 'servegate[real]'") from None
-    if not path.is_file():
-        raise ServegateError(f"weights: no GGUF file at {path}")
-    try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError) as exc:
-        raise ServegateError(f"{path} is not a GGUF file ({exc})") from None
-    arch = _field(reader, "general.architecture")
+    fields = gguf_fields(path)
+    arch = fields.get("general.architecture")
     prefix = str(arch) if arch else "llama"
-    heads, kv_heads = (
-        _field(reader, f"{prefix}.attention.head_count"),
-        _field(reader, f"{prefix}.attention.head_count_kv"),
-    )
-    width, key_length = _field(reader, f"{prefix}.embedding_length"), _field(reader, f"{prefix}.attention.key_length")
+    heads, kv_heads = fields.get(f"{prefix}.attention.head_count"), fields.get(f"{prefix}.attention.head_count_kv")
+    width, key_length = fields.get(f"{prefix}.embedding_length"), fields.get(f"{prefix}.attention.key_length")
     head_size = key_length or (width // heads if width and heads else None)
-    file_type = _field(reader, "general.file_type")
     return GgufHeader(
         path=path,
         architecture=str(arch) if arch else None,
-        context_length=_int(_field(reader, f"{prefix}.context_length")),
-        layers=_int(_field(reader, f"{prefix}.block_count")),
+        context_length=_int(fields.get(f"{prefix}.context_length")),
+        layers=_int(fields.get(f"{prefix}.block_count")),
         kv_width=int((kv_heads or heads) * head_size) if head_size and (kv_heads or heads) else None,
-        file_type=_type_name(gguf, file_type) if file_type is not None else None,
-        chat_template="tokenizer.chat_template" in reader.fields,
+        file_type=fields.file_type_name(),
+        chat_template="tokenizer.chat_template" in fields.values,
     )
 
 
 def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
-
-
-def _field(reader: Any, key: str) -> Any:
-    """A scalar or string metadata value of the header, or None."""
-    found = reader.fields.get(key)
-    if found is None or not found.data:
-        return None
-    value = found.parts[found.data[0]]
-    if found.types and found.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", errors="replace")
-    return value.tolist()[0] if hasattr(value, "tolist") else value
-
-
-def _type_name(gguf: Any, file_type: int) -> str:
-    try:
-        return str(gguf.LlamaFileType(file_type).name).removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
-        return f"file type {file_type}"

@@ -1,0 +1,179 @@
+"""What servegate derives from a GGUF file, derived once per file and kept.
+
+The gguf package and transformers read a GGUF in pure Python. Each read parses the whole header (for SmolLM2,
+about 49,000 vocabulary strings and 49,000 merges, element by element), and a load dequantizes every tensor with
+numpy. A load of the zoo's SmolLM2 Q4_1 file parsed its header three times (scheme, config, weights) and a fourth
+for the tokenizer, 25-30 s on two cores, against 0.5 s for its float32 safetensors. A `gate check` of a GGUF build
+loads it in several gates, and each start of a llama.cpp manifest's bench reads its tokenizer.
+
+So each thing derived from a file is kept under `$SERVEGATE_HOME/gguf/<key>/<part>`:
+- `header`: the header's scalar and string keys and the count of each tensor type (JSON);
+- `config`: transformers' config for the file (JSON);
+- `tokenizer`: transformers' tokenizer for the file, saved as a folder;
+- `checkpoint`: every tensor dequantized to float32, saved as safetensors with its config and tokenizer, the folder
+  the reference runtime loads.
+
+The key is the sha256 of the file's bytes and the versions of gguf, transformers and torch: a rebuilt file, or
+another converter, derives again. A part is written to a temporary folder beside it and renamed into place, so a
+crash leaves no half part, and of two processes deriving the same part one copy stays. Delete
+`$SERVEGATE_HOME/gguf` to reclaim the disk: the checkpoint part is the size of the float32 model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servegate.contracts.errors import ServegateError
+
+KEPT_DIR = "gguf"
+"""The folder under $SERVEGATE_HOME that holds the kept parts."""
+_KEYS: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime) -> key: one hash per file per process
+
+
+@dataclass(frozen=True)
+class GgufFields:
+    """A GGUF header's metadata, as kept."""
+
+    values: dict[str, Any]
+    """Every scalar and string key of the header (arrays, such as the vocabulary, are left out)."""
+    tensor_types: dict[str, int]
+    """How many tensors have each type (Q4_1, F32, ...)."""
+
+    def get(self, key: str) -> Any:
+        """The value of `key`, or None when the header does not have it."""
+        return self.values.get(key)
+
+    def file_type_name(self) -> str | None:
+        """`general.file_type` by name (Q4_1, Q8_0, Q4_K_M), or None when the header does not say."""
+        file_type = self.values.get("general.file_type")
+        if file_type is None:
+            return None
+        import gguf
+
+        try:
+            return str(gguf.LlamaFileType(file_type).name).removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            return f"file type {file_type}"
+
+
+def kept_root() -> Path:
+    """Where the derived parts live: $SERVEGATE_HOME/gguf (default ~/.cache/servegate/gguf)."""
+    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
+    return Path(home) / KEPT_DIR
+
+
+def gguf_key(path: Path) -> str:
+    """The key of a GGUF file's kept parts: its bytes' sha256 and the deriving libraries' versions."""
+    stat = path.stat()
+    memo = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if memo not in _KEYS:
+        from importlib.metadata import version
+
+        from servegate.zoo.catalog import sha256_file
+
+        versions = ",".join(f"{pkg}={version(pkg)}" for pkg in ("gguf", "transformers", "torch"))
+        _KEYS[memo] = hashlib.sha256(f"{sha256_file(path)}|{versions}".encode()).hexdigest()[:32]
+    return _KEYS[memo]
+
+
+def gguf_fields(path: Path) -> GgufFields:
+    """The header of `path`; a ServegateError when it is missing or not a GGUF file."""
+    if not path.is_file():
+        raise ServegateError(f"weights: no GGUF file at {path}")
+    kept = _kept(path, "header", lambda out: _write_json(out / "header.json", _read_header(path)))
+    data = json.loads((kept / "header.json").read_text(encoding="utf-8"))
+    return GgufFields(values=data["values"], tensor_types=data["tensor_types"])
+
+
+def gguf_config(path: Path) -> dict[str, Any]:
+    """transformers' config for the model in `path`, as a dict."""
+
+    def derive(out: Path) -> None:
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ServegateError(f"{path}: no model config in its header ({str(exc).splitlines()[0]})") from None
+        _write_json(out / "config.json", config.to_dict())
+
+    return dict(json.loads((_kept(path, "config", derive) / "config.json").read_text(encoding="utf-8")))
+
+
+def gguf_tokenizer_dir(path: Path) -> Path:
+    """A folder holding the tokenizer `path` carries, saved by transformers (AutoTokenizer loads it)."""
+
+    def derive(out: Path) -> None:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True).save_pretrained(out)
+
+    return _kept(path, "tokenizer", derive)
+
+
+def gguf_checkpoint_dir(path: Path) -> Path:
+    """A folder holding `path` dequantized to float32 safetensors, with its config and tokenizer."""
+    from servegate.zoo.fetch import convert_gguf
+
+    return _kept(path, "checkpoint", lambda out: convert_gguf(path, out), announce=True)
+
+
+def _kept(path: Path, part: str, derive: Callable[[Path], None], announce: bool = False) -> Path:
+    """The kept folder of `part` for `path`, derived into a temporary sibling and renamed into place first when
+    it is not there yet."""
+    folder = kept_root() / gguf_key(path) / part
+    if folder.is_dir():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if announce:  # minutes on a slow machine: say what is happening and where it goes
+        print(f"servegate: converting {path.name} to float32 safetensors once, kept in {folder}", file=sys.stderr)
+    scratch = folder.parent / f".{part}-{uuid.uuid4().hex[:8]}"
+    scratch.mkdir()
+    try:
+        derive(scratch)
+        try:
+            scratch.rename(folder)  # atomic on one file system: the part appears whole or not at all
+        except OSError:
+            if not folder.is_dir():  # not another process's copy landing first: a real failure
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return folder
+
+
+def _read_header(path: Path) -> dict[str, Any]:
+    """The scalar and string keys of a GGUF header and its tensor type counts, with the gguf package's reader."""
+    try:
+        import gguf
+    except ImportError:
+        raise ServegateError(f"reading {path.name} needs the gguf package: pip install 'servegate[real]'") from None
+    try:
+        reader = gguf.GGUFReader(path)
+    except (OSError, ValueError) as exc:
+        raise ServegateError(f"{path} is not a GGUF file servegate can read ({exc})") from None
+    values: dict[str, Any] = {}
+    for key, found in reader.fields.items():
+        if not found.data or not found.types or found.types[0].name == "ARRAY":
+            continue
+        value = found.parts[found.data[0]]
+        if found.types[0].name == "STRING":
+            values[key] = bytes(value).decode("utf-8", errors="replace")
+        else:
+            values[key] = value.tolist()[0] if hasattr(value, "tolist") else value
+    counts: dict[str, int] = {}
+    for tensor in reader.tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+    return {"values": values, "tensor_types": counts}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
