@@ -178,3 +178,11 @@ def test_a_gguf_folder_alone_gives_the_capacity_commands_its_tokenizer_and_shape
     config = manifest_config(served)
     assert (config["model_type"], config["num_hidden_layers"], config["num_key_value_heads"]) == ("llama", 30, 3)
     assert manifest_memory(served).kv_bytes_per_token == 30 * 2 * 3 * 64 * 4  # layers x K,V x heads x dim x fp32
+    # the reference runtime holds the file dequantized; llama.cpp maps its Q4_1 tensors as stored
+    dequantized = manifest_memory(served)
+    served_by_llamacpp = served.with_changes(runtime={"backend": "llamacpp", "max_model_len": 1280})
+    as_stored = manifest_memory(served_by_llamacpp)
+    assert dequantized.weights_bytes > 500 * 2**20  # 134.5M parameters x 4 bytes
+    file_bytes = gguf.stat().st_size
+    assert 0.9 * file_bytes < as_stored.weights_bytes < file_bytes  # the tensors, without the header's vocabulary
+    assert as_stored.kv_bytes_per_token == dequantized.kv_bytes_per_token

@@ -40,6 +40,7 @@ def test_the_header_is_read_once_then_from_what_was_kept(tmp_path: Path, monkeyp
     first = gguf_kept.gguf_fields(path)
     assert first.get("general.architecture") == "llama" and first.get("llama.block_count") == 2
     assert first.tensor_types == {"F32": 1}
+    assert first.tensor_bytes == first.linear_bytes == 4 * 8 * 4  # one 4 x 8 float32 block matrix
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the header was parsed again")

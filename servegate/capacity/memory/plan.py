@@ -296,6 +296,8 @@ def manifest_memory(
     weights = weights_memory(
         config, dtype, quant.method, quant.group_size, quant.include_lm_head, quant.include_embeddings
     )
+    if served.runtime.backend == "llamacpp" and served.weights.format == "gguf":
+        weights = _as_stored(served, weights)
     block_size = kv.block_size if kv else 16
     pool = kv.memory_budget if kv else None
     if pool is None:  # no paged pool: each running sequence holds its own contiguous cache
@@ -315,6 +317,18 @@ def manifest_memory(
         fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
         compiled_weights_bytes=weights.linear_bytes if served.runtime.compile == "decode" else 0,
     )
+
+
+def _as_stored(served: ServedModel, weights: WeightsMemory) -> WeightsMemory:
+    """The weights of a GGUF llama.cpp serves: it maps the file's tensors as stored (Q8_0, Q4_K, ...), where the
+    reference runtime dequantizes them to the compute dtype, which is what `weights` counted."""
+    from servegate.runtime.model.checkpoint_scheme import gguf_path
+    from servegate.runtime.model.gguf_kept import gguf_fields
+    from servegate.runtime.model.weights import resolve_weights_dir
+
+    fields = gguf_fields(gguf_path(resolve_weights_dir(served), served.weights.gguf_file))
+    stored = fields.file_type_name() or "as stored"
+    return replace(weights, bytes=fields.tensor_bytes, linear_bytes=fields.linear_bytes, quantization=f"gguf {stored}")
 
 
 def _fallback_bytes(served: ServedModel) -> int:

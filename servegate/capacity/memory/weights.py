@@ -42,7 +42,7 @@ class WeightsMemory:
     dtype: str
     """Compute dtype of the unquantized parameters."""
     quantization: str
-    """Quantization method (`none` when unquantized)."""
+    """Quantization method (`none` when unquantized; `gguf Q8_0` and the like for a GGUF llama.cpp maps as stored)."""
     simulated: bool = False
     """True when the quantization is simulated, so it saves no memory."""
     linear_bytes: int = 0

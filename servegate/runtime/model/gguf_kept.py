@@ -47,6 +47,11 @@ class GgufFields:
     """Every scalar and string key of the header (arrays, such as the vocabulary, are left out)."""
     tensor_types: dict[str, int]
     """How many tensors have each type (Q4_1, F32, ...)."""
+    tensor_bytes: int
+    """Bytes of all tensors as stored in the file (what llama.cpp maps)."""
+    linear_bytes: int
+    """Bytes of the matrices a decode step multiplies, as stored: each block's 2-D weights and the output head
+    (the token embedding when the head is tied to it)."""
 
     def get(self, key: str) -> Any:
         """The value of `key`, or None when the header does not have it."""
@@ -91,7 +96,12 @@ def gguf_fields(path: Path) -> GgufFields:
         raise ServegateError(f"weights: no GGUF file at {path}")
     kept = _kept(path, "header", lambda out: _write_json(out / "header.json", _read_header(path)))
     data = json.loads((kept / "header.json").read_text(encoding="utf-8"))
-    return GgufFields(values=data["values"], tensor_types=data["tensor_types"])
+    return GgufFields(
+        values=data["values"],
+        tensor_types=data["tensor_types"],
+        tensor_bytes=data["tensor_bytes"],
+        linear_bytes=data["linear_bytes"],
+    )
 
 
 def gguf_config(path: Path) -> dict[str, Any]:
@@ -170,9 +180,16 @@ def _read_header(path: Path) -> dict[str, Any]:
         else:
             values[key] = value.tolist()[0] if hasattr(value, "tolist") else value
     counts: dict[str, int] = {}
+    stored: dict[str, int] = {}
+    linear = 0
     for tensor in reader.tensors:
         counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
-    return {"values": values, "tensor_types": counts}
+        stored[tensor.name] = int(tensor.n_bytes)
+        if tensor.name == "output.weight" or (tensor.name.startswith("blk.") and len(tensor.shape) == 2):
+            linear += int(tensor.n_bytes)
+    if "output.weight" not in stored:  # a tied head: the logits multiply the token embedding
+        linear += stored.get("token_embd.weight", 0)
+    return {"values": values, "tensor_types": counts, "tensor_bytes": sum(stored.values()), "linear_bytes": linear}
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
