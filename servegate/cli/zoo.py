@@ -14,7 +14,7 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.table import Table
@@ -111,6 +111,21 @@ def fetch_command(
         typer.echo(f"{name}: already fetched at {result.path}; {len(p['files'])} file(s) verified ({source})")
     else:
         typer.echo(f"fetched {name} into {result.path} in {result.seconds:.1f} s ({source})")
+    _keep_conversion(result.path, p)
+
+
+def _keep_conversion(folder: Path, provenance: dict[str, Any]) -> None:
+    """The fetched folder is its GGUF's conversion by this very converter: a `weights.format: gguf` manifest of the
+    same file then loads it instead of converting again (runtime/model/gguf_kept.py). Not when another version of
+    gguf, transformers or torch converted it: those may have written other bytes."""
+    from servegate.runtime.model.gguf_kept import keep_conversion
+    from servegate.zoo.fetch import converter_versions
+
+    gguf_file = provenance.get("gguf_file")
+    if not gguf_file or provenance.get("converted_with") != converter_versions() or not (folder / gguf_file).is_file():
+        return
+    names = [f for f in provenance["files"] if f not in (gguf_file, "DATASHEET.md")]
+    keep_conversion(folder / gguf_file, folder, names)
 
 
 @app.command("build")

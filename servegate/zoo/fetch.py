@@ -97,7 +97,7 @@ def fetch_model(
             "dequantized_to": "float32",
             "license": spec["license"],
             "upstream": spec["upstream"],
-            "converted_with": _versions(),
+            "converted_with": converter_versions(),
         }
         (staged / "DATASHEET.md").write_text(datasheet(name, provenance, staged), encoding="utf-8")
         provenance["files"] = file_checksums(staged)
@@ -211,7 +211,7 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
 
 
-def _versions() -> dict[str, str]:
+def converter_versions() -> dict[str, str]:
     """The library versions that did the conversion (a different transformers may write other bytes)."""
     from importlib.metadata import version
 

@@ -113,3 +113,24 @@ def test_a_file_that_is_not_gguf_is_one_line(tmp_path: Path) -> None:
         gguf_kept.gguf_fields(bad)
     with pytest.raises(ServegateError, match="no GGUF file at"):
         gguf_kept.gguf_fields(tmp_path / "absent.gguf")
+
+
+def test_a_conversion_made_elsewhere_is_kept_by_links_and_never_redone(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import servegate.zoo.fetch as fetch
+
+    path = write_gguf(tmp_path / "m.gguf")
+    converted = tmp_path / "converted"
+    converted.mkdir()
+    for name in ("model.safetensors", "config.json", "DATASHEET.md"):
+        (converted / name).write_text(name, encoding="utf-8")
+    kept = gguf_kept.keep_conversion(path, converted, ["model.safetensors", "config.json"])
+    assert sorted(p.name for p in kept.iterdir()) == ["config.json", "model.safetensors"]
+    assert (kept / "model.safetensors").samefile(converted / "model.safetensors")  # a link, not a second copy
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(fetch, "convert_gguf", refuse)
+    assert gguf_kept.gguf_checkpoint_dir(path) == kept

@@ -97,6 +97,27 @@ def test_the_fetched_model_carries_its_provenance_and_a_second_fetch_verifies_it
     assert "already fetched" in done.stdout and f"{len(provenance['files'])} file(s) verified" in done.stdout
 
 
+def test_fetch_keeps_the_folder_as_its_ggufs_conversion(empty_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import servegate.zoo.fetch as fetch
+    from servegate.runtime.model.gguf_kept import gguf_checkpoint_dir
+
+    path = fetched()  # in the default home: this test's home reaches it through a link
+    (empty_home / "zoo").mkdir(parents=True)
+    (empty_home / "zoo" / NAME).symlink_to(path, target_is_directory=True)
+    done = runner.invoke(app, ["fetch", NAME])
+    assert done.exit_code == 0, done.output
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the GGUF was converted again")
+
+    monkeypatch.setattr(fetch, "convert_gguf", refuse)
+    [gguf] = path.glob("*.gguf")
+    kept = gguf_checkpoint_dir(gguf)
+    assert kept.is_relative_to(empty_home / "gguf")
+    assert (kept / "model.safetensors").stat().st_size == (path / "model.safetensors").stat().st_size
+    assert not (kept / "DATASHEET.md").exists() and not (kept / gguf.name).exists()
+
+
 def test_a_damaged_fetched_folder_is_refused_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = fetched()
     copy = tmp_path / "home" / "zoo" / NAME

@@ -137,6 +137,21 @@ def gguf_checkpoint_dir(path: Path) -> Path:
     return _kept(path, "checkpoint", lambda out: convert_gguf(path, out), announce=True)
 
 
+def keep_conversion(path: Path, converted: Path, names: list[str]) -> Path:
+    """Take the files `names` of `converted`, a folder the same converter already wrote `path`'s conversion into
+    (the zoo's SmolLM2), as `path`'s kept checkpoint: hard-linked (copied across file systems), so the file is not
+    dequantized a second time and its 517 MiB are not stored twice."""
+
+    def derive(out: Path) -> None:
+        for name in names:
+            try:
+                os.link(converted / name, out / name)
+            except OSError:
+                shutil.copy2(converted / name, out / name)
+
+    return _kept(path, "checkpoint", derive)
+
+
 def _kept(path: Path, part: str, derive: Callable[[Path], None], announce: bool = False) -> Path:
     """The kept folder of `part` for `path`, derived into a temporary sibling and renamed into place first when
     it is not there yet."""
