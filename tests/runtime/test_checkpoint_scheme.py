@@ -143,9 +143,13 @@ def test_a_gptq_folder_in_its_own_layout_is_refused_with_the_way_out(tmp_path: P
     assert read_scheme(Path(zoo_model_path("tiny-primary")), "safetensors").scheme == "none"
 
 
-def test_a_gguf_tensor_type_without_a_dequantizer_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_gguf_tensor_type_without_a_dequantizer_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gguf
     import numpy as np
+
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))  # the header is kept here, not in the runner's home
 
     kind = gguf.GGMLQuantizationType.Q8_1  # llama.cpp's activation type: the gguf package cannot dequantize it
     _, size = gguf.GGML_QUANT_SIZES[kind]  # (weights per block, bytes per block)

@@ -14,6 +14,12 @@ from servegate.contracts.loading import load_manifest
 from servegate.runtime.model.checkpoint_scheme import read_scheme
 
 
+@pytest.fixture(autouse=True)
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The headers read here are kept (runtime/model/gguf_kept.py) in this test's home, not the runner's."""
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home"))
+
+
 def write_gguf(path: Path, file_type: str, tensors: dict[str, tuple[str, int]]) -> Path:
     """A GGUF whose header says `file_type` (a gguf.LlamaFileType name) and holds each tensor as
     name -> (GGML type, rows), of zero blocks 256 weights wide (every block type's width divides 256)."""
