@@ -134,3 +134,13 @@ def test_a_conversion_made_elsewhere_is_kept_by_links_and_never_redone(
 
     monkeypatch.setattr(fetch, "convert_gguf", refuse)
     assert gguf_kept.gguf_checkpoint_dir(path) == kept
+
+
+def test_a_home_that_cannot_hold_the_parts_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from servegate.contracts.errors import ServegateError
+
+    path = write_gguf(tmp_path / "m.gguf")
+    (tmp_path / "home-file").write_text("a file, not a folder", encoding="utf-8")
+    monkeypatch.setenv("SERVEGATE_HOME", str(tmp_path / "home-file"))
+    with pytest.raises(ServegateError, match="set SERVEGATE_HOME to a writable folder"):
+        gguf_kept.gguf_fields(path)

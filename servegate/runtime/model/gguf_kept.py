@@ -3,11 +3,11 @@
 The gguf package and transformers read a GGUF in pure Python. Each read parses the whole header (for SmolLM2,
 about 49,000 vocabulary strings and 49,000 merges, element by element), and a load dequantizes every tensor with
 numpy. A load of the zoo's SmolLM2 Q4_1 file parsed its header three times (scheme, config, weights) and a fourth
-for the tokenizer, 25-30 s on two cores, against 0.5 s for its float32 safetensors. A `gate check` of a GGUF build
-loads it in several gates, and each start of a llama.cpp manifest's bench reads its tokenizer.
+for the tokenizer: 20.7 s on two cores, against 2.7 s for its kept conversion (benchmarks/gguf_load.py). A `gate
+check` of a GGUF build loads it in several gates, and each start of a llama.cpp manifest's bench reads its tokenizer.
 
 So each thing derived from a file is kept under `$SERVEGATE_HOME/gguf/<key>/<part>`:
-- `header`: the header's scalar and string keys and the count of each tensor type (JSON);
+- `header`: the header's scalar and string keys, the count of each tensor type and the tensors' bytes (JSON);
 - `config`: transformers' config for the file (JSON);
 - `tokenizer`: transformers' tokenizer for the file, saved as a folder;
 - `checkpoint`: every tensor dequantized to float32, saved as safetensors with its config and tokenizer, the folder
@@ -158,7 +158,13 @@ def _kept(path: Path, part: str, derive: Callable[[Path], None], announce: bool 
     folder = kept_root() / gguf_key(path) / part
     if folder.is_dir():
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServegateError(
+            f"cannot keep what is read from {path.name} under {kept_root()} ({type(exc).__name__}: {exc}): set "
+            "SERVEGATE_HOME to a writable folder"
+        ) from None
     if announce:  # minutes on a slow machine: say what is happening and where it goes
         print(f"servegate: converting {path.name} to float32 safetensors once, kept in {folder}", file=sys.stderr)
     scratch = folder.parent / f".{part}-{uuid.uuid4().hex[:8]}"
