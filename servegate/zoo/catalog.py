@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from servegate.contracts.home import servegate_home
 from servegate.zoo.errors import ZooError, check_name, inside
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -78,8 +78,7 @@ def _minilm_dir() -> Path:
 
 def fetched_root() -> Path:
     """Where fetched zoo models live: $SERVEGATE_HOME/zoo (default ~/.cache/servegate/zoo)."""
-    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
-    return Path(home) / "zoo"
+    return servegate_home() / "zoo"
 
 
 def fetched_dir(name: str) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 from servegate.capacity.bench.machine_speed import MachineSpeed
 from servegate.capacity.latency.blackbox_fit import BlackBoxFit
 from servegate.capacity.latency.terms import StepSample
+from servegate.contracts.home import servegate_home
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,7 @@ def hardware_key(hardware: Mapping[str, Any]) -> str:
 
 def profiles_dir() -> Path:
     """Where profiles are kept: $SERVEGATE_HOME/profiles (default ~/.cache/servegate/profiles)."""
-    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
-    return Path(home) / "profiles"
+    return servegate_home() / "profiles"
 
 
 def profile_path(key: str, hardware: Mapping[str, Any], directory: Path | None = None) -> Path:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.home import servegate_home
 
 KEPT_DIR = "gguf"
 """The folder under $SERVEGATE_HOME that holds the kept parts."""
@@ -72,8 +73,7 @@ class GgufFields:
 
 def kept_root() -> Path:
     """Where the derived parts live: $SERVEGATE_HOME/gguf (default ~/.cache/servegate/gguf)."""
-    home = os.environ.get("SERVEGATE_HOME") or str(Path.home() / ".cache" / "servegate")
-    return Path(home) / KEPT_DIR
+    return servegate_home() / KEPT_DIR
 
 
 def gguf_key(path: Path) -> str:
