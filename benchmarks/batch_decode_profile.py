@@ -24,12 +24,13 @@ import torch
 from runner_decode import build_model, runner_decode
 from torch.profiler import ProfilerActivity, profile
 
+from servegate.runtime.model.decode_kernel import KERNEL_EVENT, load_decode_kernel
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "aten::_mkl_linear")
-ATTENTION = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax")
+ATTENTION = ("scaled_dot_product", "flash_attention", "aten::_softmax", "aten::softmax", KERNEL_EVENT)
 
 
 def category(name: str) -> str:
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--top", type=int, default=14, help="operators listed")
-    parser.add_argument("--decode-attention", default="per-sequence", choices=["per-sequence", "batched"])
+    parser.add_argument("--decode-attention", default="per-sequence", choices=["per-sequence", "batched", "kernel"])
     parser.add_argument("--cpu-linear", default="torch", choices=["torch", "onednn"], help="the runner's linears")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -74,7 +75,11 @@ def main() -> None:
         route_linears_onednn(model)  # packed once, as runtime.cpu_linear: onednn does
     blocks = 2 * args.batch * ((128 + 2 * args.steps + 16) // 16 + 1)
     runner = PagedModelRunner(
-        model, num_blocks=blocks, block_size=16, batched_decode=args.decode_attention == "batched"
+        model,
+        num_blocks=blocks,
+        block_size=16,
+        batched_decode=args.decode_attention == "batched",
+        decode_kernel=load_decode_kernel() if args.decode_attention == "kernel" else None,
     )
     prompts = torch.randint(10, 32000, (args.batch, 128), generator=torch.Generator().manual_seed(1)).tolist()
     runner_decode(runner, prompts, 4)  # warm-up

@@ -10,12 +10,14 @@ at the start and ten after each timed batch-1 run; the roofline at their median 
 
     .venv/bin/python benchmarks/runner_decode.py [--batches 1 8 16 32] [--steps 32] [--prompt 128]
         [--cpu-linear torch|openblas|onednn] [--compile-batch-sizes 1 8 ...]
-        [--decode-attention per-sequence|batched|compare]
+        [--decode-attention per-sequence|batched|kernel|compare]
 
-`--decode-attention` picks how the runner's decode steps attend (`PagedModelRunner(batched_decode=...)`):
-`per-sequence` (the default, the runtime's own: one call per sequence per layer), `batched` (one call per layer
-for all decoding sequences). `compare` skips transformers and times the two designs against each other on
-one runner, rounds alternating (A B A B, --repeats rounds of each), and counts the attention calls of a step.
+`--decode-attention` picks how the runner's decode steps attend: `per-sequence` (the default here: one SDPA call per
+sequence per layer, `runtime.decode_attention: sdpa`), `batched` (one SDPA call per layer over a padded gather,
+`PagedModelRunner(batched_decode=True)`), `kernel` (the decode attention kernel, one call per layer reading the
+blocks in place: `runtime.decode_attention: auto` on CPU). `compare` skips transformers and times the three designs
+against each other on one runner, rounds alternating (A B C A B C, --repeats rounds of each), and counts the SDPA
+calls of a step.
 
 With `--cpu-linear openblas` the runner's own copy of the model has its linears routed through
 OpenBLAS as `runtime.cpu_linear` does (torch on 1 thread, the BLAS pool on --threads); transformers'
@@ -38,6 +40,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
+from servegate.runtime.model.decode_kernel import load_decode_kernel
 from servegate.runtime.model.model_runner import PagedModelRunner
 from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
@@ -135,22 +138,24 @@ def attention_calls(runner: PagedModelRunner, prompts: list[list[int]]) -> int:
 
 
 def compare_decode_attention(runner: PagedModelRunner, args: argparse.Namespace) -> None:
-    """Batched vs per-sequence decode attention on one runner: median step per round, rounds A B A B."""
+    """The decode attention designs on one runner: median step per round, rounds alternating (A B C A B C ...)."""
     gen = torch.Generator().manual_seed(1)
-    designs = {"batched": True, "per-sequence": False}
+    kernel = load_decode_kernel()
+    # (batched_decode, decode_kernel) of each design
+    designs = {"kernel": (False, kernel), "batched": (True, None), "per-sequence": (False, None)}
     print(f"{'batch':>5} {'design':<13} {'calls/step':>10} {'median ms':>9} {'min-max ms':>14}  per-round medians (ms)")
     for batch in args.batches:
         prompts = torch.randint(10, 32000, (batch, args.prompt), generator=gen).tolist()
         steps: dict[str, list[float]] = {name: [] for name in designs}
         rounds: dict[str, list[float]] = {name: [] for name in designs}
         calls = {}
-        for name, batched in designs.items():  # warm-up, and the call count
-            runner.batched_decode = batched
+        for name, (batched, with_kernel) in designs.items():  # warm-up, and the SDPA call count
+            runner.batched_decode, runner.decode_kernel = batched, with_kernel
             runner_decode(runner, prompts, 4, args.fragmented)
-            calls[name] = attention_calls(runner, prompts)
+            calls[name] = "1/layer" if with_kernel else str(attention_calls(runner, prompts))
         for _ in range(args.repeats):
-            for name, batched in designs.items():
-                runner.batched_decode = batched
+            for name, (batched, with_kernel) in designs.items():
+                runner.batched_decode, runner.decode_kernel = batched, with_kernel
                 times = runner_decode(runner, prompts, args.steps, args.fragmented)
                 steps[name] += times
                 rounds[name].append(1000 * statistics.median(times))
@@ -161,10 +166,11 @@ def compare_decode_attention(runner: PagedModelRunner, args: argparse.Namespace)
                 f"{batch:>5} {name:<13} {calls[name]:>10} {statistics.median(ms):>9.1f} "
                 f"{f'{min(ms):.1f}-{max(ms):.1f}':>14}  {per_round}"
             )
-        ratio = statistics.median(steps["per-sequence"]) / statistics.median(steps["batched"])
+        base = statistics.median(steps["per-sequence"])
+        ratios = ", ".join(f"{name} {base / statistics.median(steps[name]):.2f}x" for name in designs)
         with open("/proc/loadavg") as f:
             load = " ".join(f.read().split()[:3])
-        print(f"      per-sequence / batched median step: {ratio:.2f}x; load average after: {load}")
+        print(f"      per-sequence step / each design's (above 1: faster): {ratios}; load average after: {load}")
 
 
 def main() -> None:
@@ -191,8 +197,8 @@ def main() -> None:
     parser.add_argument(
         "--decode-attention",
         default="per-sequence",
-        choices=["per-sequence", "batched", "compare"],
-        help="the runner's decode attention (compare: the two designs against each other, no transformers)",
+        choices=["per-sequence", "batched", "kernel", "compare"],
+        help="the runner's decode attention (compare: the three designs against each other, no transformers)",
     )
     args = parser.parse_args()
     threads = args.threads or TORCH_DEFAULT_THREADS
@@ -232,6 +238,7 @@ def main() -> None:
         block_size=args.block_size,
         compile_batch_sizes=args.compile_batch_sizes or (),
         batched_decode=args.decode_attention == "batched",
+        decode_kernel=load_decode_kernel() if args.decode_attention == "kernel" else None,
     )
     if args.decode_attention == "compare":
         torch.set_num_threads(ours_threads)

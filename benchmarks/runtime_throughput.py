@@ -127,6 +127,7 @@ def servegate_engine(
     cpu_linear: str,
     compile_batch_sizes: list[int] | None = None,
     device: str = "cpu",
+    decode_attention: str = "auto",
 ) -> ReferenceEngine:
     """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it
     says, or decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does)."""
@@ -142,6 +143,7 @@ def servegate_engine(
                 "dtype": str(model.dtype).removeprefix("torch."),
                 "threads": threads,
                 "cpu_linear": cpu_linear,
+                "decode_attention": decode_attention,
                 "compile": "decode" if compile_batch_sizes else "off",
                 "compile_batch_sizes": compile_batch_sizes or [1],
                 "kv_cache": {"block_size": 16, "memory_budget": budget_bytes},

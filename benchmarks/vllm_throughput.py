@@ -247,12 +247,21 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
     useful = sum(j.output_len for j in jobs)
     began = time.monotonic()
     engine = servegate_engine(
-        model, "continuous", args.max_batch, KV_BUDGET_BYTES, args.tokens_per_step, args.threads, args.cpu_linear
+        model,
+        "continuous",
+        args.max_batch,
+        KV_BUDGET_BYTES,
+        args.tokens_per_step,
+        args.threads,
+        args.cpu_linear,
+        decode_attention=args.decode_attention,
     )
     sg_start = time.monotonic() - began
     vllm = VllmOffline(vllm_python, model_dir, dtype, args, logs / f"vllm-offline-{dtype}.log")
+    kernel = getattr(engine.parts.runner, "decode_kernel", None)
     print(
-        f"offline {dtype}: servegate engine ready in {sg_start:.0f} s, vLLM {vllm.ready['vllm']} LLM in "
+        f"offline {dtype}: servegate engine ready in {sg_start:.0f} s (decode attention: "
+        f"{'kernel' if kernel is not None else 'sdpa'}), vLLM {vllm.ready['vllm']} LLM in "
         f"{vllm.ready['startup_s']:.0f} s; {len(jobs)} requests at once, {useful} output tokens",
         flush=True,
     )
@@ -374,6 +383,12 @@ def parse_args() -> argparse.Namespace:
         default="auto",
         choices=["auto", "torch", "openblas", "onednn"],
         help="servegate's runtime.cpu_linear offline (vLLM packs its weights for oneDNN)",
+    )
+    parser.add_argument(
+        "--decode-attention",
+        default="auto",
+        choices=["auto", "sdpa", "kernel"],
+        help="servegate's runtime.decode_attention offline (auto: the decode attention kernel on CPU)",
     )
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
     parser.add_argument("--served-rounds", type=int, default=None, help="rounds per served rate (default --rounds)")

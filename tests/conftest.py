@@ -1,4 +1,5 @@
-"""Test-wide settings: never reach a hub, keep Hugging Face caches in a temporary folder, one torch thread.
+"""Test-wide settings: never reach a hub, keep Hugging Face caches and built kernels in temporary folders, one
+torch thread.
 
 One thread per process: the models in tests are tiny, and on a shared 2-core machine several
 processes (pytest plus `gate serve` subprocesses) each asking for two threads stall every small
@@ -15,6 +16,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="servegate-hf-home-"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the decode attention kernel is built once per session (a few seconds), not again in every test's own home
+os.environ.setdefault("SERVEGATE_KERNELS", tempfile.mkdtemp(prefix="servegate-kernels-"))
 
 
 def pytest_configure() -> None:

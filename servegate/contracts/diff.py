@@ -110,6 +110,7 @@ GATE_WATCHES: dict[str, tuple[str, ...]] = {
         "runtime.max_model_len",
         "runtime.threads",
         "runtime.cpu_linear",
+        "runtime.decode_attention",
         "runtime.compile",
         "runtime.compile_batch_sizes",
         "runtime.device",

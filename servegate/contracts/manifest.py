@@ -13,11 +13,11 @@ from pydantic import Field, PrivateAttr, model_validator
 from servegate.contracts.capacity_section import Capacity
 from servegate.contracts.card_section import Card
 from servegate.contracts.errors import ServegateError
+from servegate.contracts.failure_section import FailurePolicy
 from servegate.contracts.quality_section import Quality
 from servegate.contracts.section_base import Section
 from servegate.contracts.sections import (
     Batching,
-    FailurePolicy,
     Postprocess,
     Preprocess,
     Runtime,
@@ -150,6 +150,8 @@ class ServedModel(Section):
         """
         data = self.model_dump(mode="json")
         data["runtime"].pop("endpoint_url", None)
+        if data["runtime"].get("decode_attention") == "auto":  # the default: the fingerprints written before it stay
+            data["runtime"].pop("decode_attention")
         if data["postprocess"].get("max_output_bytes") is None:  # unset: the fingerprints written before it stay
             data["postprocess"].pop("max_output_bytes", None)
         if data["postprocess"].get("tools") is None:  # likewise for manifests without tool calling

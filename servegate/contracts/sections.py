@@ -255,6 +255,12 @@ class Runtime(BackendQuestions, Section):
     batch size for a 100M-parameter model, and the graph holds a second copy of the linear weights."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
     """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`."""
+    decode_attention: Literal["auto", "sdpa", "kernel"] = "auto"
+    """How decode rows (one new token each) attend their cached context on the reference backend: `kernel`,
+    servegate's decode attention kernel (C, built at first use with the machine's C compiler and kept in
+    $SERVEGATE_HOME/kernels: one call per layer for the whole batch, each context read where its KV blocks
+    lie); `sdpa`, torch's SDPA, one call per sequence per layer; `auto`, the kernel on CPU for float32 and
+    bfloat16 with KV stored in the compute dtype when it builds (a failed build logs why), else SDPA."""
     quantization: Quantization = Field(default_factory=Quantization)
     """Weight quantization."""
     kv_cache: KVCache | None = None
@@ -278,7 +284,11 @@ class Runtime(BackendQuestions, Section):
         return self
 
     @model_validator(mode="after")
-    def _compile_is_consistent(self) -> Runtime:
+    def _cpu_kernels_are_consistent(self) -> Runtime:
+        if self.decode_attention == "kernel" and self.device == "cuda":
+            raise ValueError("decode_attention: kernel is a CPU kernel: with device: cuda set auto or sdpa")
+        if self.decode_attention == "kernel" and self.kv_cache is not None and self.kv_cache.dtype == "fp8":
+            raise ValueError("decode_attention: kernel reads KV in the compute dtype, not fp8: set auto or sdpa")
         if any(size < 1 for size in self.compile_batch_sizes):
             raise ValueError(f"compile_batch_sizes must be >= 1 (got {self.compile_batch_sizes})")
         if len(set(self.compile_batch_sizes)) != len(self.compile_batch_sizes):
@@ -393,56 +403,3 @@ class Postprocess(Section):
         if any(s == "" for s in value):
             raise ValueError("stop strings cannot be empty")
         return value
-
-
-# --- failure policy --------------------------------------------------------------------------------
-
-
-class Fallback(Section):
-    """A second served model that answers when the primary cannot."""
-
-    manifest: str = Field(min_length=1)
-    """Path to the fallback's manifest, relative to this file."""
-    # mypy infers the lambda's list as list[str], not the list of literals
-    triggers: list[Literal["overload", "timeout", "error"]] = Field(default_factory=lambda: ["overload"], min_length=1)  # type: ignore[arg-type]
-    """Which failures of the primary are routed to the fallback."""
-    boundary: dict[str, float] = Field(default_factory=dict)
-    """Lowest score the fallback must keep per metric (e.g. exact_match: 0.6), checked by the fallback gate."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed_on(cls, data: Any) -> Any:
-        # YAML 1.1 readers (PyYAML, many editors and linters) read the key `on` as the boolean true
-        if isinstance(data, dict) and ("on" in data or True in data):
-            raise ValueError(
-                "`on` is now `triggers` (YAML 1.1 tools read the key `on` as true): rename "
-                "failure_policy.fallback.on to failure_policy.fallback.triggers"
-            )
-        return data
-
-    @field_validator("boundary")
-    @classmethod
-    def _fractions(cls, value: dict[str, float]) -> dict[str, float]:
-        for metric, score in value.items():
-            if not 0.0 <= score <= 1.0:
-                raise ValueError(f"boundary for {metric!r} is a score between 0 and 1 (got {score})")
-        return value
-
-
-class FailurePolicy(Section):
-    """What happens when a request cannot be served as asked: deadline, overload, invalid output."""
-
-    request_timeout_s: float = Field(default=30.0, gt=0, le=86_400)
-    """Deadline of every request, from arrival; past it the request ends with deadline_exceeded (504)."""
-    max_queue: int = Field(default=256, ge=1, le=1_000_000)
-    """Most requests waiting to be scheduled; beyond it the overload policy applies."""
-    overload: Literal["reject", "shed-oldest"] = "reject"
-    """On a full queue: `reject` the newest request, or `shed-oldest` waiting request to admit it."""
-    overload_status: Literal[429, 503] = 429
-    """HTTP status of the `overloaded` error."""
-    retry_after_s: int = Field(default=1, ge=0, le=3600)
-    """Value of the Retry-After header sent with `overloaded`."""
-    on_invalid_output: Literal["error", "flag"] = "error"
-    """Output that breaks output_schema: answer `invalid_output` (502), or return it with a flag."""
-    fallback: Fallback | None = None
-    """Fallback model for the declared failures."""

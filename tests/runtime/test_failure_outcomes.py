@@ -44,7 +44,7 @@ def test_the_oldest_waiter_is_looked_up_only_when_the_queue_is_full() -> None:
 
 
 def test_deadlines_count_from_arrival_and_the_server_waits_a_little_longer() -> None:
-    from servegate.contracts.sections import FailurePolicy
+    from servegate.contracts.failure_section import FailurePolicy
 
     policy = FailurePolicy(request_timeout_s=2.0)
     assert timeout_of(policy) == 2.0 and timeout_of(policy, 0.5) == 0.5

@@ -6,9 +6,11 @@ everything else is loaded from the manifest.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
 from servegate.runtime.contract_layer import contract_parts
 from servegate.runtime.engine.part_types import Embedder, Sampler
@@ -19,8 +21,11 @@ from servegate.runtime.scheduling.kv_blocks import KVBlockManager, pool_size
 from servegate.runtime.types import ModelRunner, PromptEncoder
 
 if TYPE_CHECKING:
+    from servegate.runtime.model.decode_kernel import DecodeKernel
     from servegate.runtime.model.grammar_mask import GrammarMask
     from servegate.runtime.model.quantization import QuantizationReport
+
+log = logging.getLogger("servegate.runtime")
 
 
 @dataclass
@@ -144,8 +149,40 @@ def _load_runner(
         block_size=block_size,
         kv_dtype=kv_dtype,
         compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
+        decode_kernel=_decode_kernel(served, model, kv_dtype),
     )
     return runner, tokenizer, report, model
+
+
+def _decode_kernel(served: ServedModel, model: Any, kv_dtype: str) -> DecodeKernel | None:
+    """The decode attention kernel `runtime.decode_attention` asks for: None for `sdpa`, and for `auto` where it
+    cannot serve this model (another device or dtype, fp8 KV) or cannot be built here (said once in the log)."""
+    import torch
+
+    from servegate.runtime.model.decode_kernel import KernelUnavailable, load_decode_kernel
+    from servegate.runtime.model.kv_memory import kv_dims_from_config
+
+    wanted = served.runtime.decode_attention
+    if wanted == "sdpa":
+        return None
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    head_dim, device, dtype = kv_dims_from_config(config).head_dim, next(model.parameters()).device, model.dtype
+    why_not = None
+    if kv_dtype == "fp8":
+        why_not = "the KV cache is stored as fp8"
+    elif device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16) or head_dim % 16:
+        why_not = f"it takes float32 or bfloat16 on CPU with head_dim a multiple of 16 ({dtype}, {device}, {head_dim})"
+    if why_not is not None:  # a model the kernel does not take: SDPA, as declared by `auto`
+        if wanted == "kernel":
+            raise ServegateError(f"runtime.decode_attention is kernel, but {why_not}: set auto or sdpa")
+        return None
+    try:
+        return load_decode_kernel()
+    except KernelUnavailable as exc:
+        if wanted == "kernel":
+            raise
+        log.warning("runtime.decode_attention auto: decode attention runs through SDPA: %s", exc)
+        return None
 
 
 def _default_sampler() -> Sampler:

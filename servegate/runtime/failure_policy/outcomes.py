@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
 from servegate.contracts.errors import ServingError
+from servegate.contracts.failure_section import FailurePolicy
 from servegate.contracts.manifest import ServedModel
-from servegate.contracts.sections import FailurePolicy
 
 Trigger = Literal["overload", "timeout", "error"]
 """The failures `failure_policy.fallback.triggers` may route to the fallback engine."""

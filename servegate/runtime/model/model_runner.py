@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from servegate.runtime.model.compiled_decode import CompiledDecode, check_compile_support
+from servegate.runtime.model.decode_kernel import DecodeKernel
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.model.paged_attention import (
     ContextSource,
@@ -59,11 +60,14 @@ class PagedModelRunner:
         kv_dtype: str = "auto",
         compile_batch_sizes: Sequence[int] = (),
         batched_decode: bool = False,
+        decode_kernel: DecodeKernel | None = None,
     ) -> None:
         """`compile_batch_sizes`: decode steps of these numbers of sequences run a graph compiled now
         (`runtime.compile: decode`, see compiled_decode.py); empty: every step runs eagerly.
         `batched_decode=True` attends all decode rows of a step in one call per layer (batched_decode.py); the
-        default, one call per sequence, measured faster on CPU (see `PagedStep.batched_decode`)."""
+        default, one call per sequence, measured faster on CPU (see `PagedStep.batched_decode`).
+        `decode_kernel`: decode rows go through the decode attention kernel instead (decode_kernel.py), one call
+        per layer reading the contexts in place; where the kernel cannot take the model, SDPA as above."""
         config = _text_config(model.config)
         dims = kv_dims_from_config(config)
         if dims.mla_latent_dim is not None:
@@ -76,6 +80,7 @@ class PagedModelRunner:
         self.num_blocks = num_blocks
         self.kv_dtype = kv_dtype
         self.batched_decode = batched_decode
+        self.decode_kernel = decode_kernel
         self.vocab_size: int = model.get_output_embeddings().weight.shape[0]
         self._input_vocab: int = model.get_input_embeddings().weight.shape[0]
         self.eos_token_ids: frozenset[int] = eos_ids_of(model)
@@ -189,7 +194,8 @@ class PagedModelRunner:
             seqs.append(SeqAttention(begin, begin + n, start, source))
         if ids and (min(ids) < 0 or max(ids) >= self._input_vocab):
             raise ValueError(f"token id outside the model's vocabulary 0..{self._input_vocab - 1}")
-        step = PagedStep(self.cache, torch.tensor(slots, dtype=torch.long, device=device), seqs, self.batched_decode)
+        slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
+        step = PagedStep(self.cache, slot_mapping, seqs, self.batched_decode, self.decode_kernel)
         input_ids = torch.tensor([ids], dtype=torch.long, device=device)
         inputs = {
             "input_ids": input_ids,

@@ -7,7 +7,9 @@ Per layer the attention function
 
 1. writes the T new K/V rows into their slots of the preallocated block pool (`PagedKVCache`),
 2. attends each sequence's new tokens over its context (cached prefix + new tokens), causally: one SDPA
-   call per sequence, or with `batched_decode` all decode rows (one new token each) in one call.
+   call per sequence, or with `batched_decode` all decode rows (one new token each) in one call. With a
+   `decode_kernel` (decode_kernel.py, the runtime's default on CPU) every decode row goes through that kernel
+   instead, one call per layer that reads each context where its blocks lie; what follows describes SDPA.
 
 A slot is `block_id * block_size + offset`. Each layer's pool is head-major, [kv_heads, slots,
 head_dim], so a sequence whose blocks are consecutive is a strided view of the pool that SDPA reads
@@ -45,6 +47,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
+from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
@@ -208,6 +211,11 @@ class PagedStep:
     batched_decode: bool = False
     """Attend the step's decode rows in one call per layer (batched_decode.py); False (the default, measured
     faster on CPU: module notes): one call per sequence, reading consecutive blocks in place."""
+    decode_kernel: DecodeKernel | None = None
+    """Attend the step's decode rows with the decode attention kernel (decode_kernel.py): one call per layer for
+    all of them, each context read where its blocks lie. Takes precedence over `batched_decode`; None: SDPA."""
+    kernel_rows: KernelRows | None = field(init=False, default=None)
+    """The decode rows the kernel attends (None when there is no kernel, none decode, or it cannot take them)."""
     decode_batches: list[DecodeBatch] = field(init=False, default_factory=list)
     """The decode rows gathered together (one batch unless their contexts outgrow WORKSPACE_BYTES); empty when
     per-sequence, or fewer than two sequences decode."""
@@ -215,16 +223,21 @@ class PagedStep:
     """(first slot, context length) when the step is one sequence decoding one token over consecutive blocks."""
 
     def __post_init__(self) -> None:
-        if len(self.seqs) == 1 and not self.cache.fp8:
+        cache, kernel = self.cache, self.decode_kernel
+        device = self.slot_mapping.device
+        use_kernel = kernel is not None and not cache.fp8 and kernel.supports(cache.dtype, device, cache.head_dim)
+        decodes = [s for s in self.seqs if s.end - s.begin == 1] if use_kernel or self.batched_decode else []
+        rows: list[DecodeRow] = [(s.begin, s.source.length, s.source.block_ids(cache.block_size)) for s in decodes]
+        if use_kernel and rows:  # every decode row, a lone one too: a sequence's bits then never depend on its batch
+            self.kernel_rows = KernelRows.of(rows, len(rows) == len(self.seqs), device)
+            return
+        if len(self.seqs) == 1 and not cache.fp8:
             seq = self.seqs[0]
             if seq.end - seq.begin == 1 and seq.source.run_start is not None:
                 self.lone_decode = (seq.source.run_start, seq.source.length)
-        decodes = [seq for seq in self.seqs if seq.end - seq.begin == 1] if self.batched_decode else []
-        if len(decodes) > 1:
-            cache = self.cache
-            rows: list[DecodeRow] = [(s.begin, s.source.length, s.source.block_ids(cache.block_size)) for s in decodes]
+        if len(rows) > 1:
             block_bytes = 2 * cache.kv_heads * cache.block_size * cache.head_dim * cache.keys[0].element_size()
-            self.decode_batches = decode_batches(rows, block_bytes, self.slot_mapping.device)
+            self.decode_batches = decode_batches(rows, block_bytes, device)
 
     def attend(
         self,
@@ -250,7 +263,12 @@ class PagedStep:
         cache.write(layer, self.slot_mapping, key[0], value[0])
         rows = query[0].transpose(0, 1)  # [T, Hq, D]
         decoded: list[torch.Tensor] = []
-        if self.decode_batches:
+        if self.kernel_rows is not None and query.dtype == pool.dtype:
+            out = self._attend_kernel(layer, rows, scaling, window, softcap)
+            if self.kernel_rows.rows is None:  # every row decodes
+                return out.unsqueeze(0)
+            decoded = list(out.split(1))[::-1]  # [1, Hq, D] each, popped in row order
+        elif self.decode_batches:
             every_row_decodes = len(self.seqs) == query.shape[2]
             for batch in self.decode_batches:
                 # one call for the batch's rows; the query heads sharing a KV head become that head's query rows
@@ -284,6 +302,24 @@ class PagedStep:
             outs.append(o[0].transpose(0, 1))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return out.unsqueeze(0)
+
+    def _attend_kernel(
+        self, layer: int, rows: torch.Tensor, scaling: float | None, window: int | None, softcap: float | None
+    ) -> torch.Tensor:
+        """The decode rows' attention through the kernel: rows [T, Hq, D] -> [B, Hq, D] for the B decode rows."""
+        found, kernel = self.kernel_rows, self.decode_kernel
+        assert found is not None and kernel is not None  # attend() calls this only when both are set
+        cache = self.cache
+        num_heads, head_dim = rows.shape[1], rows.shape[2]
+        q = rows if found.rows is None else rows.index_select(0, found.rows)
+        # the query heads sharing a KV head are consecutive (transformers' GQA): [B, kv_heads, Hq / kv_heads, D]
+        q = q.reshape(len(found), cache.kv_heads, num_heads // cache.kv_heads, head_dim)
+        scale = scaling if scaling is not None else head_dim**-0.5
+        out = kernel.attend(
+            q, cache.keys[layer], cache.values[layer], found.table, found.lengths, found.first(window),
+            cache.block_size, scale, softcap,
+        )  # fmt: skip
+        return out.view(len(found), num_heads, head_dim)
 
     def _attend_lone_decode(
         self,

@@ -226,6 +226,8 @@ def _runtime(served: ServedModel, out: EngineArgs, device: str) -> None:
         )
     if rt.cpu_linear != "auto":
         out.residual("runtime.cpu_linear", rt.cpu_linear, "nowhere", "llama.cpp runs its own (ggml) CPU kernels")
+    if rt.decode_attention != "auto":
+        out.residual("runtime.decode_attention", rt.decode_attention, "nowhere", "llama.cpp runs its own attention")
     if rt.warmup:
         out.residual(
             "runtime.warmup",

@@ -218,6 +218,8 @@ def _runtime(served: ServedModel, out: EngineArgs, device: str) -> None:
         out.put_env("runtime.threads", "VLLM_CPU_OMP_THREADS_BIND", f"0-{rt.threads - 1}" if rt.threads > 1 else "0")
     if rt.cpu_linear != "auto":
         out.residual("runtime.cpu_linear", rt.cpu_linear, "nowhere", "vLLM runs its own (oneDNN) CPU kernels")
+    if rt.decode_attention != "auto":
+        out.residual("runtime.decode_attention", rt.decode_attention, "nowhere", "vLLM runs its own attention")
     if rt.warmup:
         out.residual(
             "runtime.warmup",
