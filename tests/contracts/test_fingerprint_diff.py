@@ -64,6 +64,7 @@ def test_fingerprint_ignores_cosmetic_fields(tmp_path: Path) -> None:
         "preprocess.tenant_from=header",
         "runtime.quantization.method=int8-weight",
         "runtime.seed=7",
+        "runtime.decode_attention=sdpa",
         "batching.max_batch_size=4",
         "batching.mode=static",
         "postprocess.stop=[x]",
@@ -74,6 +75,10 @@ def test_fingerprint_ignores_cosmetic_fields(tmp_path: Path) -> None:
 )
 def test_fingerprint_changes_with_any_behaviour_field(tmp_path: Path, expr: str) -> None:
     assert _load(tmp_path, A, sets=[expr]).fingerprint != _load(tmp_path, A).fingerprint
+
+
+def test_a_field_added_at_its_default_keeps_the_fingerprints_written_before_it(tmp_path: Path) -> None:
+    assert _load(tmp_path, A, sets=["runtime.decode_attention=auto"]).fingerprint == _load(tmp_path, A).fingerprint
 
 
 def test_fingerprint_is_sha256_hex(tmp_path: Path) -> None:

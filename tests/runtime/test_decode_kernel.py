@@ -64,6 +64,7 @@ def random_case(seed: int, batch: int, kv_heads: int, groups: int, dim: int, dty
         (torch.float32, 1, 5, 32, None, 30.0),  # a shape no case inlines (the generic task), soft-capped logits
         (torch.bfloat16, 2, 2, 64, None, None),
         (torch.bfloat16, 2, 1, 128, 5, 20.0),
+        (torch.bfloat16, 1, 3, 48, None, None),  # an odd number of 16-value chunks: widened, never vdpbf16ps
     ],
 )
 def test_kernel_equals_attention_over_each_rows_own_context(kernel, dtype, kv_heads, groups, dim, window, softcap):

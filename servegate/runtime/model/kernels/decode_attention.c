@@ -10,7 +10,7 @@
  *   first    [B]             first visible position (0, or the oldest key a sliding window keeps)
  *
  * Each (sequence, KV head) is one task: its G query rows read each key and value row once, scores and
- * sums in float32 whatever the storage type. A task's arithmetic does not depend on the other tasks or
+ * sums in float32 whatever the storage type (bfloat16 scores through vdpbf16ps where the CPU has it). A task's arithmetic does not depend on the other tasks or
  * on how many there are, so a sequence gets the same bits at any batch size (batch invariance).
  * Why hand-written: torch has no CPU op that reads a block table; one SDPA call per sequence per layer
  * spends more on its overhead and type conversion than on reading the bytes (benchmarks/README.md).
@@ -61,6 +61,45 @@ static void softmax_inplace(float* s, int64_t n) {
     for (int64_t i = 0; i < n; i++) s[i] *= inv;
 }
 
+
+/* bfloat16 scores on CPUs with AVX512-BF16: vdpbf16ps multiplies 32 bfloat16 pairs exactly and adds them into 16
+ * float32 lanes, one instruction where widening takes four; the products are the same, the sums' order differs. */
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+enum { DPBF16_bf16 = 1 };
+static inline __attribute__((always_inline)) void scores_dpbf16(
+    const uint16_t* qb, const uint16_t* kh, const int64_t* tb, int64_t lo, int64_t len, int64_t bs, float scale,
+    float softcap, float* s, const int G, const int NC) {
+    const int64_t n = len - lo, D = NC * 16;
+    const int H = NC / 2;
+    __m512bh qr[G][H];
+    for (int g = 0; g < G; g++)
+        for (int h = 0; h < H; h++) qr[g][h] = (__m512bh)_mm512_loadu_si512(qb + g * D + h * 32);
+    for (int64_t t0 = lo - lo % bs; t0 < len; t0 += bs) {
+        int64_t a = t0 < lo ? lo : t0, e = t0 + bs < len ? t0 + bs : len;
+        const uint16_t* kb = kh + (tb[t0 / bs] * bs - t0) * D;
+        for (int64_t t = a; t < e; t++) {
+            __m512bh kr[H];
+            for (int h = 0; h < H; h++) kr[h] = (__m512bh)_mm512_loadu_si512(kb + t * D + h * 32);
+            for (int g = 0; g < G; g++) {
+                __m512 x = _mm512_dpbf16_ps(_mm512_setzero_ps(), qr[g][0], kr[0]);
+                for (int h = 1; h < H; h++) x = _mm512_dpbf16_ps(x, qr[g][h], kr[h]);
+                float dot = _mm512_reduce_add_ps(x) * scale;
+                if (softcap > 0.f) dot = tanhf(dot / softcap) * softcap;
+                s[g * n + (t - lo)] = dot;
+            }
+        }
+    }
+}
+#else
+enum { DPBF16_bf16 = 0 };
+static inline void scores_dpbf16(const uint16_t* qb, const uint16_t* kh, const int64_t* tb, int64_t lo, int64_t len,
+    int64_t bs, float scale, float softcap, float* s, const int G, const int NC) {
+    (void)qb; (void)kh; (void)tb; (void)lo; (void)len; (void)bs; (void)scale; (void)softcap; (void)s; (void)G; (void)NC;
+}
+#endif
+enum { DPBF16_f32 = 0 };
+
 /* One task. G (query rows per KV head) and NC (head_dim / 16) are constants where the dispatcher inlines
  * it, so the G*NC query and accumulator vectors live in registers; `s` holds G * (len - lo) scores. */
 #define DEFINE_TASK(SUFFIX, T, LOADV, STORE1)                                                                  \
@@ -71,6 +110,9 @@ static inline __attribute__((always_inline)) void task_##SUFFIX(                
     f16v qv[G][NC], av[G][NC];                                                                                  \
     for (int g = 0; g < G; g++)                                                                                 \
         for (int c = 0; c < NC; c++) { qv[g][c] = LOADV(qb + g * D + c * 16); av[g][c] = (f16v){0}; }          \
+    if (DPBF16_##SUFFIX && NC % 2 == 0)                                                                         \
+        scores_dpbf16((const uint16_t*)qb, (const uint16_t*)kh, tb, lo, len, bs, scale, softcap, s, G, NC);    \
+    else                                                                                                        \
     for (int64_t t0 = lo - lo % bs; t0 < len; t0 += bs) { /* one block at a time: its rows are contiguous */   \
         int64_t a = t0 < lo ? lo : t0, e = t0 + bs < len ? t0 + bs : len;                                       \
         const T* kb = kh + (tb[t0 / bs] * bs - t0) * D;                                                         \
