@@ -168,3 +168,12 @@ def test_the_engine_takes_the_kernel_by_default_and_sdpa_when_told(tmp_path, mon
     with caplog.at_level(logging.WARNING, logger="servegate.runtime"):
         assert parts._decode_kernel(manifest(), model, "auto") is None
     assert "runs through SDPA" in caplog.text and "needs a C compiler" in caplog.text
+
+
+def test_a_kernel_folder_that_cannot_be_made_names_the_variable_to_set(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder\n")  # the tests run as root: a file, not a read-only folder, is what stops them
+    monkeypatch.setenv("SERVEGATE_KERNELS", str(blocked))
+    monkeypatch.setattr(decode_kernel, "_LOADED", {})
+    with pytest.raises(KernelUnavailable, match="set SERVEGATE_KERNELS .* to a writable folder"):
+        load_decode_kernel()

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.home import servegate_home
+from servegate.contracts.home import make_kept_folder, servegate_home
 from servegate.runtime.model.batched_decode import DecodeRow
 
 log = logging.getLogger("servegate.runtime")
@@ -175,13 +175,9 @@ def _cpu_identity() -> str:
 
 def _build(compiler: str, path: Path) -> None:
     """Compile the source to `path`: into a sibling first, renamed into place, so a crash leaves no half library."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise KernelUnavailable(
-            f"cannot keep the decode attention kernel under {path.parent} ({exc}): set SERVEGATE_KERNELS (or "
-            "SERVEGATE_HOME) to a writable folder"
-        ) from None
+    make_kept_folder(
+        path.parent, "the decode attention kernel", "SERVEGATE_KERNELS (or SERVEGATE_HOME)", KernelUnavailable
+    )
     scratch = path.with_name(f".{path.stem}-{uuid.uuid4().hex[:8]}.so")
     command = [compiler, *FLAGS, "-o", str(scratch), str(SOURCE), "-lm"]
     log.info("building the decode attention kernel: %s", " ".join(command))

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from servegate.contracts.errors import ServegateError
-from servegate.contracts.home import servegate_home
+from servegate.contracts.home import make_kept_folder, servegate_home
 
 KEPT_DIR = "gguf"
 """The folder under $SERVEGATE_HOME that holds the kept parts."""
@@ -158,13 +158,7 @@ def _kept(path: Path, part: str, derive: Callable[[Path], None], announce: bool 
     folder = kept_root() / gguf_key(path) / part
     if folder.is_dir():
         return folder
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ServegateError(
-            f"cannot keep what is read from {path.name} under {kept_root()} ({type(exc).__name__}: {exc}): set "
-            "SERVEGATE_HOME to a writable folder"
-        ) from None
+    make_kept_folder(folder.parent, f"what is read from {path.name}")
     if announce:  # minutes on a slow machine: say what is happening and where it goes
         print(f"servegate: converting {path.name} to float32 safetensors once, kept in {folder}", file=sys.stderr)
     scratch = folder.parent / f".{part}-{uuid.uuid4().hex[:8]}"
