@@ -68,7 +68,8 @@ def test_every_field_vllm_lacks_is_listed_with_its_enforcer(target: str) -> None
     assert {r.field for r in plan.behaviour_changes} == BEHAVIOUR_CHANGES
     assert by_field["runtime.warmup"].enforced_by == "readiness_probe"
     assert by_field["weights.sha256"].enforced_by == "checksum_file"
-    for quiet in ("runtime.cpu_linear", "runtime.device", "batching.max_wait_ms", "capacity.targets"):
+    quiet_fields = ("runtime.cpu_linear", "runtime.decode_attention", "runtime.device", "batching.max_wait_ms")
+    for quiet in (*quiet_fields, "capacity.targets"):
         assert by_field[quiet].enforced_by == "nowhere"
     # which gate still covers each: the table `gate diff` uses
     assert by_field["preprocess.truncation"].gates == ("contract", "truncation")
