@@ -155,18 +155,18 @@ def test_the_engine_takes_the_kernel_by_default_and_sdpa_when_told(tmp_path, mon
     def manifest(**runtime: object) -> Any:
         return SimpleNamespace(runtime=Runtime.model_validate({"device": "cpu", **runtime}))
 
-    assert parts._decode_kernel(manifest(), model, "auto") is not None
-    assert parts._decode_kernel(manifest(decode_attention="sdpa"), model, "auto") is None
-    assert parts._decode_kernel(manifest(), model, "fp8") is None  # fp8 KV: SDPA, quietly
+    assert parts._decode_kernel(manifest(), model, 16, "auto") is not None
+    assert parts._decode_kernel(manifest(decode_attention="sdpa"), model, 16, "auto") is None
+    assert parts._decode_kernel(manifest(), model, 16, "fp8") is None  # fp8 KV: SDPA, quietly
     with pytest.raises(ValueError, match="not fp8"):
         manifest(decode_attention="kernel", kv_cache={"dtype": "fp8"})
     half = tiny_causal_lm("llama").half()
     with pytest.raises(ServegateError, match="decode_attention is kernel, but it takes float32 or bfloat16"):
-        parts._decode_kernel(manifest(decode_attention="kernel"), half, "auto")
+        parts._decode_kernel(manifest(decode_attention="kernel"), half, 16, "auto")
     monkeypatch.setenv("CC", "no-such-compiler-here")
     monkeypatch.setattr(decode_kernel, "_LOADED", {})
     with caplog.at_level(logging.WARNING, logger="servegate.runtime"):
-        assert parts._decode_kernel(manifest(), model, "auto") is None
+        assert parts._decode_kernel(manifest(), model, 16, "auto") is None
     assert "runs through SDPA" in caplog.text and "needs a C compiler" in caplog.text
 
 

@@ -140,7 +140,8 @@ def _load_runner(
     # (compiled, the products are inductor's kernels: routing them would put numpy calls into the graph)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
-    num_blocks, block_size = pool_size(served, kv_dims_from_config(config), compute_dtype)
+    dims = kv_dims_from_config(config)
+    num_blocks, block_size = pool_size(served, dims, compute_dtype)
     kv = runtime.kv_cache
     kv_dtype = "fp8" if kv is not None and kv.dtype == "fp8" else "auto"
     runner = PagedModelRunner(
@@ -149,28 +150,24 @@ def _load_runner(
         block_size=block_size,
         kv_dtype=kv_dtype,
         compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
-        decode_kernel=_decode_kernel(served, model, kv_dtype),
+        decode_kernel=_decode_kernel(served, model, dims.head_dim, kv_dtype),
     )
     return runner, tokenizer, report, model
 
 
-def _decode_kernel(served: ServedModel, model: Any, kv_dtype: str) -> DecodeKernel | None:
+def _decode_kernel(served: ServedModel, model: Any, head_dim: int, kv_dtype: str) -> DecodeKernel | None:
     """The decode attention kernel `runtime.decode_attention` asks for: None for `sdpa`, and for `auto` where it
     cannot serve this model (another device or dtype, fp8 KV) or cannot be built here (said once in the log)."""
-    import torch
-
-    from servegate.runtime.model.decode_kernel import KernelUnavailable, load_decode_kernel
-    from servegate.runtime.model.kv_memory import kv_dims_from_config
+    from servegate.runtime.model.decode_kernel import KernelUnavailable, kernel_takes, load_decode_kernel
 
     wanted = served.runtime.decode_attention
     if wanted == "sdpa":
         return None
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    head_dim, device, dtype = kv_dims_from_config(config).head_dim, next(model.parameters()).device, model.dtype
+    device, dtype = next(model.parameters()).device, model.dtype
     why_not = None
     if kv_dtype == "fp8":
         why_not = "the KV cache is stored as fp8"
-    elif device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16) or head_dim % 16:
+    elif not kernel_takes(dtype, device, head_dim):
         why_not = f"it takes float32 or bfloat16 on CPU with head_dim a multiple of 16 ({dtype}, {device}, {head_dim})"
     if why_not is not None:  # a model the kernel does not take: SDPA, as declared by `auto`
         if wanted == "kernel":

@@ -73,11 +73,11 @@ def decode_batches(rows: list[DecodeRow], block_bytes: int, device: torch.device
             most = 0
         groups[-1].append(row)
         most = max(most, blocks)
-    return [_batch(group, device) for group in groups if group]
+    return [decode_batch(group, device) for group in groups if group]
 
 
-def _batch(rows: list[DecodeRow], device: torch.device) -> DecodeBatch:
-    """One DecodeBatch of `rows`."""
+def decode_batch(rows: list[DecodeRow], device: torch.device) -> DecodeBatch:
+    """One DecodeBatch of `rows`: their step rows, padded block tables and context lengths as tensors."""
     most = max(len(blocks) for _, _, blocks in rows)
     table = [b for _, _, blocks in rows for b in blocks + [0] * (most - len(blocks))]  # block 0 pads, masked out
     return DecodeBatch(

@@ -22,6 +22,7 @@ the OpenMP runtime torch has already loaded (libgomp), so its threads are torch'
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -37,7 +38,7 @@ import torch
 
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.home import make_kept_folder, servegate_home
-from servegate.runtime.model.batched_decode import DecodeRow
+from servegate.runtime.model.batched_decode import DecodeRow, decode_batch
 
 log = logging.getLogger("servegate.runtime")
 
@@ -65,10 +66,6 @@ class DecodeKernel:
     library: ctypes.CDLL
     path: Path
     """The shared library loaded."""
-
-    def supports(self, dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
-        """Whether decode rows of this compute dtype, device and head size can go through the kernel."""
-        return dtype in DTYPES and device.type == "cpu" and head_dim % 16 == 0
 
     def attend(
         self,
@@ -119,10 +116,15 @@ class DecodeKernel:
         return out
 
 
+def kernel_takes(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
+    """Whether decode rows of this compute dtype, device and head size can go through the kernel."""
+    return dtype in DTYPES and device.type == "cpu" and head_dim % 16 == 0
+
+
 def load_decode_kernel() -> DecodeKernel:
     """The kernel, built here on first use and kept; raises KernelUnavailable saying why when it cannot be."""
     compiler = _compiler()
-    key = _build_key(compiler)
+    key = _build_key(compiler, SOURCE)
     with _LOCK:
         if key not in _LOADED:
             path = kernel_root() / key / "decode_attention.so"
@@ -149,9 +151,11 @@ def _compiler() -> str:
     return found
 
 
-def _build_key(compiler: str) -> str:
-    """A digest of everything the built library depends on: source, compiler, flags and this CPU."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
+@functools.lru_cache(maxsize=8)
+def _build_key(compiler: str, source: Path) -> str:
+    """A digest of everything the built library depends on: source, compiler, flags and this CPU (once per
+    process: every engine build loads the kernel, and asking the compiler its version is a subprocess)."""
+    digest = hashlib.sha256(source.read_bytes())
     try:
         version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:
@@ -229,12 +233,11 @@ class KernelRows:
     @classmethod
     def of(cls, decodes: list[DecodeRow], every_row: bool, device: torch.device) -> KernelRows:
         """From (row in the step, context length, block ids) of each decoding sequence."""
-        most = max(len(blocks) for _, _, blocks in decodes)
-        table = [blocks + [0] * (most - len(blocks)) for _, _, blocks in decodes]
+        batch = decode_batch(decodes, device)  # the padded tables batched SDPA gathers by, read here in place
         return cls(
-            rows=None if every_row else torch.tensor([row for row, _, _ in decodes], dtype=torch.long, device=device),
-            table=torch.tensor(table, dtype=torch.long, device=device),
-            lengths=torch.tensor([length for _, length, _ in decodes], dtype=torch.long, device=device),
+            rows=None if every_row else batch.rows,
+            table=batch.table.view(len(batch), -1),
+            lengths=batch.lengths,
             firsts={},
         )
 

@@ -47,7 +47,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 
 from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
-from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows
+from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows, kernel_takes
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
@@ -225,7 +225,7 @@ class PagedStep:
     def __post_init__(self) -> None:
         cache, kernel = self.cache, self.decode_kernel
         device = self.slot_mapping.device
-        use_kernel = kernel is not None and not cache.fp8 and kernel.supports(cache.dtype, device, cache.head_dim)
+        use_kernel = kernel is not None and not cache.fp8 and kernel_takes(cache.dtype, device, cache.head_dim)
         decodes = [s for s in self.seqs if s.end - s.begin == 1] if use_kernel or self.batched_decode else []
         rows: list[DecodeRow] = [(s.begin, s.source.length, s.source.block_ids(cache.block_size)) for s in decodes]
         if use_kernel and rows:  # every decode row, a lone one too: a sequence's bits then never depend on its batch
