@@ -40,17 +40,19 @@ def reference(q, keys, values, table, lengths, first, block_size, scale, softcap
     return out
 
 
-def random_case(seed: int, batch: int, kv_heads: int, groups: int, dim: int, dtype: torch.dtype, window: int | None):
+def random_case(
+    seed: int, batch: int, kv_heads: int, groups: int, dim: int, dtype: torch.dtype, window: int | None, block_size=4
+):
     """Pools with scattered blocks, ragged contexts (a window cuts the long ones), queries; all random."""
     gen = torch.Generator().manual_seed(seed)
     rng = random.Random(seed)
-    block_size, blocks_each = 4, 12
+    blocks_each = -(-48 // block_size)
     num_blocks = batch * blocks_each + 3
     keys, values = (torch.randn(kv_heads, num_blocks * block_size, dim, generator=gen).to(dtype) for _ in range(2))
     pool = list(range(num_blocks))
     rng.shuffle(pool)
     table = torch.tensor([pool[i * blocks_each : (i + 1) * blocks_each] for i in range(batch)])
-    lengths = torch.tensor([rng.randrange(1, block_size * blocks_each + 1) for _ in range(batch)])
+    lengths = torch.tensor([rng.randrange(1, 49) for _ in range(batch)])
     first = torch.zeros_like(lengths) if window is None else (lengths - window).clamp(min=0)
     q = torch.randn(batch, kv_heads, groups, dim, generator=gen).to(dtype)
     return q, keys, values, table, lengths, first, block_size
@@ -75,6 +77,28 @@ def test_kernel_equals_attention_over_each_rows_own_context(kernel, dtype, kv_he
     assert got.dtype == dtype and got.shape == q.shape
     tolerance = 2e-6 if dtype == torch.float32 else 1e-2  # bfloat16 output keeps 8 bits of mantissa
     torch.testing.assert_close(got.double(), want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_context_length_through_blocks_of_32(kernel, dtype):
+    # the kernel sums scores 16 keys at a time, exponentiates 16 at a time and (bfloat16) adds values two rows at
+    # a time: lengths 1..48 in blocks of 32 take every whole, partial and odd remainder of those, windowed or not
+    q, keys, values, table, _, _, block_size = random_case(4, 48, 3, 3, 64, dtype, None, block_size=32)
+    lengths = torch.arange(1, 49)
+    for first in (torch.zeros_like(lengths), (lengths - 19).clamp(min=0)):
+        got = kernel.attend(q, keys, values, table, lengths, first, block_size, 0.125, None)
+        want = reference(q, keys, values, table, lengths, first, block_size, 0.125, None)
+        tolerance = 2e-6 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(got.double(), want, rtol=tolerance, atol=tolerance)
+
+
+def test_a_table_too_short_for_its_context_or_a_block_outside_the_pool_is_refused_before_a_read(kernel):
+    q, keys, values, table, lengths, first, block_size = random_case(5, 4, 2, 1, 64, torch.float32, None)
+    with pytest.raises(RuntimeError, match="longer than its block table"):
+        kernel.attend(q, keys, values, table[:, :2].contiguous(), lengths.clamp(min=9), first, block_size, 0.125, None)
+    table[1, 0] = keys.shape[1] // block_size  # one past the last block
+    with pytest.raises(RuntimeError, match="a block id outside the pool"):
+        kernel.attend(q, keys, values, table, lengths, first, block_size, 0.125, None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

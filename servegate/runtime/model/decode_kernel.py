@@ -51,6 +51,13 @@ KERNEL_EVENT = "servegate::decode_attention"
 DTYPES = {torch.float32: "decode_attention_f32", torch.bfloat16: "decode_attention_bf16"}
 """Compute dtypes the kernel takes, and the symbol of each."""
 
+FAILURES = {
+    1: "a head size that is not a multiple of 16",
+    2: "a row with no visible key, or out of memory",
+    4: "a context longer than its block table holds, or a block id outside the pool",
+}
+"""The bits of the kernel's return code, and what each means (the kernel checks before it reads)."""
+
 _LOCK = threading.Lock()
 _LOADED: dict[str, DecodeKernel] = {}  # build key -> the loaded kernel: one dlopen per process
 
@@ -112,7 +119,7 @@ class DecodeKernel:
                 torch.get_num_threads(),
             )
         if failed:
-            raise RuntimeError(f"decode kernel failed (code {failed}): a row with no visible key, or out of memory")
+            raise RuntimeError(f"decode kernel failed: {'; '.join(why for bit, why in FAILURES.items() if failed & bit)}")
         return out
 
 
