@@ -119,7 +119,8 @@ class DecodeKernel:
                 torch.get_num_threads(),
             )
         if failed:
-            raise RuntimeError(f"decode kernel failed: {'; '.join(why for bit, why in FAILURES.items() if failed & bit)}")
+            reasons = "; ".join(why for bit, why in FAILURES.items() if failed & bit)
+            raise RuntimeError(f"decode kernel failed: {reasons}")
         return out
 
 
