@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_HOME ?= $(CURDIR)/.venv/hf-home
 
-.PHONY: install fetch demo test lint slow engines vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv \
+.PHONY: install fetch demo test lint slow engines engines-slow vllm-venv clean gpu-wheels gpu-check clients-venvs clients loadgen-venv \
 	llmcompressor-venv checkpoints toolchain llamacpp gguf-builds
 
 install: $(VENV)/.installed
@@ -60,9 +60,15 @@ $(VLLM_VENV)/.installed:
 
 # Real-engine tests: servegate against a running vLLM server (9.5 min on a busy 2-core machine) and against
 # llama.cpp's llama-server on the GGUF builds (`make llamacpp`, `make gguf-builds`: the Q8_0 build against its f16 parent).
+# The long ones (llama-server's profile, plan and verify: 8-12 min alone) are `engines-slow`, outside `.ci/run`.
+ENGINE_ENV = SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
+	SERVEGATE_LLAMACPP_SERVER=$(CURDIR)/$(LLAMACPP)/bin/llama-server
+
 engines: install vllm-venv gguf-builds
-	SERVEGATE_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python \
-	SERVEGATE_LLAMACPP_SERVER=$(CURDIR)/$(LLAMACPP)/bin/llama-server $(BIN)/pytest -q -m engines
+	$(ENGINE_ENV) $(BIN)/pytest -q -m 'engines and not slow'
+
+engines-slow: install vllm-venv gguf-builds
+	$(ENGINE_ENV) $(BIN)/pytest -q -m 'engines and slow'
 
 # The real clients, each in its own venv under .venvs/ (their pins conflict with ours); torch first, so
 # pip takes the local CPU build. Measured on the shared 2-core VM: lm-eval 43 s, guidellm 305 s, aiperf 424 s.

@@ -5,6 +5,7 @@ The knee is measured (a rate kept up with and a higher one missed, every request
 the gateway's and llama-server's processes as the profile read them, and the verify bench runs at the claimed
 per-replica rate and past it. llama.cpp's threads spin at every step's barriers, so on a machine whose cores are
 busy with other work its steps slow down many times over (docs/llamacpp.md, "Capacity"): run it on quiet cores.
+It takes 8-12 minutes, so it is marked slow as well: `make engines-slow` runs it, `make engines` does not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 from llamacpp_support import EXAMPLES, Q8_0, llama_server_binary
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.slow]  # 8-12 min: `make engines-slow`, not in `.ci/run`
 
 MANIFEST = EXAMPLES / "llamacpp-capacity.yaml"
 
