@@ -36,7 +36,7 @@ SHAPES = {"12 KV heads x 1": (12, 1), "3 KV heads x 3": (3, 3)}
 
 def kernel_at(revision: str, folder: Path) -> DecodeKernel:
     """The kernel as its C source was at `revision`, built with this checkout's compiler and flags."""
-    relative = decode_kernel.SOURCE.relative_to(REPO)
+    relative = "servegate/runtime/model/kernels/decode_attention.c"  # in git, wherever servegate is installed
     source = folder / "decode_attention.c"
     shown = subprocess.run(["git", "show", f"{revision}:{relative}"], cwd=REPO, capture_output=True, text=True)
     if shown.returncode != 0:
