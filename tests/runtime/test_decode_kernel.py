@@ -99,6 +99,8 @@ def test_a_table_too_short_for_its_context_or_a_block_outside_the_pool_is_refuse
     table[1, 0] = keys.shape[1] // block_size  # one past the last block
     with pytest.raises(RuntimeError, match="a block id outside the pool"):
         kernel.attend(q, keys, values, table, lengths, first, block_size, 0.125, None)
+    with pytest.raises(RuntimeError, match="a row with no visible key"):
+        kernel.attend(q, keys, values, table[:, :0].contiguous(), lengths, lengths, block_size, 0.125, None)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -237,6 +237,22 @@ static inline void scores_dpbf16(const uint16_t* qb, const uint16_t* kh, const i
 #endif
 enum { DPBF16_f32 = 0 };
 
+/* Every row's context checked once, before any read: 2 for a row with no visible key, 4 for a context its block
+ * table cannot hold or a block outside the pool of S slots; 0 when every row can be read. */
+static int unreadable_rows(const int64_t* table, int64_t stride, const int64_t* lengths, const int64_t* first,
+    int64_t B, int64_t S, int64_t bs) {
+    int failed = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t lo = first[b], len = lengths[b];
+        if (len <= lo) { failed |= 2; continue; }
+        int bad = len > stride * bs;
+        for (int64_t j = lo / bs; !bad && j * bs < len; j++)
+            bad = table[b * stride + j] < 0 || (table[b * stride + j] + 1) * bs > S;
+        if (bad) failed |= 4;
+    }
+    return failed;
+}
+
 /* One task. G (query rows per KV head) and NC (head_dim / 16) are constants where the dispatcher inlines
  * it, so the G*NC query and accumulator vectors live in registers; `s` holds G * (len - lo) scores. */
 #define DEFINE_TASK(SUFFIX, T, LOADV, STORE1)                                                                  \
@@ -298,22 +314,20 @@ int decode_attention_##SUFFIX(const T* q, const T* k, const T* v, const int64_t*
         const int64_t* lengths, const int64_t* first, T* out, int64_t B, int64_t Hkv, int64_t G, int64_t D,     \
         int64_t S, int64_t bs, float scale, float softcap, int threads) {                                       \
     if (D % 16 != 0 || G < 1) return 1;                                                                         \
+    int failed = unreadable_rows(table, stride, lengths, first, B, S, bs);                                      \
+    if (failed) return failed;                                                                                  \
     const int64_t NC = D / 16;                                                                                  \
-    int failed = 0;                                                                                             \
     _Pragma("omp parallel num_threads(threads)")                                                                \
     {                                                                                                           \
         float* s = NULL; int64_t held = 0;                                                                      \
         _Pragma("omp for collapse(2) schedule(dynamic, 1) reduction(|:failed)")                                  \
         for (int64_t b = 0; b < B; b++) {                                                                       \
             for (int64_t h = 0; h < Hkv; h++) {                                                                 \
-                int64_t lo = first[b], len = lengths[b], need = G * (len - lo) * 3 / 2 + 16; /* scores, then bf16 */                                 \
+                int64_t lo = first[b], len = lengths[b], need = G * (len - lo) * 3 / 2 + 16; /* scores, bf16 */ \
                 if (need > held) {                                                                              \
                     free(s); s = (float*)malloc(sizeof(float) * need); held = s ? need : 0;                     \
                 }                                                                                               \
-                if (s == NULL || len <= lo) { failed |= 2; continue; }                                           \
-                int bad = len > stride * bs; /* a context its table cannot hold, or a block outside the pool */   \
-                for (int64_t j = lo / bs; !bad && j * bs < len; j++) bad = table[b * stride + j] < 0 || (table[b * stride + j] + 1) * bs > S; \
-                if (bad) { failed |= 4; continue; }                                                             \
+                if (s == NULL) { failed |= 2; continue; }                                                       \
                 const T* qb = q + (b * Hkv + h) * G * D; T* ob = out + (b * Hkv + h) * G * D;                   \
                 const T* kh = k + h * S * D; const T* vh = v + h * S * D;                                       \
                 const int64_t* tb = table + b * stride;                                                         \
