@@ -43,7 +43,7 @@ def kernel_at(revision: str, folder: Path) -> DecodeKernel:
         sys.exit(f"cannot read {relative} at {revision}: {shown.stderr.strip()}")
     source.write_text(shown.stdout)
     library = folder / "decode_attention.so"
-    subprocess.run([decode_kernel._compiler(), *decode_kernel.FLAGS, "-o", str(library), str(source)], check=True)
+    decode_kernel._build(decode_kernel._compiler(), library, source)  # the runtime's own compile command
     return DecodeKernel(decode_kernel._open(library), library)
 
 

@@ -140,7 +140,7 @@ def load_decode_kernel() -> DecodeKernel:
         if key not in _LOADED:
             path = kernel_root() / key / "decode_attention.so"
             if not path.is_file():
-                _build(compiler, path)
+                _build(compiler, path, SOURCE)
             _LOADED[key] = DecodeKernel(_open(path), path)
         return _LOADED[key]
 
@@ -188,13 +188,13 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def _build(compiler: str, path: Path) -> None:
-    """Compile the source to `path`: into a sibling first, renamed into place, so a crash leaves no half library."""
+def _build(compiler: str, path: Path, source: Path) -> None:
+    """Compile `source` to `path`: into a sibling first, renamed into place, so a crash leaves no half library."""
     make_kept_folder(
         path.parent, "the decode attention kernel", "SERVEGATE_KERNELS (or SERVEGATE_HOME)", KernelUnavailable
     )
     scratch = path.with_name(f".{path.stem}-{uuid.uuid4().hex[:8]}.so")
-    command = [compiler, *FLAGS, "-o", str(scratch), str(SOURCE), "-lm"]
+    command = [compiler, *FLAGS, "-o", str(scratch), str(source), "-lm"]
     log.info("building the decode attention kernel: %s", " ".join(command))
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
