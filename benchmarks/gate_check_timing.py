@@ -30,15 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_once(
-    manifest: Path, cache: Path, cpus: str | None, report: Path, candidate: Path | None = None
+    manifest: Path,
+    cache: Path,
+    cpus: str | None,
+    report: Path,
+    candidate: Path | None = None,
+    extra_args: list[str] | None = None,
 ) -> tuple[float, float, int]:
-    """One `gate check` in a fresh process; returns (wall seconds, CPU seconds user+sys, exit code).
+    """One `gate check` in a fresh process (with `extra_args` after its own); returns (wall seconds, CPU seconds
+    user+sys, exit code).
 
     CPU time is what the run costs whatever else the machine is doing; wall time also counts waiting for
     cores that other processes hold.
     """
     sides = [str(manifest)] if candidate is None else ["--baseline", str(manifest), "--candidate", str(candidate)]
-    command = [sys.executable, "-m", "servegate.cli", "check", *sides, "--json", str(report)]
+    command = [sys.executable, "-m", "servegate.cli", "check", *sides, "--json", str(report), *(extra_args or [])]
     if cpus:
         command = ["taskset", "-c", cpus, *command]
     env = {**os.environ, "SERVEGATE_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -14,8 +14,11 @@ import typer
 from servegate import __version__
 from servegate.cli import bench, cache_key, check, deploy, manifest_commands, note, plan, profile, run, serve, zoo
 from servegate.cli import eval as eval_command
-from servegate.cli.import_noise import silence_import_noise
 from servegate.contracts.errors import ServegateError
+from servegate.runtime.import_noise import silence_import_noise
+
+# at import, not in main(): a worker process of `gate check --jobs` imports this module as its main before torch
+silence_import_noise()
 
 app = typer.Typer(
     name="gate",
@@ -51,7 +54,6 @@ def _root(
 
 def main() -> None:
     """Entry point of the `gate` and `servegate` console scripts."""
-    silence_import_noise()
     try:
         app()  # standalone: typer reports usage errors itself (exit 2) and exits with the command's code
     except (ServegateError, ValueError, FileNotFoundError) as exc:

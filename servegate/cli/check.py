@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -21,12 +21,20 @@ def _list_gates(json_out: str | None) -> None:
     from servegate.gates.registry import GATES
 
     entries = sorted(GATES, key=lambda e: ORDER.index(e.name) if e.name in ORDER else len(ORDER))
-    rows = [{"name": e.name, "watches": list(e.metadata["watches"]), "purpose": e.metadata["purpose"]} for e in entries]
+    rows = [
+        {
+            "name": e.name,
+            "watches": list(e.metadata["watches"]),
+            "purpose": e.metadata["purpose"],
+            "with_jobs": "beside others" if e.metadata.get("beside_others") else "alone",
+        }
+        for e in entries
+    ]
     table = Table(title="gates", title_justify="left")
-    for column in ("gate", "watches", "purpose"):
+    for column in ("gate", "watches", "purpose", "with --jobs"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["name"], ", ".join(row["watches"]), row["purpose"])
+        table.add_row(row["name"], ", ".join(row["watches"]), row["purpose"], row["with_jobs"])
     print_table(console_for(json_out), table)
     write_json(json_out, {"gates": rows})
 
@@ -63,6 +71,14 @@ def check(
             "outputs, divergence probe, timing audits, bench, other (measured).",
         ),
     ] = False,
+    jobs: Annotated[
+        str,
+        typer.Option(
+            "--jobs",
+            help="Processes to run gates in at once: a number, or auto (as many as the cores hold engines at their "
+            "threads and the memory holds the models). Gates that time something (capacity, caching) run alone.",
+        ),
+    ] = "auto",
 ) -> None:
     """Gate a served model: exit 0 when no gate failed, 1 when one did (or warned, with --strict), 2 on usage errors
     or when an engine a gate needed could not be reached (verdict `unavailable`).
@@ -79,6 +95,7 @@ def check(
       gate check --baseline git:origin/main --candidate examples/quickstart/manifest.yaml
       gate check examples/quickstart/manifest.yaml --gate quantization
       gate check examples/quickstart/manifest.yaml --profile-gates
+      gate check examples/smollm2/manifest.yaml --jobs 2
     """
     if list_gates:
         _list_gates(json_out)
@@ -95,6 +112,7 @@ def check(
     quiet_libraries()
 
     console = console_for(json_out)
+    processes = parse_jobs(jobs)
     cache = OutputCache(cache_dir(), enabled=not no_cache)
     forced = list(gate or [])
     outputs = {"--json": json_out, "--junit": junit, "--markdown": markdown, "--summary": summary}
@@ -105,7 +123,7 @@ def check(
             served.reference_form(), served, mode="reference", forced=forced, outputs=outputs, note=note
         )
         with RichProgress(console) as progress:
-            report = check_manifest(served, forced=forced, cache=cache, progress=progress)
+            report = check_manifest(served, forced=forced, cache=cache, progress=progress, jobs=processes)
         compared = (served.reference_form(), served)
     else:
         assert baseline is not None and candidate is not None
@@ -113,7 +131,9 @@ def check(
             base, cand = load(baseline_path, None), load(candidate, set_)
             check_before_gating(base, cand, mode="change", forced=forced, outputs=outputs, note=note)
             with RichProgress(console) as progress:
-                report = run_check(base, cand, mode="change", forced=forced, cache=cache, progress=progress)
+                report = run_check(
+                    base, cand, mode="change", forced=forced, cache=cache, progress=progress, jobs=processes
+                )
         compared = (base, cand)
         if from_git is not None:
             report = replace(report, baseline_git=from_git, notes=[f"baseline: {from_git.summary()}", *report.notes])
@@ -137,6 +157,16 @@ def check(
         raise typer.Exit(1)
     if report.verdict == "unavailable":  # nothing was measured: a broken deployment, not an inferior model
         raise typer.Exit(2)
+
+
+def parse_jobs(value: str) -> int | Literal["auto"]:
+    """`--jobs`: `auto`, or a whole number of processes from 1 up; anything else is a usage error."""
+    text = value.strip().lower()
+    if text == "auto":
+        return "auto"
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ServegateError(f"--jobs takes a whole number of processes (1 or more) or auto, not {value!r}")
 
 
 def register(app: typer.Typer) -> None:

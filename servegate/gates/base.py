@@ -39,6 +39,11 @@ def default_engine_factory(served: ServedModel) -> Engine:
     return build(served)
 
 
+RUNTIME_ENGINE_FACTORY = default_engine_factory
+"""The runtime's own factory, as imported: a worker process of `gate check --jobs` builds its engines with it, so a
+check whose pool builds them any other way (a caller's factory, a test's double patched in) keeps to one process."""
+
+
 class EnginePool:
     """Builds one engine per manifest fingerprint (and tag) and shuts them all down at the end."""
 
@@ -50,6 +55,11 @@ class EnginePool:
         self.built = 0
         self.split = TimeSplit()
         """Where building and starting engines is charged as "model loads" (CheckResources wires the check's)."""
+
+    @property
+    def runtime_engines(self) -> bool:
+        """Whether the pool builds the runtime's own engines, as a worker process of `gate check --jobs` would."""
+        return self._factory is RUNTIME_ENGINE_FACTORY
 
     @property
     def factory(self) -> EngineFactory:
@@ -136,6 +146,21 @@ class ProgressHook:
 
     def advance(self, steps: int = 1) -> None:
         """`steps` more done."""
+
+    def lane(self, label: str) -> ProgressHook:
+        """A hook for work that runs beside this hook's (the gates of a worker process), shown apart from it and
+        named `label`; one that shows nothing here."""
+        return ProgressHook()
+
+
+def quiet_libraries() -> None:
+    """Silence the progress bars and warnings of datasets and transformers: our own progress bar is the one shown."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 @dataclass

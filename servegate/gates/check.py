@@ -8,10 +8,8 @@ every gate why it ran or why it was skipped.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from servegate.contracts.diff import diff_manifests, gates_for_changes
@@ -22,25 +20,14 @@ from servegate.gates.base import (
     CheckResources,
     EngineFactory,
     EnginePool,
-    Gate,
     GateContext,
     ProgressHook,
     remote_label,
-    timed,
 )
-from servegate.gates.checks import (  # noqa: F401 - importing a gate module registers its gates
-    batching,
-    caching,
-    capacity,
-    contract,
-    fallback,
-    load,
-    quality,
-    quantization,
-    truncation,
-)
+from servegate.gates.gate_jobs import Jobs, run_scheduled, schedule
 from servegate.gates.registry import GATES, gate_watches
 from servegate.gates.result import GateReport, GateResult
+from servegate.gates.run_gates import PlannedGate as PlannedGate
 from servegate.gates.suites.output_cache import OutputCache
 from servegate.gates.time_split import TimeSplit
 
@@ -49,17 +36,6 @@ ORDER = ("contract", "quantization", "truncation", "caching", "batching", "load"
 
 ALWAYS_IN_REFERENCE_MODE = ("contract",)
 """Gates that check a manifest's own promises, so they run on every single-manifest check."""
-
-
-@dataclass(frozen=True)
-class PlannedGate:
-    """A gate `gate check` will run or skip, and why."""
-
-    name: str
-    run: bool
-    why: str
-    changed_paths: tuple[str, ...] = ()
-    forced: bool = False
 
 
 def _summary(paths: Sequence[str], limit: int = 4) -> str:
@@ -122,11 +98,13 @@ def run_check(
     engine_factory: EngineFactory | None = None,
     cache: OutputCache | None = None,
     progress: ProgressHook | None = None,
+    jobs: Jobs = 1,
 ) -> GateReport:
     """Plan, run every selected gate on shared engines and suites, and collect the report.
 
     In reference mode `baseline` is the reference form; quality comparisons run on its
-    `evaluation_baseline`, and the batching gate compares with it unbatched.
+    `evaluation_baseline`, and the batching gate compares with it unbatched. `jobs` above 1 (or `auto`) runs the
+    gates that time nothing in that many processes at once, and the rest alone after them (gate_jobs.py).
     """
     split = TimeSplit()  # from here: the plan, the suites and the remote's probe are the split's "setup"
     began = split.started
@@ -162,54 +140,21 @@ def run_check(
             notes=[f"the candidate's remote could not be measured: {exc}"],
             time_split=split.as_dict(),
         )
-    results = _run_planned(ctx, planned, pool)
+    plan = schedule(planned, [baseline, evaluated, candidate], jobs, own_engines=pool.runtime_engines)
+    ran = run_scheduled(ctx, planned, pool, plan)
     notes = _notes(ctx, baseline, evaluated)
-    time_split = split.as_dict()
+    if plan.note():
+        notes.insert(0, plan.note())
     return GateReport(
         baseline=side,
         candidate=_identity(candidate, "manifest", ctx.remote),
-        gates=results,
+        gates=ran.results,
         mode=mode,
         duration_s=time.perf_counter() - began,
         notes=notes,
-        time_split=time_split,
+        time_split={**split.as_dict(), **ran.splits},
+        processes=ran.processes,
     )
-
-
-def _run_planned(ctx: GateContext, planned: Sequence[PlannedGate], pool: EnginePool) -> list[GateResult]:
-    """Build each gate that will run once, prepare them all, run each in order (skipped ones say why), then
-    release what they prepared and did not use."""
-    results: list[GateResult] = []
-    gates: dict[str, Gate] = {}
-    try:
-        for plan in planned:
-            if plan.run:
-                gates[plan.name] = GATES.get(plan.name)()
-                gates[plan.name].prepare(ctx)
-        for plan in planned:
-            if not plan.run:
-                results.append(GateResult(plan.name, "skipped", plan.why, triggered_by=list(plan.changed_paths)))
-                continue
-            gate = gates[plan.name]
-            gate_ctx = replace(ctx, changed_paths=list(plan.changed_paths), forced=plan.forced)
-            began = time.perf_counter()
-            try:
-                with ctx.split.gate(plan.name):
-                    result = timed(gate, gate_ctx)
-            except Exception as exc:
-                if os.environ.get("SERVEGATE_DEBUG") == "1" or not _is_runtime_failure(exc):
-                    raise
-                result = GateResult(plan.name, "fail", f"could not run: {type(exc).__name__}: {exc}")
-                result.duration_s = round(time.perf_counter() - began, 3)  # timed() did not return to time it
-            result.triggered_by = [plan.why]
-            results.append(result)
-    finally:
-        try:
-            for built in gates.values():
-                built.release()
-        finally:
-            pool.close()
-    return results
 
 
 def _notes(ctx: GateContext, baseline: ServedModel, evaluated: ServedModel) -> list[str]:
@@ -228,14 +173,6 @@ def _notes(ctx: GateContext, baseline: ServedModel, evaluated: ServedModel) -> l
     if cache.enabled:
         notes.append(cache.summary())
     return notes
-
-
-def _is_runtime_failure(exc: Exception) -> bool:
-    """Errors raised while a gate runs (the engine, the model, a server, a bench): that gate's failure.
-
-    Programming errors still propagate, so a bug in a gate is never mistaken for a verdict.
-    """
-    return not isinstance(exc, (AssertionError, TypeError, NameError, AttributeError, KeyError, IndexError))
 
 
 def _probe_remote(ctx: GateContext, planned: Sequence[PlannedGate]) -> Any:

@@ -123,14 +123,22 @@ def gate_watches() -> dict[str, tuple[str, ...]]:
     return {**GATE_WATCHES, **{entry.name: tuple(entry.metadata.get("watches", ())) for entry in GATES}}
 
 
-def register_gate(name: str, *, watches: tuple[str, ...], purpose: str) -> Callable[[type[Gate]], type[Gate]]:
-    """Class decorator: register a gate with the manifest fields it watches and a one-line purpose."""
+def register_gate(
+    name: str, *, watches: tuple[str, ...], purpose: str, beside_others: bool = False, shares: str | None = None
+) -> Callable[[type[Gate]], type[Gate]]:
+    """Class decorator: register a gate with the manifest fields it watches and a one-line purpose.
+
+    `beside_others`: its verdict does not depend on how fast the machine runs, so `gate check --jobs` may run it in
+    a process beside other gates (a gate that times anything, or a third party's that does not say, runs alone).
+    `shares`: gates that name the same key reuse each other's outputs (the evaluation baseline's suite runs), so
+    they run in one process.
+    """
 
     def decorate(cls: type[Gate]) -> type[Gate]:
         cls.name = name
         cls.watches = watches
         cls.purpose = purpose
-        GATES.add(name, cls, watches=watches, purpose=purpose)
+        GATES.add(name, cls, watches=watches, purpose=purpose, beside_others=beside_others, shares=shares)
         return cls
 
     return decorate

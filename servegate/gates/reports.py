@@ -14,6 +14,7 @@ from rich.table import Table
 
 from servegate.contracts.files import write_atomic
 from servegate.gates.base import ProgressHook
+from servegate.gates.base import quiet_libraries as quiet_libraries
 from servegate.gates.result import GateReport
 
 STYLE = {
@@ -23,16 +24,6 @@ STYLE = {
     "skipped": "dim",
     "unavailable": "bold magenta",
 }
-
-
-def quiet_libraries() -> None:
-    """Silence the progress bars and warnings of datasets and transformers: our own progress bar is the one shown."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 def transient_progress(console: Console, *columns: Any) -> Progress:
@@ -45,12 +36,15 @@ def transient_progress(console: Console, *columns: Any) -> Progress:
 
 
 class RichProgress(ProgressHook):
-    """A rich progress bar: one line per piece of work a gate starts."""
+    """A rich progress bar: one line per piece of work a gate starts (and one per worker process's gates)."""
 
-    def __init__(self, console: Console) -> None:
-        self.progress = transient_progress(
+    def __init__(self, console: Console, *, progress: Progress | None = None, label: str = "") -> None:
+        self.progress = progress or transient_progress(
             console, TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         )
+        self.console = console
+        self.label = label
+        """Put before each description: the process a lane's work runs in."""
         self.task: Any = None
 
     def __enter__(self) -> RichProgress:
@@ -64,12 +58,16 @@ class RichProgress(ProgressHook):
         """Finish the previous bar and start a new one."""
         if self.task is not None:
             self.progress.remove_task(self.task)
-        self.task = self.progress.add_task(description, total=max(total, 1))
+        self.task = self.progress.add_task(f"{self.label}{description}", total=max(total, 1))
 
     def advance(self, steps: int = 1) -> None:
         """Move the current bar."""
         if self.task is not None:
             self.progress.advance(self.task, steps)
+
+    def lane(self, label: str) -> ProgressHook:
+        """A second bar on the same display, its descriptions prefixed with `label`."""
+        return RichProgress(self.console, progress=self.progress, label=f"[{label}] ")
 
 
 def print_table(report: GateReport, console: Console) -> None:

@@ -104,6 +104,9 @@ class GateReport:
     """Where the check's time went, measured (servegate.gates.time_split): gate, or "setup" for the time outside
     every gate -> kind ("model loads", "reference outputs", ..., "other") -> seconds, rounded to 0.01 s. Printed
     by `gate check --profile-gates`; not part of the `--json` report."""
+    processes: dict[str, int] = field(default_factory=dict)
+    """Gate -> the process that ran it, for gates a worker of `gate check --jobs` ran beside the check's own
+    process (process 1); empty when every gate ran in one. Not part of the `--json` report (its notes say it)."""
 
     def __post_init__(self) -> None:
         # the sides as their report record (callers may hand plain identities: name, version, fingerprint, ...)

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from servegate.cli.import_noise import PYTREE_LOGGER, TORCHAO_LOGGER, ExpectedImportNoise
+from servegate.runtime.import_noise import PYTREE_LOGGER, TORCHAO_LOGGER, ExpectedImportNoise
 
 IMPORT_TORCHAO = "import torch, torchao.quantization"
-SILENCED = "from servegate.cli.import_noise import silence_import_noise; silence_import_noise(); " + IMPORT_TORCHAO
+SILENCED = "from servegate.runtime.import_noise import silence_import_noise; silence_import_noise(); " + IMPORT_TORCHAO
 
 
 def _record(name: str, message: str, level: int = logging.WARNING) -> logging.LogRecord:

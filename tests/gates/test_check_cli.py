@@ -123,6 +123,8 @@ def test_list_shows_every_gate_with_what_it_watches(gate) -> None:  # noqa: ANN0
     assert code == 0
     assert names[:8] == ["contract", "quantization", "truncation", "caching", "batching", "load", "fallback",
                          "quality"]  # fmt: skip
+    alone = [g["name"] for g in json.loads(out)["gates"] if g["with_jobs"] == "alone"]
+    assert alone == ["caching", "capacity"]  # the gates that time something run alone under --jobs
 
 
 def test_eval_reports_each_metric_with_its_interval(gate, manifests: Path) -> None:  # noqa: ANN001

@@ -79,6 +79,7 @@ def arrangements(n: int, max_batch: int, seed: int = 0) -> list[tuple[str, list[
 @register_gate(
     "batching",
     watches=GATE_WATCHES["batching"],
+    beside_others=True,
     purpose="Greedy outputs are identical alone and in any batch, and deadlines are honoured.",
 )
 class BatchingGate(Gate):

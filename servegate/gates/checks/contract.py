@@ -161,6 +161,7 @@ class _Servers:
 @register_gate(
     "contract",
     watches=GATE_WATCHES["contract"],
+    beside_others=True,
     purpose=(
         "Every catalogued error is answered as declared, outputs satisfy output_schema and their output "
         "constraints, streaming and seeds agree, and a remote serves the declared context (measured where it "

@@ -68,6 +68,8 @@ def load_fallback(served: ServedModel) -> ServedModel:
 @register_gate(
     "fallback",
     watches=GATE_WATCHES["fallback"],
+    beside_others=True,
+    shares="evaluation baseline",
     purpose="The fallback keeps the primary's output contract and its declared quality boundary, and takes over "
     "overload and deadlines without losing a request.",
 )

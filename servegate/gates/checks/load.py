@@ -194,6 +194,7 @@ def _paired(served: ServedModel, sample: Sample, rest: list[Answer], loaded: dic
 @register_gate(
     "load",
     watches=GATE_WATCHES["load"],
+    beside_others=True,
     purpose="Outputs at the declared concurrency equal those at rest; streams agree with twin, usage, max_tokens.",
 )
 class LoadGate(Gate):

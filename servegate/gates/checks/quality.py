@@ -14,6 +14,8 @@ from servegate.gates.result import GateResult
 @register_gate(
     "quality",
     watches=GATE_WATCHES["quality"],
+    beside_others=True,
+    shares="evaluation baseline",
     purpose="New weights, templates or backends keep every suite metric within its non-inferiority margin.",
 )
 class QualityGate(Gate):

@@ -46,6 +46,8 @@ def calibration_identity(served: ServedModel) -> dict[str, Any] | None:
 @register_gate(
     "quantization",
     watches=GATE_WATCHES["quantization"],
+    beside_others=True,
+    shares="evaluation baseline",
     purpose="Quantized or lower-precision weights keep every suite metric within its non-inferiority margin.",
 )
 class QuantizationGate(Gate):

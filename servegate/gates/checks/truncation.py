@@ -37,6 +37,8 @@ def _spread(indices: list[int], k: int) -> list[int]:
 @register_gate(
     "truncation",
     watches=GATE_WATCHES["truncation"],
+    beside_others=True,
+    shares="evaluation baseline",
     purpose="An input limit and truncation policy lose no quality beyond the margin, and report the tokens dropped.",
 )
 class TruncationGate(Gate):
