@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -331,13 +332,14 @@ def run_scheduled(
     progress = context.Queue()
     relay = _Relay(progress, ctx.progress)
     futures: dict[int, Future[WorkerOutcome]] = {}
-    with ProcessPoolExecutor(plan.jobs - 1, mp_context=context, initializer=_start_worker, initargs=(progress,)) as ex:
+    with ExitStack() as workers:  # an executor per worker: one that dies breaks only its own pool, and its gates
         for i, group in enumerate(plan.groups[1:]):
             task = WorkerTask(
                 i + 2, ctx.baseline, ctx.candidate, ctx.reference, ctx.mode, tuple(by_name[n] for n in group),
                 ctx.resources.cache.directory, ctx.resources.cache.enabled,
             )  # fmt: skip
-            futures[i + 2] = ex.submit(worker, task)
+            executor = ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker, initargs=(progress,))
+            futures[i + 2] = workers.enter_context(executor).submit(worker, task)
         outcomes: dict[int, WorkerOutcome | BaseException] = {}
         try:
             results = run_planned(

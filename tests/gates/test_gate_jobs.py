@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from support.cli import in_process_gate
-from support.dying_worker import dies, has_a_bug
+from support.dying_worker import dies_in_process_2, has_a_bug
 
 from servegate.cli.time_table import time_rows
 from servegate.contracts.loading import load_manifest
@@ -105,12 +105,14 @@ def _context(served: ServedModel, tmp_path: Path) -> tuple[GateContext, EnginePo
 
 def test_a_worker_that_dies_fails_its_gates_and_the_rest_still_run(served: ServedModel, tmp_path: Path) -> None:
     ctx, pool = _context(served, tmp_path)
-    planned = _planned(served, ("truncation", "batching"))
-    ran = run_scheduled(ctx, planned, pool, Schedule((("truncation",), ("batching",)), (), "test"), worker=dies)
+    planned = _planned(served, ("truncation", "batching", "load"))
+    plan = Schedule((("truncation",), ("batching",), ("load",)), (), "test")
+    ran = run_scheduled(ctx, planned, pool, plan, worker=dies_in_process_2)
     by_name: dict[str, GateResult] = {r.name: r for r in ran.results}
-    assert by_name["truncation"].verdict == "pass"
+    assert by_name["truncation"].verdict == "pass"  # the check's own process
     assert by_name["batching"].verdict == "fail"
     assert "its worker process ended before it answered" in by_name["batching"].reason
+    assert by_name["load"].verdict == "pass"  # process 3 is not taken down with process 2
     assert [r.name for r in ran.results] == [p.name for p in planned]  # every planned gate, in order
 
 
