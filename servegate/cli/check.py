@@ -106,8 +106,9 @@ def check(
         raise ServegateError("give a MANIFEST, or both --baseline A and --candidate B (see gate check --help)")
 
     from servegate.cli.preflight import check_before_gating
+    from servegate.gates.base import quiet_libraries
     from servegate.gates.check import check_manifest, run_check
-    from servegate.gates.reports import RichProgress, print_table, quiet_libraries, write_reports
+    from servegate.gates.reports import RichProgress, print_table, write_reports
 
     quiet_libraries()
 

@@ -25,9 +25,9 @@ def evaluate(
     """
     import difflib
 
-    from servegate.gates.base import CheckResources, EnginePool, GateContext
+    from servegate.gates.base import CheckResources, EnginePool, GateContext, quiet_libraries
     from servegate.gates.quality.statistics import score_interval
-    from servegate.gates.reports import RichProgress, quiet_libraries
+    from servegate.gates.reports import RichProgress
 
     quiet_libraries()
     served = load(manifest, set_)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from servegate.cli.tables import print_table
 from servegate.gates.result import GateReport
-from servegate.gates.time_split import KINDS, SETUP
+from servegate.gates.time_split import KINDS, SETUP, worker_setup
 
 TITLE = "where the time went"
 
@@ -34,8 +34,8 @@ def time_rows(report: GateReport) -> list[tuple[str, dict[str, float], float]]:
         if g.name in split
     ]
     here_wall = sum(g.duration_s for g in report.gates if g.name in split and g.name not in elsewhere)
-    workers = sorted(row for row in split if row.startswith(f"{SETUP} (process "))
-    rows += [(row, split[row], sum(split[row].values())) for row in workers]
+    workers = [worker_setup(n) for n in sorted(set(elsewhere.values()))]
+    rows += [(row, split[row], sum(split[row].values())) for row in workers if row in split]
     # the check's time outside every gate of its own process (waiting for the workers included): its wall less
     # those gates' (each measured on its own)
     rows.append((SETUP, split.get(SETUP, {}), max(report.duration_s - here_wall, 0.0)))

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import queue as queue_module
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from servegate.capacity.bench.machine_speed import usable_cores
 from servegate.contracts.loading import load_fallback
 from servegate.contracts.manifest import ServedModel
 from servegate.gates.base import CheckResources, EnginePool, GateContext, ProgressHook, quiet_libraries
@@ -38,7 +38,7 @@ from servegate.gates.registry import GATES
 from servegate.gates.result import GateResult
 from servegate.gates.run_gates import PlannedGate, run_planned
 from servegate.gates.suites.output_cache import OutputCache
-from servegate.gates.time_split import SETUP, TimeSplit
+from servegate.gates.time_split import SETUP, TimeSplit, worker_setup
 from servegate.runtime.import_noise import silence_import_noise
 
 Jobs = int | Literal["auto"]
@@ -103,26 +103,22 @@ def schedule(
     alone = tuple(n for n in running if not any(n in u for u in units))
     one_process = Schedule((tuple(n for u in units for n in u),) if units else (), alone, "")
     if jobs == 1:
-        return _with_reason(one_process, "--jobs 1")
+        return replace(one_process, reason="--jobs 1")
     if len(units) < 2:
-        return _with_reason(one_process, "fewer than two groups of gates can run beside each other")
+        return replace(one_process, reason="fewer than two groups of gates can run beside each other")
     kept = _kept_to_one(manifests, own_engines)
     if kept:
-        return _with_reason(one_process, kept)
+        return replace(one_process, reason=kept)
     if jobs == "auto":
         count, reason = _auto(manifests, len(units), cores, available_bytes)
     else:
         count, reason = min(jobs, len(units)), f"--jobs {jobs}"
     if count < 2:
-        return _with_reason(one_process, reason)
+        return replace(one_process, reason=reason)
     groups: list[list[str]] = [[] for _ in range(count)]
     for i, unit in enumerate(units):  # in the gates' order, round robin: the check's own process starts first
         groups[i % count].extend(unit)
     return Schedule(tuple(tuple(g) for g in groups), alone, reason)
-
-
-def _with_reason(plan: Schedule, reason: str) -> Schedule:
-    return Schedule(plan.groups, plan.alone, reason)
 
 
 def _units(running: Sequence[str]) -> list[tuple[str, ...]]:
@@ -177,12 +173,6 @@ def _auto(
         f"auto: {cores} cores at {threads} thread(s) per engine, {available / GIB:.1f} GiB available at about "
         f"{need / GIB:.1f} GiB a process"
     )
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the system has one, else every core)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
@@ -355,7 +345,7 @@ def run_scheduled(
             continue
         ran.results += outcome.results
         for row, kinds in outcome.split.items():
-            ran.splits[f"{SETUP} (process {number})" if row == SETUP else row] = kinds
+            ran.splits[worker_setup(number) if row == SETUP else row] = kinds
         hits, misses, rejected = outcome.cache_counts
         cache = ctx.resources.cache
         cache.hits, cache.misses, cache.rejected = cache.hits + hits, cache.misses + misses, cache.rejected + rejected

@@ -14,7 +14,6 @@ from rich.table import Table
 
 from servegate.contracts.files import write_atomic
 from servegate.gates.base import ProgressHook
-from servegate.gates.base import quiet_libraries as quiet_libraries
 from servegate.gates.result import GateReport
 
 STYLE = {

@@ -40,6 +40,11 @@ SETUP = "setup"
 """The row of the time spent outside every gate."""
 
 
+def worker_setup(process: int) -> str:
+    """The row of a `gate check --jobs` worker's own time outside its gates (process 2 and up)."""
+    return f"{SETUP} (process {process})"
+
+
 class TimeSplit:
     """Accumulates wall seconds per (gate, kind) with exclusive nesting (see the module doc)."""
 

@@ -25,7 +25,7 @@ from servegate.capacity.bench.checks import (
     shape_warnings,
     workload_shape,
 )
-from servegate.capacity.bench.machine_speed import MachineSpeed, MachineSpeedMonitor
+from servegate.capacity.bench.machine_speed import MachineSpeed, MachineSpeedMonitor, usable_cores
 from servegate.capacity.bench.prompt_file import FilePrompt, with_prompts
 from servegate.capacity.bench.run_metrics import DEFINITIONS, SLO, RequestRecord, summarize
 from servegate.capacity.bench.targets import BenchTarget, PromptFactory
@@ -136,7 +136,7 @@ OVERSUBSCRIBED_EXTRA = 2.0
 def load_average_dict(before: float, after: float) -> dict[str, Any]:
     """The load averages, the CPUs this process may use, and whether the machine was oversubscribed: more
     runnable processes than its CPUs plus the bench's own (then other work shares the cores with the server)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = usable_cores()
     peak = max(before, after)
     return {"before": before, "after": after, "cpus": cpus, "oversubscribed": peak > cpus + OVERSUBSCRIBED_EXTRA}
 

@@ -174,6 +174,12 @@ def summarize_samples(
     )
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one, else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 def sampled_cpus(limit: int = MAX_SAMPLED_CPUS) -> list[int]:
     """The CPUs to pin samplers to: those this process may run on, at most `limit` spread evenly; [-1] (one
     unpinned sampler) where the OS does not say."""
