@@ -1,5 +1,5 @@
 """`python -m servegate.cli` runs the `gate` command."""
 
-from servegate.cli.app import main
+from servegate.cli.app import console_main
 
-main()
+console_main()

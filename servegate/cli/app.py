@@ -14,6 +14,7 @@ import typer
 from servegate import __version__
 from servegate.cli import bench, cache_key, check, deploy, manifest_commands, note, plan, profile, run, serve, zoo
 from servegate.cli import eval as eval_command
+from servegate.cli.process_exit import run_then_exit
 from servegate.contracts.errors import ServegateError
 from servegate.runtime.import_noise import silence_import_noise
 
@@ -53,7 +54,8 @@ def _root(
 
 
 def main() -> None:
-    """Entry point of the `gate` and `servegate` console scripts."""
+    """The `gate` command on `sys.argv`, ending in SystemExit with its exit status (tests call it in-process;
+    the console scripts call `console_main`)."""
     try:
         app()  # standalone: typer reports usage errors itself (exit 2) and exits with the command's code
     except (ServegateError, ValueError, FileNotFoundError) as exc:
@@ -62,3 +64,9 @@ def main() -> None:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             typer.echo(f"error: {line}", err=True)
         sys.exit(2)
+
+
+def console_main() -> None:
+    """Entry point of the `gate` and `servegate` console scripts and of `python -m servegate.cli`: `main`, then
+    the process ends without the interpreter's module teardown (cli/process_exit.py)."""
+    run_then_exit(main)
