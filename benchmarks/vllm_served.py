@@ -41,6 +41,12 @@ class ServedShape:
     max_model_len: int
     prompt: tuple[int, int]
     out: tuple[int, int]
+    cpu_linear: str = "auto"
+    """servegate's `runtime.cpu_linear` (the offline mode's `--cpu-linear`)."""
+    decode_attention: str = "auto"
+    """servegate's `runtime.decode_attention` (the offline mode's `--decode-attention`)."""
+    compile_batch_sizes: tuple[int, ...] = ()
+    """servegate's `runtime.compile: decode` batch sizes (empty: compile off)."""
 
 
 @dataclass
@@ -73,6 +79,10 @@ def servegate_manifest(shape: ServedShape) -> ServedModel:
                 "dtype": shape.dtype,
                 "max_model_len": 1024,
                 "threads": shape.threads,
+                "cpu_linear": shape.cpu_linear,
+                "decode_attention": shape.decode_attention,
+                "compile": "decode" if shape.compile_batch_sizes else "off",
+                "compile_batch_sizes": list(shape.compile_batch_sizes) or [1],
                 "kv_cache": {"block_size": 16, "memory_budget": shape.kv_budget_bytes},
             },
             "batching": {

@@ -15,10 +15,13 @@ size), and both systems run it on the same threads, in float32 and, with --dtype
 
 Each mode alternates the systems (servegate, vLLM, servegate, vLLM, ...; --rounds rounds), prints every
 run with the load average at its start, then medians with the min-max spread and the servegate/vLLM
-ratios. vLLM gets VLLM_CPU_OMP_THREADS_BIND=0-(threads-1); servegate `runtime.threads`.
+ratios. vLLM gets VLLM_CPU_OMP_THREADS_BIND=0-(threads-1); servegate `runtime.threads`. vLLM compiles its
+model (torch inductor) at start-up; servegate compiles its decode steps of --compile-batch-sizes sequences when
+given (`runtime.compile: decode`), its other steps' linears as --cpu-linear says, offline and served alike.
 
     .venv/bin/python benchmarks/vllm_throughput.py [--rounds 3] [--threads 2] [--dtypes float32 bfloat16]
-        [--cpu-linear onednn] [--rates R ...] [--modes offline served] [--vllm-python PATH]
+        [--cpu-linear onednn] [--compile-batch-sizes 1 2 4] [--rates R ...] [--modes offline served]
+        [--vllm-python PATH]
     .venv/bin/python benchmarks/vllm_throughput.py --quick    # tiny model, 8 requests, 1 round: checks the script
 """
 
@@ -254,6 +257,7 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
         args.tokens_per_step,
         args.threads,
         args.cpu_linear,
+        args.compile_batch_sizes,
         decode_attention=args.decode_attention,
     )
     sg_start = time.monotonic() - began
@@ -261,7 +265,8 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
     kernel = getattr(engine.parts.runner, "decode_kernel", None)
     print(
         f"offline {dtype}: servegate engine ready in {sg_start:.0f} s (decode attention: "
-        f"{'kernel' if kernel is not None else 'sdpa'}), vLLM {vllm.ready['vllm']} LLM in "
+        f"{'kernel' if kernel is not None else 'sdpa'}; compiled decode: {args.compile_batch_sizes or 'off'}), "
+        f"vLLM {vllm.ready['vllm']} LLM in "
         f"{vllm.ready['startup_s']:.0f} s; {len(jobs)} requests at once, {useful} output tokens",
         flush=True,
     )
@@ -312,12 +317,16 @@ def served_mode(
         VLLM_MAX_MODEL_LEN,
         (4, 32) if args.quick else (16, 256),
         (2, 16) if args.quick else (8, 128),
+        args.cpu_linear,
+        args.decode_attention,
+        tuple(args.compile_batch_sizes),
     )
     pair = ServedPair(shape, python, logs, enforce_eager=args.quick)
     try:
         pair.start()
         print(
-            f"served {dtype}: servegate server ready in {pair.startup['servegate']:.0f} s, vLLM api_server in "
+            f"served {dtype}: servegate server ready in {pair.startup['servegate']:.0f} s (compiled decode: "
+            f"{args.compile_batch_sizes or 'off'}), vLLM api_server in "
             f"{pair.startup['vllm']:.0f} s; {args.served_requests} requests per run, Poisson",
             flush=True,
         )
@@ -382,13 +391,21 @@ def parse_args() -> argparse.Namespace:
         "--cpu-linear",
         default="auto",
         choices=["auto", "torch", "openblas", "onednn"],
-        help="servegate's runtime.cpu_linear offline (vLLM packs its weights for oneDNN)",
+        help="servegate's runtime.cpu_linear, offline and served (vLLM packs its weights for oneDNN)",
     )
     parser.add_argument(
         "--decode-attention",
         default="auto",
         choices=["auto", "sdpa", "kernel"],
-        help="servegate's runtime.decode_attention offline (auto: the decode attention kernel on CPU)",
+        help="servegate's runtime.decode_attention, offline and served (auto: the decode attention kernel on CPU)",
+    )
+    parser.add_argument(
+        "--compile-batch-sizes",
+        type=int,
+        nargs="+",
+        default=[],
+        help="servegate's runtime.compile: decode for these batch sizes, offline and served (its other steps: "
+        "--cpu-linear)",
     )
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
     parser.add_argument("--served-rounds", type=int, default=None, help="rounds per served rate (default --rounds)")

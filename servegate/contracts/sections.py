@@ -251,8 +251,10 @@ class Runtime(BackendQuestions, Section):
     compile: Literal["off", "decode"] = "off"
     """`decode`: decode steps of `compile_batch_sizes` sequences run a graph compiled at start-up by torch
     inductor (weights frozen into it, products from inductor's C++ GEMM kernels, small ops fused); other
-    steps run eagerly. CPU, unquantized weights and a C++ compiler only; start-up takes about a minute per
-    batch size for a 100M-parameter model, and the graph holds a second copy of the linear weights."""
+    steps run eagerly, their linears as `cpu_linear` says (`onednn`, or torch's; not `openblas`). CPU,
+    unquantized weights and a C++ compiler only; start-up takes about a minute per batch size for a
+    100M-parameter model, each graph holds its own copy of the linear weights, and with `cpu_linear: onednn`
+    the eager steps hold one more (packed)."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
     """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`."""
     decode_attention: Literal["auto", "sdpa", "kernel"] = "auto"
@@ -295,10 +297,11 @@ class Runtime(BackendQuestions, Section):
             raise ValueError(f"compile_batch_sizes lists a size twice (got {self.compile_batch_sizes})")
         if self.compile == "off":
             return self
-        if self.cpu_linear in ("openblas", "onednn"):
+        if self.cpu_linear == "openblas":
+            # OpenBLAS takes torch's threads down to one, and the compiled graphs run on torch's threads
             raise ValueError(
-                f"compile: decode runs the products in inductor's kernels, cpu_linear: {self.cpu_linear} in its own: "
-                "choose one (cpu_linear: auto or torch with compile: decode)"
+                "compile: decode runs its graphs on torch's threads, which cpu_linear: openblas takes down to one: "
+                "choose one (cpu_linear: auto, torch or onednn with compile: decode)"
             )
         if self.quantization.method != "none":
             raise ValueError(

@@ -180,6 +180,13 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     assert compiled.total_bytes == plain.total_bytes + compiled.compiled_weights_bytes
     assert any(line.startswith("compiled decode graph (frozen weights): ") for line in compiled.lines())
     assert not any(line.startswith("compiled decode graph") for line in plain.lines())
+    # one copy per compiled batch size, and the eager steps' oneDNN copy beside the dense weights the graphs keep
+    three = manifest(model_dir, runtime={**runtime, "compile": "decode", "compile_batch_sizes": [1, 2, 4]})
+    assert manifest_memory(three).compiled_weights_bytes == 3 * compiled.compiled_weights_bytes
+    routed = {**runtime, "compile": "decode", "compile_batch_sizes": [1, 2, 4], "cpu_linear": "onednn"}
+    assert manifest_memory(manifest(model_dir, runtime=routed)).compiled_weights_bytes == (
+        4 * compiled.compiled_weights_bytes
+    )
 
 
 def test_a_llamacpp_plan_tries_only_slots_whose_kv_fits_its_pool() -> None:

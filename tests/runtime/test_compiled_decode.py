@@ -1,7 +1,8 @@
 """runtime.compile: decode: compiled decode steps give the model's own greedy tokens; bad setups are refused.
 
 Compiling takes ~20 s per batch size even for the tiny model (inductor builds and autotunes C++ kernels),
-so one module-scoped runner compiled for 1 and 2 sequences serves the behaviour tests.
+so one module-scoped runner compiled for 1 and 2 sequences serves the behaviour tests. Its eager steps go through
+oneDNN, routed after the compile as `runtime.cpu_linear: onednn` does: the graphs must keep running.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from servegate.contracts.errors import ServegateError
 from servegate.contracts.sections import Runtime
 from servegate.runtime.model import compiled_decode
 from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.model.onednn_linear import onednn_available, route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 needs_compiler = pytest.mark.skipif(
@@ -31,6 +33,8 @@ def compiled() -> tuple[torch.nn.Module, PagedModelRunner]:
     torch.set_num_threads(1)
     model = tiny_causal_lm("llama").float()
     runner = PagedModelRunner(model, num_blocks=48, block_size=4, compile_batch_sizes=(1, 2))
+    if onednn_available():  # as the engine builds compile: decode with cpu_linear: onednn (engine/parts.py)
+        assert route_linears_onednn(model) > 0
     yield model, runner
     torch.set_num_threads(threads)
 
@@ -61,6 +65,9 @@ def test_other_shapes_run_eagerly_and_agree(compiled) -> None:
     # three sequences prefilled in one step, then decoding together: not a compiled size, every step eager
     assert run_greedy(runner, prompts, 6, block_tables(3, 4, 48, "consecutive", rng), join_every=0) == expected
     assert runner.compiled.runs == before and runner.compiled.fallbacks == fallbacks
+    if onednn_available():  # the eager model holds no dense linear weight: its products used the packed ones
+        routed = [m for m in model.modules() if hasattr(m, "_servegate_onednn")]
+        assert routed and all(0 in m.weight.stride() for m in routed)
 
 
 @needs_compiler

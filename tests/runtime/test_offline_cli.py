@@ -16,6 +16,7 @@ from support.models import save_tiny_llama
 from typer.testing import CliRunner
 
 from servegate.cli.app import app
+from servegate.runtime.model.onednn_linear import onednn_available
 
 pytest.importorskip("servegate.runtime.preprocess")
 
@@ -134,13 +135,16 @@ def test_sigkill_mid_file_then_rerun_gives_the_uninterrupted_file(served_dir: Pa
 def test_gate_run_with_compiled_decode_writes_the_eager_runs_lines(
     served_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # mode none: every decode step is one sequence, the compiled batch size
+    # mode none: every decode step is one sequence, the compiled batch size; the prefills run eagerly, through
+    # oneDNN where torch has it
     caplog.set_level("INFO", logger="servegate.runtime")
     src = write_input(tmp_path / "in.jsonl", 8, seed=2, max_tokens=(4, 12))
     outputs = {}
     for compile_mode in ("off", "decode"):
         out = tmp_path / f"{compile_mode}.jsonl"
         sets = ["--set", "batching.mode=none", "--set", f"runtime.compile={compile_mode}"]
+        if compile_mode == "decode" and onednn_available():
+            sets += ["--set", "runtime.cpu_linear=onednn"]
         result = CliRunner().invoke(
             app, ["run", str(served_dir / "manifest.yaml"), "-i", str(src), "-o", str(out), *sets]
         )
@@ -150,3 +154,5 @@ def test_gate_run_with_compiled_decode_writes_the_eager_runs_lines(
     assert outputs["decode"] == outputs["off"]
     ready = [r.getMessage() for r in caplog.records if "decode graph for 1 sequence(s) ready" in r.getMessage()]
     assert len(ready) == 1  # compiled once, in the decode run only
+    routed = [r.getMessage() for r in caplog.records if "routed through oneDNN" in r.getMessage()]
+    assert len(routed) == (1 if onednn_available() else 0)

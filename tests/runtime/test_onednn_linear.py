@@ -127,16 +127,20 @@ def test_onednn_without_onednn_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         cpu_linear.resolve_cpu_linear("onednn", torch.device("cpu"), torch.float32, weight_bytes=2**20)
 
 
-def test_compile_decode_and_onednn_are_refused_together() -> None:
+def test_compile_decode_takes_onednn_for_its_eager_steps_but_not_openblas() -> None:
     from pydantic import ValidationError
 
     from servegate.contracts.manifest import ServedModel
 
-    with pytest.raises(ValidationError, match="cpu_linear: onednn in its own"):
-        ServedModel.model_validate(
+    def manifest(linear: str) -> ServedModel:
+        return ServedModel.model_validate(
             {
                 "name": "t",
                 "weights": {"source": "zoo:tiny-primary"},
-                "runtime": {"compile": "decode", "cpu_linear": "onednn"},
+                "runtime": {"compile": "decode", "cpu_linear": linear},
             }
         )
+
+    assert manifest("onednn").runtime.cpu_linear == "onednn"
+    with pytest.raises(ValidationError, match="cpu_linear: openblas takes down to one"):
+        manifest("openblas")

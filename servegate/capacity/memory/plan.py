@@ -14,6 +14,7 @@ from typing import Any
 from servegate.capacity.memory.weights import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
+from servegate.contracts.sections import Runtime
 from servegate.contracts.units import format_bytes
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
@@ -54,8 +55,9 @@ class MemoryPlan:
     """Memory of the fallback manifest's engine (its weights, runtime overhead and KV pool), which runs in the
     same server process; 0 without a fallback."""
     compiled_weights_bytes: int = 0
-    """The copy of the linear weights a compiled decode graph holds frozen in its own layout
-    (`runtime.compile: decode`); 0 when nothing is compiled."""
+    """The copies of the linear weights compiled decode graphs hold frozen in their own layout, one per graph, and
+    the eager steps' packed copy beside them (`runtime.compile: decode`, `compiled_weights_bytes()`); 0 when
+    nothing is compiled."""
     modelled: bool = True
     """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
     and has not measured: planning/engine_memory.py): the total is then a partial sum, and no budget is judged."""
@@ -315,8 +317,19 @@ def manifest_memory(
         tokens_per_step=served.batching.max_num_batched_tokens,
         weights=weights,
         fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
-        compiled_weights_bytes=weights.linear_bytes if served.runtime.compile == "decode" else 0,
+        compiled_weights_bytes=compiled_weights_bytes(served.runtime, weights.linear_bytes),
     )
+
+
+def compiled_weights_bytes(runtime: Runtime, linear_bytes: int) -> int:
+    """The linear weights `runtime.compile: decode` holds beyond the model's own: one frozen copy per compiled
+    batch size (each graph packs its own), and with `cpu_linear: onednn` the eager steps' packed copy, since the
+    graphs keep the dense weights alive (runtime/model/compiled_decode.py). Measured on the 134M Llama in float32
+    (benchmarks/README.md), a process grew by 1.6x the linear weights for one graph and 1.9x a graph for three:
+    inductor's code and workspace, not modelled here."""
+    if runtime.compile != "decode":
+        return 0
+    return linear_bytes * (len(runtime.compile_batch_sizes) + (runtime.cpu_linear == "onednn"))
 
 
 def _as_stored(served: ServedModel, weights: WeightsMemory) -> WeightsMemory:

@@ -269,7 +269,8 @@ def _context_notes(served: ServedModel, model: LatencyModel, memory: MemoryPlan,
         )
     if memory.compiled_weights_bytes:
         notes.append(
-            f"runtime.compile: decode holds a second copy of the linear weights in the compiled graph: "
+            "runtime.compile: decode holds a copy of the linear weights in each compiled graph (and, with "
+            "cpu_linear: onednn, the eager steps' packed copy): "
             f"{format_bytes(memory.compiled_weights_bytes)} count in the memory total"
         )
     return notes
