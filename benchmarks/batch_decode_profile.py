@@ -25,8 +25,8 @@ from runner_decode import build_model, runner_decode
 from torch.profiler import ProfilerActivity, profile
 
 from servegate.runtime.model.decode_kernel import KERNEL_EVENT, load_decode_kernel
+from servegate.runtime.model.fused_linear import route_linears_onednn
 from servegate.runtime.model.model_runner import PagedModelRunner
-from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn", "aten::_mkl_linear")

@@ -41,8 +41,8 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from servegate.runtime.model.cpu_linear import TORCH_DEFAULT_THREADS, route_linears, set_blas_threads
 from servegate.runtime.model.decode_kernel import load_decode_kernel
+from servegate.runtime.model.fused_linear import route_linears_onednn
 from servegate.runtime.model.model_runner import PagedModelRunner
-from servegate.runtime.model.onednn_linear import route_linears_onednn
 from servegate.runtime.types import SeqChunk
 
 

@@ -117,6 +117,52 @@ class IdsOnly:
         return "x" * len(ids)
 
 
+def bench_manifest(
+    source: str,
+    *,
+    dtype: str,
+    threads: int,
+    cpu_linear: str,
+    decode_attention: str,
+    compile_batch_sizes: list[int] | tuple[int, ...] | None,
+    kv_budget_bytes: int,
+    mode: str,
+    max_batch: int,
+    tokens_per_step: int,
+    device: str = "cpu",
+    name: str = "bench",
+) -> ServedModel:
+    """The manifest every servegate side of these benchmarks runs (offline engine and served server alike): the
+    runtime and batching as given, prompts and outputs up to 512 tokens, no deadline and an unbounded queue.
+    `compile_batch_sizes` empty or None: compile off."""
+    return ServedModel.model_validate(
+        {
+            "name": name,
+            "weights": {"source": source},
+            "preprocess": {"max_input_tokens": 512},
+            "postprocess": {"max_output_tokens": 512},
+            "runtime": {
+                "max_model_len": 1024,
+                "device": device,
+                "dtype": dtype,
+                "threads": threads,
+                "cpu_linear": cpu_linear,
+                "decode_attention": decode_attention,
+                "compile": "decode" if compile_batch_sizes else "off",
+                "compile_batch_sizes": list(compile_batch_sizes or [1]),
+                "kv_cache": {"block_size": 16, "memory_budget": kv_budget_bytes},
+            },
+            "batching": {
+                "mode": mode,
+                "max_batch_size": max_batch,
+                "max_num_batched_tokens": tokens_per_step,
+                "chunked_prefill": mode == "continuous",
+            },
+            "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
+        }
+    )
+
+
 def servegate_engine(
     model: Any,
     mode: str,
@@ -131,31 +177,18 @@ def servegate_engine(
 ) -> ReferenceEngine:
     """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it
     says, or decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does)."""
-    served = ServedModel.model_validate(
-        {
-            "name": "bench",
-            "weights": {"source": "zoo:tiny-primary"},
-            "preprocess": {"max_input_tokens": 512},
-            "postprocess": {"max_output_tokens": 512},
-            "runtime": {
-                "max_model_len": 1024,
-                "device": device,
-                "dtype": str(model.dtype).removeprefix("torch."),
-                "threads": threads,
-                "cpu_linear": cpu_linear,
-                "decode_attention": decode_attention,
-                "compile": "decode" if compile_batch_sizes else "off",
-                "compile_batch_sizes": compile_batch_sizes or [1],
-                "kv_cache": {"block_size": 16, "memory_budget": budget_bytes},
-            },
-            "batching": {
-                "mode": mode,
-                "max_batch_size": max_batch,
-                "max_num_batched_tokens": tokens_per_step,
-                "chunked_prefill": mode == "continuous",
-            },
-            "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
-        }
+    served = bench_manifest(
+        "zoo:tiny-primary",
+        dtype=str(model.dtype).removeprefix("torch."),
+        threads=threads,
+        cpu_linear=cpu_linear,
+        decode_attention=decode_attention,
+        compile_batch_sizes=compile_batch_sizes,
+        kv_budget_bytes=budget_bytes,
+        mode=mode,
+        max_batch=max_batch,
+        tokens_per_step=tokens_per_step,
+        device=device,
     )
     # given the model, the engine builds its runner as for a loaded one (cpu_linear, KV pool, compiled decode),
     # on its own loop thread like every engine

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime_throughput import bench_manifest  # benchmarks/ is on sys.path, as vllm_throughput.py puts it
+
 from servegate.capacity.bench.local_server import LocalServer
 from servegate.capacity.bench.own_server import bench_url, load_tokenizer
 from servegate.contracts.capacity_section import LengthDistribution, Workload
@@ -68,31 +70,19 @@ class ServedRun:
 
 
 def servegate_manifest(shape: ServedShape) -> ServedModel:
-    """A manifest serving the saved folder as runtime_throughput.py's engine is configured."""
-    return ServedModel.model_validate(
-        {
-            "name": SERVED_NAME,
-            "weights": {"source": str(shape.model_dir)},
-            "preprocess": {"max_input_tokens": 512},
-            "postprocess": {"max_output_tokens": 512},
-            "runtime": {
-                "dtype": shape.dtype,
-                "max_model_len": 1024,
-                "threads": shape.threads,
-                "cpu_linear": shape.cpu_linear,
-                "decode_attention": shape.decode_attention,
-                "compile": "decode" if shape.compile_batch_sizes else "off",
-                "compile_batch_sizes": list(shape.compile_batch_sizes) or [1],
-                "kv_cache": {"block_size": 16, "memory_budget": shape.kv_budget_bytes},
-            },
-            "batching": {
-                "mode": "continuous",
-                "max_batch_size": shape.max_batch,
-                "max_num_batched_tokens": shape.tokens_per_step,
-                "chunked_prefill": True,
-            },
-            "failure_policy": {"request_timeout_s": 86_400, "max_queue": 100_000},
-        }
+    """A manifest serving the saved folder as runtime_throughput.py's engine is configured (continuous batching)."""
+    return bench_manifest(
+        str(shape.model_dir),
+        dtype=shape.dtype,
+        threads=shape.threads,
+        cpu_linear=shape.cpu_linear,
+        decode_attention=shape.decode_attention,
+        compile_batch_sizes=shape.compile_batch_sizes,
+        kv_budget_bytes=shape.kv_budget_bytes,
+        mode="continuous",
+        max_batch=shape.max_batch,
+        tokens_per_step=shape.tokens_per_step,
+        name=SERVED_NAME,
     )
 
 

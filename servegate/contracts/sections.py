@@ -209,6 +209,14 @@ class KVCache(Section):
     """Prefix cache sharing: per `tenant` (hashes salted with the tenant) or `global` (shared by all tenants)."""
 
 
+AUTO_MIN_WEIGHT_BYTES = 64 * 2**20
+"""`cpu_linear: auto` routes a model only when its float linear weights exceed this (twice the test VM's 32 MiB
+L3): smaller ones stay in cache, where a step costs per-call overhead rather than bandwidth, and OpenBLAS's
+spinning workers only add CPU time (`gate check` on the 4.6 MB quickstart model, routed against not: wall 40.8 /
+33.2 s cold / warm against 42.4 / 33.4 s, CPU 64.7 / 50.1 s against 55.9 / 47.9 s). Here, not in the runtime,
+because `gate plan` counts the memory the route takes without importing torch."""
+
+
 class Runtime(BackendQuestions, Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
@@ -245,16 +253,18 @@ class Runtime(BackendQuestions, Section):
     """Kernel for float linear layers on CPU: `torch` (F.linear, MKL), `openblas` (float32 through numpy's
     OpenBLAS, up to 2x faster matrix-vector products on non-Intel CPUs), `onednn` (float32 and bfloat16 weights
     packed once at load into oneDNN's blocked layout, as vLLM's CPU build does, so batched decode steps do not
-    repack them on every call; the dense copy is released), or `auto` (when the linear weights exceed 64 MiB,
+    repack them on every call; a layer's q/k/v and its gate/up projections packed side by side and run as one
+    product each, with the same results; the dense copy is released), or `auto` (when the linear weights exceed 64 MiB,
     i.e. decode is bound by memory bandwidth: onednn for bfloat16, openblas for float32 on a non-Intel CPU when
     numpy has it; torch otherwise)."""
     compile: Literal["off", "decode"] = "off"
     """`decode`: decode steps of `compile_batch_sizes` sequences run a graph compiled at start-up by torch
     inductor (weights frozen into it, products from inductor's C++ GEMM kernels, small ops fused); other
-    steps run eagerly, their linears as `cpu_linear` says (`onednn`, or torch's; not `openblas`). CPU,
-    unquantized weights and a C++ compiler only; start-up takes about a minute per batch size for a
-    100M-parameter model, each graph holds its own copy of the linear weights, and with `cpu_linear: onednn`
-    the eager steps hold one more (packed)."""
+    steps run eagerly, their linears as `cpu_linear` says (`onednn`; `torch`; `auto`: oneDNN for bfloat16
+    weights over 64 MiB, else torch's; not `openblas`). CPU, unquantized weights and a C++ compiler only;
+    start-up takes 20-60 s per batch size for a 100M-parameter model, each graph holds its own copy of the
+    linear weights and more (`gate plan` counts what benchmarks/compile_memory.py measured), and eager steps
+    routed through oneDNN hold one more (packed)."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
     """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`."""
     decode_attention: Literal["auto", "sdpa", "kernel"] = "auto"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from capacity_helpers import STEP_MODEL, manifest
 
-from servegate.capacity.memory.plan import manifest_memory
+from servegate.capacity.memory.plan import COMPILED_GRAPH_WEIGHT_COPIES, manifest_memory
 from servegate.capacity.planning.planner import Plan, plan
 from servegate.capacity.planning.report import plan_json, write_batching, write_plan
 from servegate.contracts.loading import load_manifest
@@ -175,18 +175,35 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     plain = manifest_memory(manifest(model_dir, runtime=runtime))
     compiled = manifest_memory(manifest(model_dir, runtime={**runtime, "compile": "decode"}))
     assert plain.compiled_weights_bytes == 0
-    # the tiny config's linear and LM-head weights: a share of the weights, not all of them (no embeddings)
-    assert 0 < compiled.compiled_weights_bytes < compiled.weights_bytes
+    # copies of the tiny config's linear and LM-head weights: each a share of the weights (no embeddings)
+    assert 0 < compiled.compiled_weights_bytes // COMPILED_GRAPH_WEIGHT_COPIES < compiled.weights_bytes
     assert compiled.total_bytes == plain.total_bytes + compiled.compiled_weights_bytes
     assert any(line.startswith("compiled decode graph (frozen weights): ") for line in compiled.lines())
     assert not any(line.startswith("compiled decode graph") for line in plain.lines())
-    # one copy per compiled batch size, and the eager steps' oneDNN copy beside the dense weights the graphs keep
+    # the same per compiled batch size, and the eager steps' oneDNN copy beside the dense weights the graphs keep
     three = manifest(model_dir, runtime={**runtime, "compile": "decode", "compile_batch_sizes": [1, 2, 4]})
     assert manifest_memory(three).compiled_weights_bytes == 3 * compiled.compiled_weights_bytes
     routed = {**runtime, "compile": "decode", "compile_batch_sizes": [1, 2, 4], "cpu_linear": "onednn"}
+    one_copy = compiled.compiled_weights_bytes // COMPILED_GRAPH_WEIGHT_COPIES
     assert manifest_memory(manifest(model_dir, runtime=routed)).compiled_weights_bytes == (
-        4 * compiled.compiled_weights_bytes
+        3 * compiled.compiled_weights_bytes + one_copy
     )
+
+
+def test_auto_counts_the_eager_steps_onednn_copy_where_the_runtime_packs_one() -> None:
+    # the rule of resolve_cpu_linear beside compiled graphs: auto packs bfloat16 weights of 64 MiB or more
+    from servegate.capacity.memory.plan import compiled_weights_bytes
+    from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES, Runtime
+
+    big, small = AUTO_MIN_WEIGHT_BYTES, 2**20
+    auto = Runtime(compile="decode", compile_batch_sizes=[1, 2])
+    graphs = 2 * COMPILED_GRAPH_WEIGHT_COPIES
+    assert compiled_weights_bytes(auto, big, "bfloat16") == big * (graphs + 1)
+    assert compiled_weights_bytes(auto, small, "bfloat16") == small * graphs
+    assert compiled_weights_bytes(auto, big, "float32") == big * graphs  # never OpenBLAS, so no copy
+    torch_linears = Runtime(compile="decode", compile_batch_sizes=[1, 2], cpu_linear="torch")
+    assert compiled_weights_bytes(torch_linears, big, "bfloat16") == big * graphs
+    assert compiled_weights_bytes(Runtime(), big, "bfloat16") == 0
 
 
 def test_a_llamacpp_plan_tries_only_slots_whose_kv_fits_its_pool() -> None:

@@ -18,8 +18,9 @@ from test_model_runner import block_tables, random_prompts, reference_greedy, ru
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.sections import Runtime
 from servegate.runtime.model import compiled_decode
+from servegate.runtime.model.fused_linear import route_linears_onednn
 from servegate.runtime.model.model_runner import PagedModelRunner
-from servegate.runtime.model.onednn_linear import onednn_available, route_linears_onednn
+from servegate.runtime.model.onednn_linear import onednn_available
 from servegate.runtime.types import SeqChunk
 
 needs_compiler = pytest.mark.skipif(

@@ -99,6 +99,19 @@ def test_auto_routes_float32_on_cpu_except_on_intel(monkeypatch: pytest.MonkeyPa
     assert resolve_cpu_linear("openblas", cpu, torch.float32, weight_bytes=AUTO_MIN_WEIGHT_BYTES) == "openblas"
 
 
+def test_auto_beside_compiled_graphs_never_picks_openblas(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenBLAS would take the compiled graphs' torch threads down to one; oneDNN runs on them, so bfloat16 keeps it
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(cpu_linear, "numpy_blas", lambda: "openblas")
+    big = AUTO_MIN_WEIGHT_BYTES
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=big) == "openblas"
+    assert resolve_cpu_linear("auto", cpu, torch.float32, weight_bytes=big, compiled=True) == "torch"
+    assert resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=big, compiled=True) == "onednn"
+    assert resolve_cpu_linear("auto", cpu, torch.bfloat16, weight_bytes=2**20, compiled=True) == "torch"
+    assert resolve_cpu_linear("onednn", cpu, torch.float32, weight_bytes=2**20, compiled=True) == "onednn"
+
+
 def test_openblas_without_openblas_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_linear, "numpy_blas", lambda: "mkl")
     with pytest.raises(ValueError, match="numpy's BLAS is mkl"):
@@ -148,7 +161,10 @@ def test_the_manifest_setting_decides_the_engines_kernel() -> None:
             engine.shutdown_sync()
         assert all(isinstance(r, FinishEvent) for r in results)
         outputs[choice] = [r.text for r in results]
-        routed[choice] = sum(hasattr(m, "_servegate_blas") or hasattr(m, "_servegate_onednn") for m in model.modules())
+        routed[choice] = sum(
+            any(hasattr(m, name) for name in ("_servegate_blas", "_servegate_onednn", "_servegate_fused"))
+            for m in model.modules()
+        )
     assert outputs["openblas"] == outputs["torch"] == outputs["onednn"]
     assert routed == {"torch": 0, "openblas": 2 * 7 + 1, "onednn": 2 * 7 + 1}
 

@@ -130,7 +130,8 @@ def routed_case(request: pytest.FixtureRequest, one_thread: None) -> dict[str, A
     """The Llama case with its linear layers routed through OpenBLAS or through oneDNN's packed weights
     (`runtime.cpu_linear: openblas` / `onednn`)."""
     from servegate.runtime.model.cpu_linear import numpy_blas, route_linears
-    from servegate.runtime.model.onednn_linear import onednn_available, route_linears_onednn
+    from servegate.runtime.model.fused_linear import route_linears_onednn
+    from servegate.runtime.model.onednn_linear import onednn_available
 
     if request.param == "openblas" and numpy_blas() != "openblas":
         pytest.skip("numpy is not built on OpenBLAS")

@@ -9,16 +9,13 @@ from support.models import assert_routing_decodes_as_before, tiny_llama
 
 from servegate.runtime.model import cpu_linear
 from servegate.runtime.model.cpu_linear import apply_cpu_linear
-from servegate.runtime.model.onednn_linear import onednn_available, packable_linears, route_linears_onednn
+from servegate.runtime.model.fused_linear import route_linears_onednn
+from servegate.runtime.model.onednn_linear import onednn_available, packable_linears
 
-pytestmark = pytest.mark.skipif(not onednn_available(), reason="torch has no oneDNN")
-
-
-@pytest.fixture(autouse=True)
-def keep_thread_settings():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [
+    pytest.mark.skipif(not onednn_available(), reason="torch has no oneDNN"),
+    pytest.mark.usefixtures("keep_torch_threads"),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -14,7 +14,7 @@ from typing import Any
 from servegate.capacity.memory.weights import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.contracts.sections import Runtime
+from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES, Runtime
 from servegate.contracts.units import format_bytes
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
@@ -317,19 +317,41 @@ def manifest_memory(
         tokens_per_step=served.batching.max_num_batched_tokens,
         weights=weights,
         fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
-        compiled_weights_bytes=compiled_weights_bytes(served.runtime, weights.linear_bytes),
+        compiled_weights_bytes=compiled_weights_bytes(served.runtime, weights.linear_bytes, dtype),
     )
 
 
-def compiled_weights_bytes(runtime: Runtime, linear_bytes: int) -> int:
-    """The linear weights `runtime.compile: decode` holds beyond the model's own: one frozen copy per compiled
-    batch size (each graph packs its own), and with `cpu_linear: onednn` the eager steps' packed copy, since the
-    graphs keep the dense weights alive (runtime/model/compiled_decode.py). Measured on the 134M Llama in float32
-    (benchmarks/README.md), a process grew by 1.6x the linear weights for one graph and 1.9x a graph for three:
-    inductor's code and workspace, not modelled here."""
+COMPILED_GRAPH_WEIGHT_COPIES = 2
+"""Copies of the linear weights `gate plan` counts for each compiled decode graph. Measured on the 134M Llama
+(benchmarks/compile_memory.py, benchmarks/README.md): the first graph grew the process by 1.6 (float32) and 2.7
+(bfloat16) copies, each further one by 2.0 and 1.2, and the eager steps' oneDNN pack by 0.2-1.0 more. Two a graph
+and one for the pack is at or above each measured total with the pack; without it, one bfloat16 graph measured
+0.65 copies more than counted."""
+
+
+def compiled_weights_bytes(runtime: Runtime, linear_bytes: int, dtype: str) -> int:
+    """The linear weights `runtime.compile: decode` holds beyond the model's own: COMPILED_GRAPH_WEIGHT_COPIES per
+    compiled batch size (each graph freezes and packs its own), and one more where the eager steps beside the
+    graphs route through oneDNN (`eager_steps_pack`), since the graphs keep the dense weights alive
+    (runtime/model/compiled_decode.py). `dtype`: the compute dtype's name."""
     if runtime.compile != "decode":
         return 0
-    return linear_bytes * (len(runtime.compile_batch_sizes) + (runtime.cpu_linear == "onednn"))
+    graphs = len(runtime.compile_batch_sizes) * COMPILED_GRAPH_WEIGHT_COPIES
+    return linear_bytes * (graphs + eager_steps_pack(runtime, dtype, linear_bytes))
+
+
+def eager_steps_pack(runtime: Runtime, dtype: str, linear_bytes: int) -> bool:
+    """Whether the eager steps beside compiled graphs hold oneDNN's packed copy of the linear weights: with
+    `cpu_linear: onednn`, and with `auto` for bfloat16 weights of AUTO_MIN_WEIGHT_BYTES or more on CPU (the rule
+    of runtime/model/cpu_linear.resolve_cpu_linear, which never picks OpenBLAS beside compiled graphs)."""
+    if runtime.cpu_linear == "onednn":
+        return True
+    return (
+        runtime.cpu_linear == "auto"
+        and runtime.device != "cuda"
+        and dtype == "bfloat16"
+        and linear_bytes >= AUTO_MIN_WEIGHT_BYTES
+    )
 
 
 def _as_stored(served: ServedModel, weights: WeightsMemory) -> WeightsMemory:

@@ -134,10 +134,6 @@ def _load_runner(
     else:  # load_causal_lm set torch's threads on this thread, the one that runs the steps; a given model too
         use_torch_threads(served.runtime.threads)
     runtime = served.runtime
-    if runtime.compile == "off":
-        # after quantization: quantized weights keep their own kernels, the float32 rest goes to OpenBLAS
-        apply_cpu_linear(model, runtime.cpu_linear, runtime.threads)
-    # (compiled, the graphs' products are inductor's kernels; the eager steps are routed once they are built)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     compute_dtype = str(model.dtype).removeprefix("torch.")  # the first floating parameter's dtype
     dims = kv_dims_from_config(config)
@@ -152,10 +148,12 @@ def _load_runner(
         compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
         decode_kernel=_decode_kernel(served, model, dims.head_dim, kv_dtype),
     )
-    if runtime.compile == "decode" and runtime.cpu_linear == "onednn":
-        # the graphs were compiled over their own view of the weights (compiled_decode.compile_view): the steps
-        # they do not cover (prefills, other batch sizes) get oneDNN's packed products
-        routed = apply_cpu_linear(model, "onednn", runtime.threads)
+    # routed once the runner is built and after quantization (quantized weights keep their own kernels): compiled
+    # graphs were built over their own view of the weights (compiled_decode.compile_view), so routing reaches only
+    # the steps they do not cover (prefills, other batch sizes)
+    compiled = runtime.compile == "decode"
+    routed = apply_cpu_linear(model, runtime.cpu_linear, runtime.threads, compiled=compiled)
+    if compiled and routed:
         log.info("runtime.cpu_linear: %d linear layers of the eager steps routed through oneDNN", routed)
     return runner, tokenizer, report, model
 

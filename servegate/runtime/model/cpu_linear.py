@@ -28,13 +28,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES
+from servegate.runtime.model.fused_linear import route_linears_onednn
 from servegate.runtime.model.onednn_linear import (
     ONEDNN_DTYPES,
     is_dense_cpu,
     onednn_available,
     packable_linears,
     require_onednn,
-    route_linears_onednn,
     weight_bytes,
 )
 
@@ -94,20 +95,19 @@ def numpy_blas() -> str:
     return ""
 
 
-AUTO_MIN_WEIGHT_BYTES = 64 * 2**20
-"""`auto` routes a model only when its float linear weights exceed this (twice this VM's 32 MiB L3): smaller
-ones stay in cache, where a step costs per-call overhead rather than bandwidth, and OpenBLAS's spinning
-workers only add CPU time (`gate check` on the 4.6 MB quickstart model, routed against not: wall 40.8 /
-33.2 s cold / warm against 42.4 / 33.4 s, CPU 64.7 / 50.1 s against 55.9 / 47.9 s)."""
-
-
-def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dtype, *, weight_bytes: int) -> Kernel:
+def resolve_cpu_linear(
+    choice: CpuLinear, device: torch.device, dtype: torch.dtype, *, weight_bytes: int, compiled: bool = False
+) -> Kernel:
     """The kernel a model's plain linear layers run on.
 
     `openblas` and `onednn` whenever the device and dtype allow (float32 for OpenBLAS, float32 and bfloat16 for
     oneDNN). `auto`, when `weight_bytes` (the float linear weights) are at least AUTO_MIN_WEIGHT_BYTES: oneDNN
     for bfloat16 (packed bf16 products ran 1.45x faster than F.linear's at 1 row and 1.6x at 64 on an AMX Xeon,
     benchmarks/README.md), OpenBLAS for float32 on a non-Intel CPU; `torch` otherwise.
+
+    `compiled`: the eager steps beside compiled decode graphs (`runtime.compile: decode`). `auto` then never
+    picks OpenBLAS, which would take the graphs' torch threads down to one (the manifest refuses `openblas`
+    there for the same reason); it keeps oneDNN for bfloat16.
     """
     if device.type != "cpu" or choice == "torch":
         return "torch"
@@ -125,7 +125,7 @@ def resolve_cpu_linear(choice: CpuLinear, device: torch.device, dtype: torch.dty
                 "install a numpy wheel from PyPI (it bundles OpenBLAS) or set cpu_linear: torch"
             )
         return "openblas"
-    if weight_bytes < AUTO_MIN_WEIGHT_BYTES:
+    if weight_bytes < AUTO_MIN_WEIGHT_BYTES or compiled:
         return "torch"
     return "openblas" if cpu_vendor() != "GenuineIntel" and numpy_blas() == "openblas" else "torch"
 
@@ -187,8 +187,10 @@ def route_linears(model: torch.nn.Module) -> int:
     return len(linears)
 
 
-def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None) -> int:
+def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | None, *, compiled: bool = False) -> int:
     """Route the model's linears as `runtime.cpu_linear` says and size the thread pools; returns how many were.
+    `compiled`: the model's decode graphs are compiled already, over their own view of the weights
+    (compiled_decode.compile_view), and these are the linears of the eager steps (see resolve_cpu_linear).
 
     Routed to OpenBLAS, the BLAS pool gets the threads (`runtime.threads`, else default_threads()) and torch
     keeps one: OpenBLAS's workers spin between calls, and torch's OpenMP workers spin after each parallel op,
@@ -202,7 +204,7 @@ def apply_cpu_linear(model: torch.nn.Module, choice: CpuLinear, threads: int | N
     dtype = getattr(model, "dtype", None) or parameter.dtype
     # OpenBLAS takes no bfloat16: for it, what oneDNN would pack decides
     linears = packable_linears(model) if dtype == torch.bfloat16 else _plain_linears(model)
-    kernel = resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=weight_bytes(linears))
+    kernel = resolve_cpu_linear(choice, parameter.device, dtype, weight_bytes=weight_bytes(linears), compiled=compiled)
     if kernel == "onednn":
         return route_linears_onednn(model)
     if kernel == "torch":

@@ -6,8 +6,9 @@ writes the whole matrix again, as much memory traffic as the product itself. vLL
 reordering each weight once into oneDNN's blocked layout; torch ships the same oneDNN (`torch.ops.mkldnn`), and
 one packed weight serves every batch size (oneDNN picks its kernel per call, the layout stays).
 
-`route_linears_onednn(model)` packs every `nn.Linear` whose weight is a plain float32 or bfloat16 CPU tensor and
-releases the dense copy, so the model holds its linear weights once, as vLLM's does. A weight shared with
+`route_linear_onednn(layer)` packs one `nn.Linear` whose weight is a plain float32 or bfloat16 CPU tensor and
+releases the dense copy, so the model holds its linear weights once, as vLLM's does; fused_linear.py routes a whole
+model (`route_linears_onednn`), sibling projections packed together. A weight shared with
 another module (an LM head tied to the embeddings) keeps its dense copy and is not routed: the embedding reads
 it. Quantized weights are tensor subclasses with their own kernels and stay as they are.
 """
@@ -51,7 +52,7 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
 
 
-def _placeholder(like: torch.Tensor) -> torch.Tensor:
+def placeholder(like: torch.Tensor) -> torch.Tensor:
     """A tensor of `like`'s shape, dtype and device over one element (stride 0): what stays of a released
     weight, so code that reads the parameter's shape, dtype or size still sees the layer's."""
     return torch.zeros((), dtype=like.dtype, device=like.device).expand(like.shape)
@@ -66,16 +67,29 @@ def _onednn_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     packed = state["packed"]
     if x.dtype != packed.dtype or x.device.type != "cpu" or (torch.is_grad_enabled() and x.requires_grad):
         # autograd or a mixed dtype: a rare path, outside serving; the dense weight comes back for it
-        return F.linear(x, packed.to_dense().to(x.dtype), self.bias)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, packed.to_dense().to(x.dtype), bias)
+    return packed_product(x, packed, self.bias)
+
+
+def packed_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b through a packed weight, for `x` of any leading shape in the packed weight's dtype."""
     rows = x.reshape(-1, x.shape[-1])
     if not rows.is_contiguous():
         rows = rows.contiguous()
-    out = torch.ops.mkldnn._linear_pointwise(rows, packed, self.bias, "none", [], "")
+    out = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def _repack(module: torch.nn.Linear, state: dict[str, Any]) -> None:
-    """Pack a weight that replaced the released one (`layer.weight = ...`), and release it in turn.
+    """Pack a weight that replaced the released one (`layer.weight = ...`), and release it in turn."""
+    check_replacement(module)
+    state["packed"] = pack_weight(module.weight)
+    _release(module, state)
+
+
+def check_replacement(module: torch.nn.Linear) -> None:
+    """Refuse a routed linear's new weight that cannot be packed, or that is a converted placeholder.
 
     A conversion of the placeholder (`model.to(...)` after routing) would come back as a dense tensor of zeros,
     and packing that would serve zeros: that is refused, loudly.
@@ -91,13 +105,11 @@ def _repack(module: torch.nn.Linear, state: dict[str, Any]) -> None:
             "a oneDNN-routed linear's weight is a placeholder or all zeros: the model was converted (.to) after "
             "its weights were packed and released; convert it before runtime.cpu_linear: onednn packs it"
         )
-    state["packed"] = pack_weight(weight)
-    _release(module, state)
 
 
 def _release(module: torch.nn.Linear, state: dict[str, Any]) -> None:
     """Swap the dense weight for a one-element placeholder of its shape, remembering where it lives."""
-    module.weight.data = _placeholder(module.weight)
+    module.weight.data = placeholder(module.weight)
     state["placeholder_ptr"] = module.weight.data_ptr()
 
 
@@ -121,13 +133,9 @@ def packable_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
     ]
 
 
-def route_linears_onednn(model: torch.nn.Module) -> int:
-    """Pack every packable linear of `model` for oneDNN and release its dense weight; returns how many were."""
-    require_onednn()
-    linears = packable_linears(model)
-    for module in linears:
-        state: dict[str, Any] = {"packed": pack_weight(module.weight)}
-        _release(module, state)
-        module._servegate_onednn = state  # type: ignore[assignment]  # a plain attribute on this instance
-        module.forward = types.MethodType(_onednn_forward, module)  # type: ignore[method-assign]  # this instance only
-    return len(linears)
+def route_linear_onednn(module: torch.nn.Linear) -> None:
+    """Pack one linear's weight for oneDNN, release the dense copy, and send its calls through the packed one."""
+    state: dict[str, Any] = {"packed": pack_weight(module.weight)}
+    _release(module, state)
+    module._servegate_onednn = state  # type: ignore[assignment]  # a plain attribute on this instance
+    module.forward = types.MethodType(_onednn_forward, module)  # type: ignore[method-assign]  # this instance only
