@@ -264,7 +264,8 @@ class Runtime(BackendQuestions, Section):
     weights over 64 MiB, else torch's; not `openblas`). CPU, unquantized weights and a C++ compiler only;
     start-up takes 20-60 s per batch size for a 100M-parameter model, each graph holds its own copy of the
     linear weights and more (`gate plan` counts what benchmarks/compile_memory.py measured), and eager steps
-    routed through oneDNN hold one more (packed)."""
+    routed through oneDNN hold one more (packed). In bfloat16 a graph keeps float32 between the ops it fuses where
+    eager steps round each result to bfloat16, so its greedy tokens can differ from the eager steps'."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
     """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`."""
     decode_attention: Literal["auto", "sdpa", "kernel"] = "auto"

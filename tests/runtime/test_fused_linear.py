@@ -68,7 +68,9 @@ def test_a_group_runs_one_product_per_input_and_keeps_nothing_after(monkeypatch:
     with torch.inference_mode():
         layer(x)
         assert len(calls) == 2  # one for q/k/v, one for gate/up
-        assert all(g.source is None and g.result is None for g in fused_groups(layer))  # released once all took
+        assert all(
+            g.held.source is None and g.held.result is None for g in fused_groups(layer)
+        )  # released once all took
         layer(y)
         assert len(calls) == 4
         layer.q_proj(x)
@@ -76,9 +78,35 @@ def test_a_group_runs_one_product_per_input_and_keeps_nothing_after(monkeypatch:
         assert len(calls) == 6
         k, v = layer.k_proj(x), layer.v_proj(x)  # they take theirs from the waiting product
         assert len(calls) == 6
-    assert all(g.source is None and g.result is None for g in fused_groups(layer))
+    assert all(g.held.source is None and g.held.result is None for g in fused_groups(layer))
     group = next(g for g in fused_groups(layer) if len(g.members) == 3)
     for got, member in ((q_again, 0), (k, 1), (v, 2)):
+        torch.testing.assert_close(got, F.linear(x, group.dense(member)), rtol=1e-5, atol=1e-5)
+
+
+def test_each_thread_holds_its_own_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    layer = Siblings(bias=False)
+    route_linears_onednn(layer)
+    calls = []
+    real = fused_linear.packed_product
+    monkeypatch.setattr(fused_linear, "packed_product", lambda *a: calls.append(1) or real(*a))
+    x, y = torch.randn(2, 32), torch.randn(3, 32)
+    with torch.inference_mode():
+        q = layer.q_proj(x)  # this thread's product now waits for k and v
+
+        def other_thread() -> None:
+            with torch.inference_mode():
+                layer.q_proj(y), layer.k_proj(y), layer.v_proj(y)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        k, v = layer.k_proj(x), layer.v_proj(x)
+    assert len(calls) == 2  # one product per thread: the other thread's left this one's alone
+    group = next(g for g in fused_groups(layer) if len(g.members) == 3)
+    for got, member in ((q, 0), (k, 1), (v, 2)):
         torch.testing.assert_close(got, F.linear(x, group.dense(member)), rtol=1e-5, atol=1e-5)
 
 

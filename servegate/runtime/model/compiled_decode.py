@@ -27,6 +27,7 @@ sequences oneDNN's steps were 1.5-1.7x faster than the compiled ones.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shutil
 import threading
@@ -112,8 +113,6 @@ def compile_view(model: torch.nn.Module) -> torch.nn.Module:
     (onednn_linear.py swaps each weight's data for a placeholder and replaces the layer's forward) would fail those
     guards and send every step back to the eager path; over this view it changes nothing the graphs see. The view
     keeps the dense linear weights alive after the eager model releases them."""
-    import copy
-
     memo: dict[int, Any] = {}
     for module in model.modules():
         for parameter in module.parameters(recurse=False):

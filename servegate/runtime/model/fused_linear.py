@@ -6,7 +6,7 @@ oneDNN call of its own over the same rows: five calls a layer where two would do
 two threads to share well at decode. Here the siblings' weights are packed side by side into one weight once, at
 load. The first sibling called computes the whole product, and each sibling returns its own columns of it (a
 view, no copy); the model's own code is unchanged. The product is dropped once every sibling has taken its
-columns, so nothing is held between calls.
+columns, so nothing is held between calls (each thread holds its own).
 
 oneDNN reduces each output column over the same input dimension however many columns a weight has, so every
 sibling gets bitwise the rows its own product gave (checked for float32 and bfloat16 at 1-512 rows on the 134M
@@ -17,6 +17,7 @@ than the separate ones.
 
 from __future__ import annotations
 
+import threading
 import types
 from dataclasses import dataclass, field
 
@@ -37,9 +38,22 @@ SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Attribute names of projections a module calls on the same input, in the order its forward calls them."""
 
 
+class _Held(threading.local):
+    """A thread's last product of a group, until every sibling has taken its columns (per thread, so that two
+    threads running one model never take each other's columns)."""
+
+    def __init__(self) -> None:
+        self.source: torch.Tensor | None = None
+        """The input `result` was computed from."""
+        self.result: torch.Tensor | None = None
+        self.waiting: set[int] = set()
+        """Members that have not taken their columns of `result` yet."""
+
+
 @dataclass(eq=False)
 class FusedProjection:
-    """Sibling linears packed into one weight, and the last product until every sibling has taken its columns."""
+    """Sibling linears packed into one weight, and each thread's last product until every sibling has taken its
+    columns."""
 
     members: list[torch.nn.Linear]
     packed: torch.Tensor
@@ -49,22 +63,19 @@ class FusedProjection:
     """Each member's [start, end) in the fused output."""
     placeholder_ptrs: list[int]
     """Where each member's released weight lies: another pointer means the weight was replaced since."""
-    source: torch.Tensor | None = None
-    """The input `result` was computed from (held only until every member has taken its columns)."""
-    result: torch.Tensor | None = None
-    waiting: set[int] = field(default_factory=set)
-    """Members that have not taken their columns of `result` yet."""
+    held: _Held = field(default_factory=_Held)
+    """This thread's last product, held only until every member has taken its columns."""
 
     def columns_of(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """Member `index`'s product of `x`: its columns of the fused product, computed once per input."""
-        if x is not self.source or index not in self.waiting:
-            self.result = packed_product(x, self.packed, self.bias)
-            self.source, self.waiting = x, set(range(len(self.members)))
-        result = self.result
-        assert result is not None
-        self.waiting.discard(index)
-        if not self.waiting:
-            self.source = self.result = None
+        held = self.held
+        result = held.result
+        if result is None or x is not held.source or index not in held.waiting:
+            result = held.result = packed_product(x, self.packed, self.bias)
+            held.source, held.waiting = x, set(range(len(self.members)))
+        held.waiting.discard(index)
+        if not held.waiting:
+            held.source = held.result = None
         start, end = self.columns[index]
         return result[..., start:end]
 
