@@ -1,13 +1,14 @@
-"""What `runtime.compile: decode` costs in memory, against what `gate plan` counts for it.
+"""What `runtime.compile` (decode or steps) costs in memory, against what `gate plan` counts for it.
 
 Each configuration runs in a fresh process (one imported torch, no graph compiled before): the random Llama of
-the runtime benchmarks is built, then a paged runner compiles the decode graphs of the given batch sizes, then the
+the runtime benchmarks is built, then a paged runner compiles the decode graphs of the given batch sizes (or, for
+the configuration `steps`, the one dynamic-shape graph of `runtime.compile: steps`), then the
 eager steps' linears are routed through oneDNN as the engine does (`apply_cpu_linear(..., compiled=True)` with
 `cpu_linear: onednn`). The process's resident memory is read after each stage, and each growth is printed in MiB
 and in copies of the model's linear weights, beside the copies `capacity/memory/plan.compiled_weights_bytes`
 counts.
 
-    .venv/bin/python benchmarks/compile_memory.py --dtypes float32 bfloat16 --sizes 1 1,2,3 --threads 2
+    .venv/bin/python benchmarks/compile_memory.py --dtypes float32 bfloat16 --sizes 1 1,2,3 steps --threads 2
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def resident_mib() -> float:
 
 
 def measure(dtype_name: str, sizes: list[int], threads: int) -> dict[str, float]:
-    """One configuration, in this process: resident MiB before compiling, after, and after routing."""
+    """One configuration, in this process: resident MiB before compiling, after, and after routing. `sizes`
+    empty: `runtime.compile: steps`."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -52,10 +54,13 @@ def measure(dtype_name: str, sizes: list[int], threads: int) -> dict[str, float]
     torch.set_num_threads(threads)
     model = build_model(getattr(torch, dtype_name))
     linear = sum(m.weight.numel() * m.weight.element_size() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    runner = PagedModelRunner(model, num_blocks=max(sizes) + 1, block_size=16)
+    runner = PagedModelRunner(model, num_blocks=max(sizes, default=1) + 1, block_size=16)
     gc.collect()
     before = resident_mib()
-    runner._compile(sizes)
+    if sizes:
+        runner._compile(sizes)
+    else:
+        runner._compile_steps()
     gc.collect()
     compiled = resident_mib()
     routed_layers = apply_cpu_linear(model, "onednn", threads, compiled=True)
@@ -75,15 +80,21 @@ def planned_copies(sizes: list[int], dtype_name: str, linear_mib: float) -> int:
     from servegate.capacity.memory.plan import compiled_weights_bytes
     from servegate.contracts.sections import Runtime
 
-    runtime = Runtime(compile="decode", compile_batch_sizes=sizes, cpu_linear="onednn", dtype=dtype_name)
+    mode = "decode" if sizes else "steps"
+    runtime = Runtime(compile=mode, compile_batch_sizes=sizes or [1], cpu_linear="onednn", dtype=dtype_name)
     linear = int(linear_mib * 2**20)
     return round(compiled_weights_bytes(runtime, linear, dtype_name) / linear)
+
+
+def parse_sizes(spec: str) -> list[int]:
+    """A configuration's batch sizes: `1,2,3` -> [1, 2, 3]; `steps` (compile: steps) -> []."""
+    return [] if spec == "steps" else [int(s) for s in spec.split(",")]
 
 
 def run_one(dtype_name: str, sizes: list[int], threads: int) -> dict[str, float]:
     """`measure` in a child process of its own; its figures."""
     child = subprocess.run(
-        [sys.executable, __file__, "--child", dtype_name, ",".join(map(str, sizes)), str(threads)],
+        [sys.executable, __file__, "--child", dtype_name, ",".join(map(str, sizes)) or "steps", str(threads)],
         capture_output=True,
         text=True,
         check=False,
@@ -97,13 +108,16 @@ def run_one(dtype_name: str, sizes: list[int], threads: int) -> dict[str, float]
 def main() -> None:
     """Measure every (dtype, sizes) configuration in turn and print one row each."""
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        sizes = [int(s) for s in sys.argv[3].split(",")]
+        sizes = parse_sizes(sys.argv[3])
         print(RESULT + json.dumps(measure(sys.argv[2], sizes, int(sys.argv[4]))), flush=True)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     parser.add_argument(
-        "--sizes", nargs="+", default=["1", "1,2,3"], help="comma-separated batch sizes, one configuration each"
+        "--sizes",
+        nargs="+",
+        default=["1", "1,2,3", "steps"],
+        help="comma-separated batch sizes of compile: decode, or steps for compile: steps; one configuration each",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     args = parser.parse_args()
@@ -112,7 +126,7 @@ def main() -> None:
     print("dtype     sizes    linear   compiled: growth (copies)   routed: growth (copies)   plan counts")
     for dtype_name in args.dtypes:
         for spec in args.sizes:
-            sizes = [int(s) for s in spec.split(",")]
+            sizes = parse_sizes(spec)
             got = run_one(dtype_name, sizes, args.threads)
             linear = got["linear_mib"]
             grown = got["compiled_mib"] - got["before_mib"]
@@ -120,7 +134,7 @@ def main() -> None:
             total = (grown + routed) / linear
             print(
                 f"{dtype_name:9s} {spec:8s} {linear:6.0f} MiB   +{grown:6.0f} MiB ({grown / linear:.2f}, "
-                f"{grown / linear / len(sizes):.2f} a graph)   +{routed:5.0f} MiB ({routed / linear:.2f})   "
+                f"{grown / linear / max(len(sizes), 1):.2f} a graph)   +{routed:5.0f} MiB ({routed / linear:.2f})   "
                 f"{planned_copies(sizes, dtype_name, linear)} copies; measured {total:.2f}"
             )
 

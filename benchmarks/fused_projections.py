@@ -21,19 +21,17 @@ import copy
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runner_decode import build_model  # noqa: E402
+from runner_decode import build_model, greedy_round  # noqa: E402
 
 from servegate.runtime.model.decode_kernel import load_decode_kernel  # noqa: E402
 from servegate.runtime.model.fused_linear import route_linears_onednn  # noqa: E402
 from servegate.runtime.model.model_runner import PagedModelRunner  # noqa: E402
-from servegate.runtime.types import SeqChunk  # noqa: E402
 
 
 def smollm2_shaped(dtype: torch.dtype) -> LlamaForCausalLM:
@@ -50,26 +48,6 @@ def smollm2_shaped(dtype: torch.dtype) -> LlamaForCausalLM:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).to(dtype).eval()
-
-
-def decode_round(runner: PagedModelRunner, prompts: list[list[int]], steps: int) -> tuple[float, float, list]:
-    """One prefill of all prompts, then greedy decode steps: (prefill s, median decode step s, logits per step)."""
-    bs, batch = runner.block_size, len(prompts)
-    need = (len(prompts[0]) + steps + bs - 1) // bs
-    tables = [tuple(range(i * need, (i + 1) * need)) for i in range(batch)]
-    began = time.perf_counter()
-    logits = runner.execute([SeqChunk(i, tuple(p), 0, tables[i]) for i, p in enumerate(prompts)])
-    prefill = time.perf_counter() - began
-    seen = [logits]
-    last, pos, times = logits.argmax(-1).tolist(), len(prompts[0]), []
-    for _ in range(steps):
-        began = time.perf_counter()
-        logits = runner.execute([SeqChunk(i, (last[i],), pos, tables[i]) for i in range(batch)])
-        last = logits.argmax(-1).tolist()
-        times.append(time.perf_counter() - began)
-        seen.append(logits)
-        pos += 1
-    return prefill, statistics.median(times), seen
 
 
 def spread(values: list[float]) -> str:
@@ -110,13 +88,14 @@ def main() -> None:
             prefills: dict[str, list[float]] = {name: [] for name in runners}
             same = True
             for runner in runners.values():  # warm-up
-                decode_round(runner, prompts, 2)
+                greedy_round(runner, prompts, 2)
             for _ in range(args.rounds):
                 outputs = {}
                 for name, runner in runners.items():
-                    prefill, step, outputs[name] = decode_round(runner, prompts, args.steps)
-                    steps[name].append(step)
-                    prefills[name].append(prefill)
+                    measured = greedy_round(runner, prompts, args.steps, keep_logits=True)
+                    outputs[name] = measured.logits
+                    steps[name].append(statistics.median(measured.step_s))
+                    prefills[name].append(measured.prefill_s)
                 same = same and all(torch.equal(a, b) for a, b in zip(*outputs.values(), strict=True))
             ratio = statistics.median(steps["fused"]) / statistics.median(steps["separate"])
             for name in runners:

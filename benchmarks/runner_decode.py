@@ -34,6 +34,7 @@ import argparse
 import copy
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -86,29 +87,58 @@ def weight_bytes_per_step(model: LlamaForCausalLM) -> int:
     return total - emb.numel() * emb.element_size()
 
 
-def runner_decode(
-    runner: PagedModelRunner, prompts: list[list[int]], steps: int, fragmented: bool = False
-) -> list[float]:
-    """Seconds of each greedy decode step after one prefill of all prompts (steps - 1 steps).
+@dataclass
+class GreedyRound:
+    """One prefill of equal-length prompts in one step, then greedy decode steps of all of them together."""
 
-    Each sequence owns consecutive blocks, or with `fragmented` every B-th block (no two consecutive).
-    """
+    prefill_s: float
+    step_s: list[float]
+    """Seconds of each decode step."""
+    logits: list[torch.Tensor]
+    """The logits of the prefill and of each step ([batch, vocab] each), or empty unless asked to keep them."""
+    tokens: list[list[int]]
+    """The greedy token of every sequence at the prefill and at each step."""
+
+
+def greedy_round(
+    runner: PagedModelRunner,
+    prompts: list[list[int]],
+    steps: int,
+    *,
+    fragmented: bool = False,
+    keep_logits: bool = False,
+) -> GreedyRound:
+    """Prefill all prompts in one `execute`, then `steps` greedy decode steps, each timed on its own.
+
+    Each sequence owns consecutive blocks, or with `fragmented` every B-th block (no two consecutive)."""
     bs, batch = runner.block_size, len(prompts)
-    need = (len(prompts[0]) + steps + bs - 1) // bs
+    need = (len(prompts[0]) + steps + 1 + bs - 1) // bs
     if fragmented:
         tables = [tuple(range(i, need * batch, batch)) for i in range(batch)]
     else:
         tables = [tuple(range(i * need, (i + 1) * need)) for i in range(batch)]
+    began = time.perf_counter()
     logits = runner.execute([SeqChunk(i, tuple(p), 0, tables[i]) for i, p in enumerate(prompts)])
     last = logits.argmax(-1).tolist()
-    pos, times = len(prompts[0]), []
-    for _ in range(steps - 1):
-        t0 = time.perf_counter()
-        chunks = [SeqChunk(i, (last[i],), pos, tables[i]) for i in range(len(prompts))]
-        last = runner.execute(chunks).argmax(-1).tolist()
-        times.append(time.perf_counter() - t0)
+    out = GreedyRound(time.perf_counter() - began, [], [logits] if keep_logits else [], [last])
+    pos = len(prompts[0])
+    for _ in range(steps):
+        began = time.perf_counter()
+        logits = runner.execute([SeqChunk(i, (last[i],), pos, tables[i]) for i in range(batch)])
+        last = logits.argmax(-1).tolist()
+        out.step_s.append(time.perf_counter() - began)
+        out.tokens.append(last)
+        if keep_logits:
+            out.logits.append(logits)
         pos += 1
-    return times
+    return out
+
+
+def runner_decode(
+    runner: PagedModelRunner, prompts: list[list[int]], steps: int, fragmented: bool = False
+) -> list[float]:
+    """Seconds of each greedy decode step after one prefill of all prompts (steps - 1 steps)."""
+    return greedy_round(runner, prompts, steps - 1, fragmented=fragmented).step_s
 
 
 def hf_decode(model: LlamaForCausalLM, prompts: list[list[int]], steps: int) -> list[float]:

@@ -131,10 +131,11 @@ def bench_manifest(
     tokens_per_step: int,
     device: str = "cpu",
     name: str = "bench",
+    compile_steps: bool = False,
 ) -> ServedModel:
     """The manifest every servegate side of these benchmarks runs (offline engine and served server alike): the
     runtime and batching as given, prompts and outputs up to 512 tokens, no deadline and an unbounded queue.
-    `compile_batch_sizes` empty or None: compile off."""
+    `compile_steps`: `runtime.compile: steps`; else `compile_batch_sizes` empty or None: compile off."""
     return ServedModel.model_validate(
         {
             "name": name,
@@ -148,7 +149,7 @@ def bench_manifest(
                 "threads": threads,
                 "cpu_linear": cpu_linear,
                 "decode_attention": decode_attention,
-                "compile": "decode" if compile_batch_sizes else "off",
+                "compile": "steps" if compile_steps else "decode" if compile_batch_sizes else "off",
                 "compile_batch_sizes": list(compile_batch_sizes or [1]),
                 "kv_cache": {"block_size": 16, "memory_budget": kv_budget_bytes},
             },
@@ -174,9 +175,11 @@ def servegate_engine(
     compile_batch_sizes: list[int] | None = None,
     device: str = "cpu",
     decode_attention: str = "auto",
+    compile_steps: bool = False,
 ) -> ReferenceEngine:
     """A reference engine over a paged runner of `model`, configured as a manifest would (linears routed as it
-    says, or decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does)."""
+    says, decode steps of `compile_batch_sizes` sequences compiled as `runtime.compile: decode` does, or with
+    `compile_steps` every step of two or more sequences as `runtime.compile: steps` does)."""
     served = bench_manifest(
         "zoo:tiny-primary",
         dtype=str(model.dtype).removeprefix("torch."),
@@ -189,6 +192,7 @@ def servegate_engine(
         max_batch=max_batch,
         tokens_per_step=tokens_per_step,
         device=device,
+        compile_steps=compile_steps,
     )
     # given the model, the engine builds its runner as for a loaded one (cpu_linear, KV pool, compiled decode),
     # on its own loop thread like every engine

@@ -49,6 +49,8 @@ class ServedShape:
     """servegate's `runtime.decode_attention` (the offline mode's `--decode-attention`)."""
     compile_batch_sizes: tuple[int, ...] = ()
     """servegate's `runtime.compile: decode` batch sizes (empty: compile off)."""
+    compile_steps: bool = False
+    """servegate's `runtime.compile: steps` (then `compile_batch_sizes` is not read)."""
 
 
 @dataclass
@@ -83,6 +85,7 @@ def servegate_manifest(shape: ServedShape) -> ServedModel:
         max_batch=shape.max_batch,
         tokens_per_step=shape.tokens_per_step,
         name=SERVED_NAME,
+        compile_steps=shape.compile_steps,
     )
 
 

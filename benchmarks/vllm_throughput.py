@@ -240,6 +240,13 @@ def decode_steps(engine: Any, vllm: VllmOffline, vocab: int, batch: int, steps: 
     )
 
 
+def compiled_label(args: argparse.Namespace) -> str:
+    """What servegate compiles, as the progress lines name it."""
+    if args.compile_steps:
+        return "every step of 2+ sequences (compile: steps)"
+    return f"decode steps of {args.compile_batch_sizes} sequences" if args.compile_batch_sizes else "off"
+
+
 def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Path, vllm_python: Path) -> float:
     """Alternating offline rounds in one dtype; prints them and the medians; returns the slower requests/s."""
     torch_dtype = getattr(torch, dtype)
@@ -259,13 +266,14 @@ def offline_mode(args: argparse.Namespace, dtype: str, model_dir: Path, logs: Pa
         args.cpu_linear,
         args.compile_batch_sizes,
         decode_attention=args.decode_attention,
+        compile_steps=args.compile_steps,
     )
     sg_start = time.monotonic() - began
     vllm = VllmOffline(vllm_python, model_dir, dtype, args, logs / f"vllm-offline-{dtype}.log")
     kernel = getattr(engine.parts.runner, "decode_kernel", None)
     print(
         f"offline {dtype}: servegate engine ready in {sg_start:.0f} s (decode attention: "
-        f"{'kernel' if kernel is not None else 'sdpa'}; compiled decode: {args.compile_batch_sizes or 'off'}), "
+        f"{'kernel' if kernel is not None else 'sdpa'}; compiled: {compiled_label(args)}), "
         f"vLLM {vllm.ready['vllm']} LLM in "
         f"{vllm.ready['startup_s']:.0f} s; {len(jobs)} requests at once, {useful} output tokens",
         flush=True,
@@ -320,13 +328,14 @@ def served_mode(
         args.cpu_linear,
         args.decode_attention,
         tuple(args.compile_batch_sizes),
+        compile_steps=args.compile_steps,
     )
     pair = ServedPair(shape, python, logs, enforce_eager=args.quick)
     try:
         pair.start()
         print(
-            f"served {dtype}: servegate server ready in {pair.startup['servegate']:.0f} s (compiled decode: "
-            f"{args.compile_batch_sizes or 'off'}), vLLM api_server in "
+            f"served {dtype}: servegate server ready in {pair.startup['servegate']:.0f} s (compiled: "
+            f"{compiled_label(args)}), vLLM api_server in "
             f"{pair.startup['vllm']:.0f} s; {args.served_requests} requests per run, Poisson",
             flush=True,
         )
@@ -407,6 +416,12 @@ def parse_args() -> argparse.Namespace:
         help="servegate's runtime.compile: decode for these batch sizes, offline and served (its other steps: "
         "--cpu-linear)",
     )
+    parser.add_argument(
+        "--compile-steps",
+        action="store_true",
+        help="servegate's runtime.compile: steps (one dynamic-shape graph for every step of 2+ sequences), offline "
+        "and served; not with --compile-batch-sizes",
+    )
     parser.add_argument("--modes", nargs="+", default=["offline", "served"], choices=["offline", "served"])
     parser.add_argument("--served-rounds", type=int, default=None, help="rounds per served rate (default --rounds)")
     parser.add_argument(
@@ -421,6 +436,8 @@ def parse_args() -> argparse.Namespace:
     args.requests = args.requests or (8 if args.quick else 64)
     args.served_requests = args.served_requests or args.requests
     args.served_rounds = args.served_rounds or args.rounds
+    if args.compile_steps and args.compile_batch_sizes:
+        parser.error("--compile-steps and --compile-batch-sizes are two compile modes: choose one")
     if "served" in args.modes and args.rates is None and "offline" not in args.modes:
         parser.error("served alone needs --rates (the default rate comes from the offline run)")
     return args

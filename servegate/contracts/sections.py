@@ -257,17 +257,21 @@ class Runtime(BackendQuestions, Section):
     product each, with the same results; the dense copy is released), or `auto` (when the linear weights exceed 64 MiB,
     i.e. decode is bound by memory bandwidth: onednn for bfloat16, openblas for float32 on a non-Intel CPU when
     numpy has it; torch otherwise)."""
-    compile: Literal["off", "decode"] = "off"
+    compile: Literal["off", "decode", "steps"] = "off"
     """`decode`: decode steps of `compile_batch_sizes` sequences run a graph compiled at start-up by torch
-    inductor (weights frozen into it, products from inductor's C++ GEMM kernels, small ops fused); other
-    steps run eagerly, their linears as `cpu_linear` says (`onednn`; `torch`; `auto`: oneDNN for bfloat16
-    weights over 64 MiB, else torch's; not `openblas`). CPU, unquantized weights and a C++ compiler only;
-    start-up takes 20-60 s per batch size for a 100M-parameter model, each graph holds its own copy of the
-    linear weights and more (`gate plan` counts what benchmarks/compile_memory.py measured), and eager steps
-    routed through oneDNN hold one more (packed). In bfloat16 a graph keeps float32 between the ops it fuses where
-    eager steps round each result to bfloat16, so its greedy tokens can differ from the eager steps'."""
+    inductor (weights frozen into it, products from inductor's C++ GEMM kernels, small ops fused): fastest at a
+    few sequences. `steps`: every step of two or more sequences (prefill, decode or mixed) runs one graph compiled
+    at start-up with dynamic shapes (weights frozen and packed for oneDNN/MKL, small ops fused): for batches of
+    about 8 and more, offline or at high concurrency. Other steps run eagerly, their linears as `cpu_linear` says
+    (`onednn`; `torch`; `auto`: oneDNN for bfloat16 weights over 64 MiB, else torch's; not `openblas`). CPU,
+    unquantized weights and a C++ compiler only; start-up takes 20-60 s per graph for a 100M-parameter model
+    (`steps` compiles two), each graph holds its own copies of the linear weights (`gate plan` counts what
+    benchmarks/compile_memory.py measured), and eager steps routed through oneDNN hold one more (packed). In
+    bfloat16 a graph keeps float32 between the ops it fuses where eager steps round each result to bfloat16, so its
+    greedy tokens can differ from the eager steps'."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
-    """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`."""
+    """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`; not read
+    by the other modes."""
     decode_attention: Literal["auto", "sdpa", "kernel"] = "auto"
     """How decode rows (one new token each) attend their cached context on the reference backend: `kernel`,
     servegate's decode attention kernel (C, built at first use with the machine's C compiler and kept in
@@ -311,20 +315,23 @@ class Runtime(BackendQuestions, Section):
         if self.cpu_linear == "openblas":
             # OpenBLAS takes torch's threads down to one, and the compiled graphs run on torch's threads
             raise ValueError(
-                "compile: decode runs its graphs on torch's threads, which cpu_linear: openblas takes down to one: "
-                "choose one (cpu_linear: auto, torch or onednn with compile: decode)"
+                f"compile: {self.compile} runs its graphs on torch's threads, which cpu_linear: openblas takes down "
+                f"to one: choose one (cpu_linear: auto, torch or onednn with compile: {self.compile})"
             )
         if self.quantization.method != "none":
             raise ValueError(
-                f"compile: decode freezes float weights; it does not take quantization {self.quantization.method!r}"
+                f"compile: {self.compile} freezes float weights; it does not take quantization "
+                f"{self.quantization.method!r}"
             )
         if self.remote:
-            raise ValueError(f"compile: decode applies to the reference backend, not to backend: {self.backend}")
-        if self.device == "cuda":
-            # the compiled graph's attention op and GEMM template are CPU ones (runtime/model/compiled_decode.py)
             raise ValueError(
-                "compile: decode is implemented for CPU only (inductor's C++ kernels); with device: cuda set "
-                "compile: off (decode steps then run eagerly on the GPU)"
+                f"compile: {self.compile} applies to the reference backend, not to backend: {self.backend}"
+            )
+        if self.device == "cuda":
+            # the compiled graphs' attention op and kernels are CPU ones (runtime/model/compiled_decode.py)
+            raise ValueError(
+                f"compile: {self.compile} is implemented for CPU only (inductor's C++ kernels); with device: cuda "
+                "set compile: off (steps then run eagerly on the GPU)"
             )
         return self
 

@@ -178,7 +178,7 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     # copies of the tiny config's linear and LM-head weights: each a share of the weights (no embeddings)
     assert 0 < compiled.compiled_weights_bytes // COMPILED_GRAPH_WEIGHT_COPIES < compiled.weights_bytes
     assert compiled.total_bytes == plain.total_bytes + compiled.compiled_weights_bytes
-    assert any(line.startswith("compiled decode graph (frozen weights): ") for line in compiled.lines())
+    assert any(line.startswith("compiled graphs (frozen weights): ") for line in compiled.lines())
     assert not any(line.startswith("compiled decode graph") for line in plain.lines())
     # the same per compiled batch size, and the eager steps' oneDNN copy beside the dense weights the graphs keep
     three = manifest(model_dir, runtime={**runtime, "compile": "decode", "compile_batch_sizes": [1, 2, 4]})
@@ -187,6 +187,11 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     one_copy = compiled.compiled_weights_bytes // COMPILED_GRAPH_WEIGHT_COPIES
     assert manifest_memory(manifest(model_dir, runtime=routed)).compiled_weights_bytes == (
         3 * compiled.compiled_weights_bytes + one_copy
+    )
+    # compile: steps is one graph whatever compile_batch_sizes says (it does not read them), plus the same pack
+    steps = {**routed, "compile": "steps"}
+    assert manifest_memory(manifest(model_dir, runtime=steps)).compiled_weights_bytes == (
+        compiled.compiled_weights_bytes + one_copy
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,16 +29,22 @@ needs_compiler = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def compiled() -> tuple[torch.nn.Module, PagedModelRunner]:
+def compiled_runner(num_blocks: int, **compile_args: object) -> Iterator[tuple[torch.nn.Module, PagedModelRunner]]:
+    """A tiny float32 Llama's runner compiled as `compile_args` say, on one torch thread, its eager steps routed
+    through oneDNN afterwards as the engine builds `runtime.compile` with `cpu_linear: onednn` (engine/parts.py)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     model = tiny_causal_lm("llama").float()
-    runner = PagedModelRunner(model, num_blocks=48, block_size=4, compile_batch_sizes=(1, 2))
-    if onednn_available():  # as the engine builds compile: decode with cpu_linear: onednn (engine/parts.py)
+    runner = PagedModelRunner(model, num_blocks=num_blocks, block_size=4, **compile_args)  # type: ignore[arg-type]
+    if onednn_available():
         assert route_linears_onednn(model) > 0
     yield model, runner
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Iterator[tuple[torch.nn.Module, PagedModelRunner]]:
+    yield from compiled_runner(48, compile_batch_sizes=(1, 2))
 
 
 @needs_compiler
@@ -112,7 +119,7 @@ def test_a_compiled_size_needs_kv_blocks_to_warm_up_in() -> None:
         ({"compile_batch_sizes": [0]}, ">= 1"),
         ({"compile_batch_sizes": [2, 2]}, "twice"),
         ({"compile_batch_sizes": []}, "at least 1"),
-        ({"compile": "graph"}, "'off' or 'decode'"),
+        ({"compile": "graph"}, "'off', 'decode' or 'steps'"),
     ],
 )
 def test_the_manifest_refuses_inconsistent_compile_settings(fields: dict, message: str) -> None:

@@ -130,29 +130,43 @@ def test_sigkill_mid_file_then_rerun_gives_the_uninterrupted_file(served_dir: Pa
 
 @pytest.mark.skipif(
     not any(os.access(os.path.join(d, "g++"), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)),
-    reason="runtime.compile: decode needs a C++ compiler",
+    reason="runtime.compile needs a C++ compiler",
 )
-def test_gate_run_with_compiled_decode_writes_the_eager_runs_lines(
-    served_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("compile_mode", "batching", "ready_message"),
+    [
+        # mode none: every decode step is one sequence, the compiled batch size; the prefills run eagerly
+        ("decode", "none", "decode graph for 1 sequence(s) ready"),
+        # continuous batching: prefills, mixed and decode steps of several sequences run the one compiled graph
+        ("steps", "continuous", "steps graph ready"),
+    ],
+)
+def test_gate_run_with_a_compiled_runtime_writes_the_eager_runs_lines(
+    served_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    compile_mode: str,
+    batching: str,
+    ready_message: str,
 ) -> None:
-    # mode none: every decode step is one sequence, the compiled batch size; the prefills run eagerly, through
-    # oneDNN where torch has it
+    # the eager steps beside the graphs go through oneDNN where torch has it
     caplog.set_level("INFO", logger="servegate.runtime")
-    src = write_input(tmp_path / "in.jsonl", 8, seed=2, max_tokens=(4, 12))
+    src = write_input(tmp_path / "in.jsonl", 10, seed=2, max_tokens=(4, 12))
     outputs = {}
-    for compile_mode in ("off", "decode"):
-        out = tmp_path / f"{compile_mode}.jsonl"
-        sets = ["--set", "batching.mode=none", "--set", f"runtime.compile={compile_mode}"]
-        if compile_mode == "decode" and onednn_available():
+    for mode in ("off", compile_mode):
+        out = tmp_path / f"{mode}.jsonl"
+        sets = ["--set", f"batching.mode={batching}", "--set", f"runtime.compile={mode}"]
+        if mode != "off" and onednn_available():
             sets += ["--set", "runtime.cpu_linear=onednn"]
         result = CliRunner().invoke(
             app, ["run", str(served_dir / "manifest.yaml"), "-i", str(src), "-o", str(out), *sets]
         )
         assert result.exit_code == 0, result.output
-        outputs[compile_mode] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(outputs["decode"]) == 8
-    assert outputs["decode"] == outputs["off"]
-    ready = [r.getMessage() for r in caplog.records if "decode graph for 1 sequence(s) ready" in r.getMessage()]
-    assert len(ready) == 1  # compiled once, in the decode run only
+        outputs[mode] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(outputs[compile_mode]) == 10
+    assert outputs[compile_mode] == outputs["off"]
+    ready = [r.getMessage() for r in caplog.records if ready_message in r.getMessage()]
+    assert len(ready) == 1  # compiled once, in the compiled run only
     routed = [r.getMessage() for r in caplog.records if "routed through oneDNN" in r.getMessage()]
     assert len(routed) == (1 if onednn_available() else 0)
+    assert not [r for r in caplog.records if "would recompile" in r.getMessage()]

@@ -56,7 +56,7 @@ class MemoryPlan:
     same server process; 0 without a fallback."""
     compiled_weights_bytes: int = 0
     """The copies of the linear weights compiled decode graphs hold frozen in their own layout, one per graph, and
-    the eager steps' packed copy beside them (`runtime.compile: decode`, `compiled_weights_bytes()`); 0 when
+    the eager steps' packed copy beside them (`runtime.compile`, `compiled_weights_bytes()`); 0 when
     nothing is compiled."""
     modelled: bool = True
     """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
@@ -134,7 +134,7 @@ class MemoryPlan:
             f"max concurrent sequences at {self.context_tokens:,} tokens: {self.max_concurrent_sequences:,}",
         ]
         if self.compiled_weights_bytes:
-            out.append(f"compiled decode graph (frozen weights): {format_bytes(self.compiled_weights_bytes)}")
+            out.append(f"compiled graphs (frozen weights): {format_bytes(self.compiled_weights_bytes)}")
         if self.fallback_bytes:
             out.append(f"fallback engine (same server): {format_bytes(self.fallback_bytes)}")
         if not self.modelled:
@@ -322,22 +322,23 @@ def manifest_memory(
 
 
 COMPILED_GRAPH_WEIGHT_COPIES = 2
-"""Copies of the linear weights `gate plan` counts for each compiled decode graph. Measured on the 134M Llama
-(benchmarks/compile_memory.py, benchmarks/README.md): the first graph grew the process by 1.6 (float32) and 2.7
-(bfloat16) copies, each further one by 2.0 and 1.2, and the eager steps' oneDNN pack by 0.2-1.0 more. Two a graph
-and one for the pack is at or above each measured total with the pack; without it, one bfloat16 graph measured
-0.65 copies more than counted."""
+"""Copies of the linear weights `gate plan` counts for each compiled graph. Measured on the 134M Llama
+(benchmarks/compile_memory.py, benchmarks/README.md): the first decode graph grew the process by 1.6 (float32)
+and 2.7 (bfloat16) copies, each further one by 2.0 and 1.2, and the eager steps' oneDNN pack by 0.2-1.0 more; the
+one graph of `compile: steps` by 1.35 and 1.72, its eager steps' pack by 1.1. Two a graph and one for the pack is
+at or above each measured total with the pack; without it, one bfloat16 decode graph measured 0.65 copies more
+than counted."""
 
 
 def compiled_weights_bytes(runtime: Runtime, linear_bytes: int, dtype: str) -> int:
-    """The linear weights `runtime.compile: decode` holds beyond the model's own: COMPILED_GRAPH_WEIGHT_COPIES per
-    compiled batch size (each graph freezes and packs its own), and one more where the eager steps beside the
-    graphs route through oneDNN (`eager_steps_pack`), since the graphs keep the dense weights alive
-    (runtime/model/compiled_decode.py). `dtype`: the compute dtype's name."""
-    if runtime.compile != "decode":
+    """The linear weights `runtime.compile` holds beyond the model's own: COMPILED_GRAPH_WEIGHT_COPIES per compiled
+    graph (each freezes and packs its own: one per batch size for `decode`, one for `steps`), and one more where the
+    eager steps beside the graphs route through oneDNN (`eager_steps_pack`), since the graphs keep the dense
+    weights alive (runtime/model/compiled_decode.py). `dtype`: the compute dtype's name."""
+    if runtime.compile == "off":
         return 0
-    graphs = len(runtime.compile_batch_sizes) * COMPILED_GRAPH_WEIGHT_COPIES
-    return linear_bytes * (graphs + eager_steps_pack(runtime, dtype, linear_bytes))
+    graphs = len(runtime.compile_batch_sizes) if runtime.compile == "decode" else 1
+    return linear_bytes * (graphs * COMPILED_GRAPH_WEIGHT_COPIES + eager_steps_pack(runtime, dtype, linear_bytes))
 
 
 def eager_steps_pack(runtime: Runtime, dtype: str, linear_bytes: int) -> bool:

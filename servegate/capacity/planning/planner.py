@@ -269,7 +269,8 @@ def _context_notes(served: ServedModel, model: LatencyModel, memory: MemoryPlan,
         )
     if memory.compiled_weights_bytes:
         notes.append(
-            "runtime.compile: decode holds copies of the linear weights in each compiled graph (and, where "
+            f"runtime.compile: {served.runtime.compile} holds copies of the linear weights in each compiled graph "
+            "(and, where "
             "cpu_linear routes the eager steps through oneDNN, their packed copy): "
             f"{format_bytes(memory.compiled_weights_bytes)} count in the memory total"
         )

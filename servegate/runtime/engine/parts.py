@@ -146,12 +146,13 @@ def _load_runner(
         block_size=block_size,
         kv_dtype=kv_dtype,
         compile_batch_sizes=runtime.compile_batch_sizes if runtime.compile == "decode" else (),
+        compile_steps=runtime.compile == "steps",
         decode_kernel=_decode_kernel(served, model, dims.head_dim, kv_dtype),
     )
     # routed once the runner is built and after quantization (quantized weights keep their own kernels): compiled
     # graphs were built over their own view of the weights (compiled_decode.compile_view), so routing reaches only
     # the steps they do not cover (prefills, other batch sizes)
-    compiled = runtime.compile == "decode"
+    compiled = runtime.compile != "off"
     routed = apply_cpu_linear(model, runtime.cpu_linear, runtime.threads, compiled=compiled)
     if compiled and routed:
         log.info("runtime.cpu_linear: %d linear layers of the eager steps routed through oneDNN", routed)

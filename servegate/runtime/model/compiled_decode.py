@@ -88,19 +88,17 @@ def _paged_attention_shape(query: torch.Tensor, *_other_arguments: object) -> to
 
 
 def check_compile_support(device: torch.device, quantized: bool) -> None:
-    """Refuse, with what to do, a setup `runtime.compile: decode` cannot run on."""
+    """Refuse, with what to do, a setup `runtime.compile` (decode or steps) cannot run on."""
     if device.type != "cpu":
-        raise ServegateError(
-            f"runtime.compile: decode is implemented for CPU (the model runs on {device}): set compile: off"
-        )
+        raise ServegateError(f"runtime.compile is implemented for CPU (the model runs on {device}): set compile: off")
     if quantized:
         raise ServegateError(
-            "runtime.compile: decode freezes float weights into the graph; it does not take quantized "
+            "runtime.compile freezes float weights into its graphs; it does not take quantized "
             "weights: set runtime.quantization.method: none or compile: off"
         )
     if shutil.which("g++") is None and shutil.which("c++") is None:
         raise ServegateError(
-            "runtime.compile: decode needs a C++ compiler for torch inductor's kernels (none on PATH): "
+            "runtime.compile needs a C++ compiler for torch inductor's kernels (none on PATH): "
             "install one (Debian: apt-get install g++) or set compile: off"
         )
 
@@ -147,6 +145,10 @@ class CompiledDecode:
         """Inductor settings the graph is built with: weights frozen, GEMMs from its C++ template."""
         return {"freezing": True, "max_autotune_gemm_backends": self._gemm_backends}
 
+    def compiling(self, num_seqs: int) -> bool:
+        """Whether a step of `num_seqs` sequences may compile now (start-up) rather than run a graph built before."""
+        return num_seqs not in self.runs
+
     def run(self, step: PagedStep, **inputs: Any) -> Any | None:
         """The model's output for one step, or None when the graph would have to recompile (run it eagerly)."""
         import torch._inductor.config as inductor_config
@@ -154,7 +156,7 @@ class CompiledDecode:
         num_seqs = len(step.seqs)
         _current.step = step
         try:
-            if num_seqs not in self.runs:  # start-up: compile this shape now, with the freezing options
+            if self.compiling(num_seqs):  # start-up: compile this shape now, with the freezing options
                 with inductor_config.patch(self.compile_options()):
                     out = self._forward(**inputs)
             else:
@@ -167,7 +169,7 @@ class CompiledDecode:
                 raise
             self.fallbacks += 1
             if self.fallbacks == 1:
-                log.warning("compiled decode would recompile (%s); running such steps eagerly", exc)
+                log.warning("a compiled graph would recompile (%s); running such steps eagerly", exc)
             return None
         finally:
             _current.step = None

@@ -105,7 +105,7 @@ def resolve_cpu_linear(
     for bfloat16 (packed bf16 products ran 1.45x faster than F.linear's at 1 row and 1.6x at 64 on an AMX Xeon,
     benchmarks/README.md), OpenBLAS for float32 on a non-Intel CPU; `torch` otherwise.
 
-    `compiled`: the eager steps beside compiled decode graphs (`runtime.compile: decode`). `auto` then never
+    `compiled`: the eager steps beside compiled graphs (`runtime.compile: decode` or `steps`). `auto` then never
     picks OpenBLAS, which would take the graphs' torch threads down to one (the manifest refuses `openblas`
     there for the same reason); it keeps oneDNN for bfloat16.
     """

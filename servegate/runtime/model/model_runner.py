@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from servegate.runtime.model.compiled_decode import CompiledDecode, check_compile_support
+from servegate.runtime.model.compiled_steps import MIN_SEQS, CompiledSteps
 from servegate.runtime.model.decode_kernel import DecodeKernel
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 from servegate.runtime.model.paged_attention import (
@@ -59,11 +60,14 @@ class PagedModelRunner:
         block_size: int,
         kv_dtype: str = "auto",
         compile_batch_sizes: Sequence[int] = (),
+        compile_steps: bool = False,
         batched_decode: bool = False,
         decode_kernel: DecodeKernel | None = None,
     ) -> None:
         """`compile_batch_sizes`: decode steps of these numbers of sequences run a graph compiled now
         (`runtime.compile: decode`, see compiled_decode.py); empty: every step runs eagerly.
+        `compile_steps=True`: every step of two or more sequences runs one graph with dynamic shapes, compiled now
+        (`runtime.compile: steps`, see compiled_steps.py); not with `compile_batch_sizes`.
         `batched_decode=True` attends all decode rows of a step in one call per layer (batched_decode.py); the
         default, one call per sequence, measured faster on CPU (see `PagedStep.batched_decode`).
         `decode_kernel`: decode rows go through the decode attention kernel instead (decode_kernel.py), one call
@@ -98,8 +102,12 @@ class PagedModelRunner:
             kv_dtype=kv_dtype,
         )
         self.compiled: CompiledDecode | None = None
+        if compile_batch_sizes and compile_steps:
+            raise ValueError("compile_batch_sizes and compile_steps are two compile modes: choose one")
         if compile_batch_sizes:
             self._compile(compile_batch_sizes)
+        if compile_steps:
+            self._compile_steps()
 
     def _compile(self, batch_sizes: Sequence[int]) -> None:
         """Compile the decode graph of each batch size now, on a throwaway step (start-up, not a request)."""
@@ -118,6 +126,30 @@ class PagedModelRunner:
                 raise RuntimeError(f"the decode graph for {size} sequence(s) did not compile (see the log)")
             seconds = time.perf_counter() - began
             log.info("runtime.compile: decode graph for %d sequence(s) ready in %.1f s", size, seconds)
+
+    def _compile_steps(self) -> None:
+        """Compile the dynamic-shape graph's two shape classes now, on throwaway steps (start-up, not a request):
+        a prefill of MIN_SEQS sequences with more tokens than sequences, then a decode step of them."""
+        check_compile_support(self.device, quantized=_has_quantized_linear(self.model))
+        per_seq = -(-2 // self.block_size)  # blocks for a sequence's first two positions
+        if self.num_blocks < MIN_SEQS * per_seq:
+            raise ValueError(
+                f"compile: steps needs {MIN_SEQS * per_seq} KV blocks at start-up; the pool has only {self.num_blocks}"
+            )
+        steps = CompiledSteps(self.model)
+        self.compiled = steps
+        tables = [tuple(range(i * per_seq, (i + 1) * per_seq)) for i in range(MIN_SEQS)]
+        began = time.perf_counter()
+        log.info("runtime.compile: compiling one graph for every step of %d+ sequences (torch inductor)", MIN_SEQS)
+        # blocks no request owns yet (start-up), whose contents are overwritten before anything reads them
+        self.execute(
+            [SeqChunk(0, (0, 0), 0, tables[0])] + [SeqChunk(i, (0,), 0, tables[i]) for i in range(1, MIN_SEQS)]
+        )
+        self.execute([SeqChunk(i, (0,), 1, tables[i]) for i in range(MIN_SEQS)])
+        if steps.runs.get(MIN_SEQS) != 2:
+            raise RuntimeError("the compiled steps' graph did not compile (see the log)")
+        steps.warm = True
+        log.info("runtime.compile: steps graph ready in %.1f s", time.perf_counter() - began)
 
     @classmethod
     def from_budget(
