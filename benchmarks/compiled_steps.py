@@ -31,16 +31,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from compile_memory import resident_mib  # noqa: E402
 from runner_decode import build_model, greedy_round  # noqa: E402
 
 from servegate.runtime.model.decode_kernel import load_decode_kernel  # noqa: E402
 from servegate.runtime.model.fused_linear import route_linears_onednn  # noqa: E402
 from servegate.runtime.model.model_runner import PagedModelRunner  # noqa: E402
-
-
-def resident_mib() -> float:
-    """The process's resident memory now, in MiB."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main() -> None:

@@ -217,6 +217,13 @@ spinning workers only add CPU time (`gate check` on the 4.6 MB quickstart model,
 because `gate plan` counts the memory the route takes without importing torch."""
 
 
+def auto_packs_for_onednn(dtype: str, linear_bytes: int) -> bool:
+    """Whether `cpu_linear: auto` on CPU routes linear weights through oneDNN (given oneDNN in torch): bfloat16
+    weights of AUTO_MIN_WEIGHT_BYTES or more. `dtype`: the compute dtype's name. The one statement of the rule that
+    runtime/model/cpu_linear.resolve_cpu_linear applies and `gate plan` counts the packed copy by."""
+    return dtype == "bfloat16" and linear_bytes >= AUTO_MIN_WEIGHT_BYTES
+
+
 class Runtime(BackendQuestions, Section):
     """How the model is executed: backend, device, precision, quantization and KV cache."""
 
@@ -268,7 +275,9 @@ class Runtime(BackendQuestions, Section):
     (`steps` compiles two), each graph holds its own copies of the linear weights (`gate plan` counts what
     benchmarks/compile_memory.py measured), and eager steps routed through oneDNN hold one more (packed). In
     bfloat16 a graph keeps float32 between the ops it fuses where eager steps round each result to bfloat16, so its
-    greedy tokens can differ from the eager steps'."""
+    greedy tokens can differ from the eager steps'. With `steps` a sequence alone runs eagerly and beside others
+    through the graph, so its logits differ between the two by float rounding (float32: about 3e-6 on the benchmark
+    Llama), which the batching gate sees where it turns a near-tie."""
     compile_batch_sizes: list[int] = Field(default_factory=lambda: [1], min_length=1, max_length=8)
     """Numbers of sequences whose decode steps are compiled (one graph each) when `compile` is `decode`; not read
     by the other modes."""

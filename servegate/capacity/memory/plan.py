@@ -14,7 +14,7 @@ from typing import Any
 from servegate.capacity.memory.weights import WeightsMemory, read_config, weights_memory
 from servegate.contracts.errors import ServegateError
 from servegate.contracts.manifest import ServedModel
-from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES, Runtime
+from servegate.contracts.sections import Runtime, auto_packs_for_onednn
 from servegate.contracts.units import format_bytes
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
 
@@ -343,16 +343,11 @@ def compiled_weights_bytes(runtime: Runtime, linear_bytes: int, dtype: str) -> i
 
 def eager_steps_pack(runtime: Runtime, dtype: str, linear_bytes: int) -> bool:
     """Whether the eager steps beside compiled graphs hold oneDNN's packed copy of the linear weights: with
-    `cpu_linear: onednn`, and with `auto` for bfloat16 weights of AUTO_MIN_WEIGHT_BYTES or more on CPU (the rule
-    of runtime/model/cpu_linear.resolve_cpu_linear, which never picks OpenBLAS beside compiled graphs)."""
+    `cpu_linear: onednn`, and with `auto` where `auto_packs_for_onednn` says so on CPU (the rule of
+    runtime/model/cpu_linear.resolve_cpu_linear, which never picks OpenBLAS beside compiled graphs)."""
     if runtime.cpu_linear == "onednn":
         return True
-    return (
-        runtime.cpu_linear == "auto"
-        and runtime.device != "cuda"
-        and dtype == "bfloat16"
-        and linear_bytes >= AUTO_MIN_WEIGHT_BYTES
-    )
+    return runtime.cpu_linear == "auto" and runtime.device != "cuda" and auto_packs_for_onednn(dtype, linear_bytes)
 
 
 def _as_stored(served: ServedModel, weights: WeightsMemory) -> WeightsMemory:

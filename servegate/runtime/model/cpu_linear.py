@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES
+from servegate.contracts.sections import AUTO_MIN_WEIGHT_BYTES, auto_packs_for_onednn
 from servegate.runtime.model.fused_linear import route_linears_onednn
 from servegate.runtime.model.onednn_linear import (
     ONEDNN_DTYPES,
@@ -115,7 +115,7 @@ def resolve_cpu_linear(
         require_onednn()
         return "onednn" if dtype in ONEDNN_DTYPES else "torch"
     if choice == "auto" and dtype == torch.bfloat16:
-        return "onednn" if weight_bytes >= AUTO_MIN_WEIGHT_BYTES and onednn_available() else "torch"
+        return "onednn" if auto_packs_for_onednn("bfloat16", weight_bytes) and onednn_available() else "torch"
     if dtype != torch.float32:
         return "torch"
     if choice == "openblas":
