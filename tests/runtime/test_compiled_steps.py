@@ -74,6 +74,7 @@ def test_a_batch_of_thirty_two_decodes_through_the_graph(compiled) -> None:
     assert runner.compiled.runs[32] >= 4 and runner.compiled.fallbacks == fallbacks
 
 
+@needs_compiler  # the block check comes after the compiler check
 def test_the_two_compile_modes_are_exclusive_and_steps_need_blocks() -> None:
     model = tiny_causal_lm("llama").float()
     with pytest.raises(ValueError, match="choose one"):
