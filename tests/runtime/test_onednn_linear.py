@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from support.models import assert_routing_decodes_as_before, tiny_llama
 
+from servegate.contracts import sections
 from servegate.runtime.model import cpu_linear
 from servegate.runtime.model.cpu_linear import apply_cpu_linear
 from servegate.runtime.model.fused_linear import route_linears_onednn
@@ -112,7 +113,9 @@ def test_apply_keeps_torchs_threads_for_onednn() -> None:
 
 def test_auto_packs_a_large_bfloat16_model_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert apply_cpu_linear(tiny_llama().to(torch.bfloat16), "auto", None) == 0  # 0.1 MB: stays in cache
-    monkeypatch.setattr(cpu_linear, "AUTO_MIN_WEIGHT_BYTES", 1)  # as if its weights streamed from memory
+    # as if its weights streamed from memory: the bfloat16 rule (sections.auto_packs_for_onednn) and float32's
+    monkeypatch.setattr(sections, "AUTO_MIN_WEIGHT_BYTES", 1)
+    monkeypatch.setattr(cpu_linear, "AUTO_MIN_WEIGHT_BYTES", 1)
     assert apply_cpu_linear(tiny_llama().to(torch.bfloat16), "auto", None) == 2 * 7 + 1
     monkeypatch.setattr(cpu_linear, "cpu_vendor", lambda: "GenuineIntel")
     assert apply_cpu_linear(tiny_llama(), "auto", None) == 0  # float32 on Intel: torch's own
