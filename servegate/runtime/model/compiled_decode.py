@@ -27,6 +27,7 @@ sequences oneDNN's steps were 1.5-1.7x faster than the compiled ones.
 
 from __future__ import annotations
 
+import abc
 import copy
 import logging
 import shutil
@@ -124,30 +125,29 @@ def compile_view(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo)
 
 
-class CompiledDecode:
-    """The model's forward compiled for decode steps of the given numbers of sequences."""
+class CompiledForward(abc.ABC):
+    """A compiled forward of the paged runner and its counters; each compile mode says which steps it takes,
+    with which inductor settings, and when it may still compile."""
 
-    def __init__(self, model: Any, batch_sizes: Sequence[int], dtype: torch.dtype) -> None:
-        self.batch_sizes = frozenset(batch_sizes)
-        self._forward = torch.compile(compile_view(model), dynamic=False, mode="max-autotune-no-cudagraphs")
-        # inductor's C++ GEMM template covers these; anything else (float64) keeps aten's kernels
-        self._gemm_backends = "CPP" if dtype in (torch.float32, torch.bfloat16, torch.float16) else "ATEN"
+    def __init__(self, forward: Any) -> None:
+        self._forward = forward
+        """The torch.compile'd forward (compile_view of the model), built by the mode."""
         self.runs: dict[int, int] = {}
         """Compiled steps run so far, per number of sequences (a size absent here is not compiled yet)."""
         self.fallbacks = 0
         """Steps of a compiled shape that ran eagerly because the graph would have had to recompile."""
 
+    @abc.abstractmethod
     def wants(self, num_seqs: int, num_tokens: int) -> bool:
-        """Whether a step of `num_seqs` sequences and `num_tokens` tokens is a compiled decode shape."""
-        return num_tokens == num_seqs and num_seqs in self.batch_sizes
+        """Whether a step of `num_seqs` sequences and `num_tokens` tokens runs the graph."""
 
+    @abc.abstractmethod
     def compile_options(self) -> dict[str, Any]:
-        """Inductor settings the graph is built with: weights frozen, GEMMs from its C++ template."""
-        return {"freezing": True, "max_autotune_gemm_backends": self._gemm_backends}
+        """Inductor settings the graph is built with."""
 
+    @abc.abstractmethod
     def compiling(self, num_seqs: int) -> bool:
         """Whether a step of `num_seqs` sequences may compile now (start-up) rather than run a graph built before."""
-        return num_seqs not in self.runs
 
     def run(self, step: PagedStep, **inputs: Any) -> Any | None:
         """The model's output for one step, or None when the graph would have to recompile (run it eagerly)."""
@@ -173,3 +173,25 @@ class CompiledDecode:
             return None
         finally:
             _current.step = None
+
+
+class CompiledDecode(CompiledForward):
+    """The model's forward compiled for decode steps of the given numbers of sequences, one static graph each."""
+
+    def __init__(self, model: Any, batch_sizes: Sequence[int], dtype: torch.dtype) -> None:
+        super().__init__(torch.compile(compile_view(model), dynamic=False, mode="max-autotune-no-cudagraphs"))
+        self.batch_sizes = frozenset(batch_sizes)
+        # inductor's C++ GEMM template covers these; anything else (float64) keeps aten's kernels
+        self._gemm_backends = "CPP" if dtype in (torch.float32, torch.bfloat16, torch.float16) else "ATEN"
+
+    def wants(self, num_seqs: int, num_tokens: int) -> bool:
+        """Whether a step of `num_seqs` sequences and `num_tokens` tokens is a compiled decode shape."""
+        return num_tokens == num_seqs and num_seqs in self.batch_sizes
+
+    def compile_options(self) -> dict[str, Any]:
+        """Inductor settings the graph is built with: weights frozen, GEMMs from its C++ template."""
+        return {"freezing": True, "max_autotune_gemm_backends": self._gemm_backends}
+
+    def compiling(self, num_seqs: int) -> bool:
+        """A size compiles on its first step (start-up warms each declared size)."""
+        return num_seqs not in self.runs

@@ -24,22 +24,20 @@ from typing import Any
 
 import torch
 
-from servegate.runtime.model.compiled_decode import CompiledDecode, compile_view
+from servegate.runtime.model.compiled_decode import CompiledForward, compile_view
 
 MIN_SEQS = 2
 """The fewest sequences a step needs to run the graph; a step of one sequence is a shape class of its own
 (see the module docstring), slower compiled than eager, and runs eagerly."""
 
 
-class CompiledSteps(CompiledDecode):
+class CompiledSteps(CompiledForward):
     """The model's forward compiled once, with dynamic shapes, for every step of MIN_SEQS or more sequences."""
 
-    def __init__(self, model: Any) -> None:
-        # not super().__init__: that builds a static max-autotune graph; the counters are the same
-        self._forward = torch.compile(compile_view(model), dynamic=True)
-        self.batch_sizes = frozenset()
-        self.runs: dict[int, int] = {}
-        self.fallbacks = 0
+    def __init__(self, model: Any, dtype: torch.dtype) -> None:
+        super().__init__(torch.compile(compile_view(model), dynamic=True))
+        # float32 needs no emulated casts; in 16-bit types they keep the graph's roundings nearer eager's
+        self._emulate_casts = dtype in (torch.bfloat16, torch.float16)
         self.warm = False
         """Set once start-up compiled the shape classes; from then on a step never compiles."""
 
@@ -49,7 +47,7 @@ class CompiledSteps(CompiledDecode):
 
     def compile_options(self) -> dict[str, Any]:
         """Weights frozen, so inductor prepacks them for oneDNN/MKL once instead of on every product."""
-        return {"freezing": True, "emulate_precision_casts": True}
+        return {"freezing": True, "emulate_precision_casts": self._emulate_casts}
 
     def compiling(self, num_seqs: int) -> bool:
         """Only before `warm` is set (start-up)."""

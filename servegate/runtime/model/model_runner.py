@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from servegate.runtime.model.compiled_decode import CompiledDecode, check_compile_support
+from servegate.runtime.model.compiled_decode import CompiledDecode, CompiledForward, check_compile_support
 from servegate.runtime.model.compiled_steps import MIN_SEQS, CompiledSteps
 from servegate.runtime.model.decode_kernel import DecodeKernel
 from servegate.runtime.model.kv_memory import DTYPE_BYTES, kv_dims_from_config, num_kv_blocks
@@ -101,7 +101,7 @@ class PagedModelRunner:
             device=self.device,
             kv_dtype=kv_dtype,
         )
-        self.compiled: CompiledDecode | None = None
+        self.compiled: CompiledForward | None = None
         if compile_batch_sizes and compile_steps:
             raise ValueError("compile_batch_sizes and compile_steps are two compile modes: choose one")
         if compile_batch_sizes:
@@ -136,7 +136,7 @@ class PagedModelRunner:
             raise ValueError(
                 f"compile: steps needs {MIN_SEQS * per_seq} KV blocks at start-up; the pool has only {self.num_blocks}"
             )
-        steps = CompiledSteps(self.model)
+        steps = CompiledSteps(self.model, self.dtype)
         self.compiled = steps
         tables = [tuple(range(i * per_seq, (i + 1) * per_seq)) for i in range(MIN_SEQS)]
         began = time.perf_counter()
