@@ -48,12 +48,21 @@ from transformers.masking_utils import sdpa_mask
 
 from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
 from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows, kernel_takes
+from servegate.runtime.model.huge_pages import huge_page_zeros
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
 
 KV_DTYPES = ("auto", "fp8")
 """KV storage formats: `auto` stores the compute dtype, `fp8` stores float8_e4m3fn (decoded on read)."""
+
+
+def _pool(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """One layer's zeroed K or V pool: on CPU on 2 MiB pages, where a step's scattered block reads miss the TLB
+    far less (huge_pages.py); elsewhere plain zeros."""
+    if torch.device(device).type == "cpu":
+        return huge_page_zeros(shape, dtype)
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 class PagedKVCache:
@@ -85,8 +94,8 @@ class PagedKVCache:
         self.fp8 = kv_dtype == "fp8"
         self.storage_dtype = torch.uint8 if self.fp8 else dtype
         shape = (kv_heads, num_blocks * block_size, head_dim)
-        self.keys = [torch.zeros(shape, dtype=self.storage_dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=self.storage_dtype, device=device) for _ in range(num_layers)]
+        self.keys = [_pool(shape, self.storage_dtype, device) for _ in range(num_layers)]
+        self.values = [_pool(shape, self.storage_dtype, device) for _ in range(num_layers)]
         # gather target for sequences whose blocks are not consecutive; grown on demand, reused by every layer
         self._workspace = torch.empty(0, dtype=self.storage_dtype, device=device)
 
