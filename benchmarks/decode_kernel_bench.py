@@ -74,15 +74,19 @@ def run(kernel: DecodeKernel, pools: list[tuple[torch.Tensor, torch.Tensor]], in
     return [kernel.attend(q, k, v, table, lengths, first, block, 0.125, None) for k, v in pools]
 
 
-def read_floor(nbytes: int, dtype: torch.dtype, rounds: int = 8) -> float:
-    """GB/s torch reaches summing `nbytes` of `dtype` (the fewest bytes any attention must read)."""
-    x = torch.ones(nbytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype)
+def read_rate(x: torch.Tensor, rounds: int = 8) -> float:
+    """GB/s torch reaches summing `x` (median of `rounds`)."""
     times = []
     for _ in range(rounds):
         began = time.perf_counter()
         x.sum()
         times.append(time.perf_counter() - began)
-    return nbytes / statistics.median(times) / 1e9
+    return x.numel() * x.element_size() / statistics.median(times) / 1e9
+
+
+def read_floor(nbytes: int, dtype: torch.dtype, rounds: int = 8) -> float:
+    """GB/s torch reaches summing `nbytes` of `dtype` (the fewest bytes any attention must read)."""
+    return read_rate(torch.ones(nbytes // dtype.itemsize, dtype=dtype), rounds)
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_kernel_bench import SHAPES, case, run  # noqa: E402
+from decode_kernel_bench import SHAPES, case, read_rate, run  # noqa: E402
 from runner_decode import build_model, greedy_round  # noqa: E402
 
 from servegate.runtime.model import paged_attention  # noqa: E402
@@ -49,16 +49,6 @@ def huge_kib() -> int:
         if line.startswith("AnonHugePages:"):
             return int(line.split()[1])
     return 0
-
-
-def read_rate(x: torch.Tensor, rounds: int = 8) -> float:
-    """GB/s torch reaches summing `x`."""
-    times = []
-    for _ in range(rounds):
-        began = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - began)
-    return x.numel() * x.element_size() / statistics.median(times) / 1e9
 
 
 @contextlib.contextmanager
