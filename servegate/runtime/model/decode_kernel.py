@@ -7,7 +7,9 @@ over 64 contexts of ~200 tokens took 52-55 ms in bfloat16 and 70-74 ms in float3
 45-47 ms for this kernel (benchmarks/README.md, "The decode attention kernel"). Scoring bfloat16 keys with
 vdpbf16ps, where the CPU has AVX512-BF16, took bfloat16 from 41-43 to 36-38 ms again in a later run. Summing scores
 and exponentiating 16 at a time, bfloat16 values through vdpbf16ps and the next block prefetched made it another
-1.21-1.45x faster in float32 and 1.50-1.75x in bfloat16 (`benchmarks/decode_kernel_bench.py`).
+1.21-1.45x faster in float32 and 1.50-1.75x in bfloat16 (`benchmarks/decode_kernel_bench.py`). Asking for
+blocks four ahead into L2, and for each block's values while its keys are read, made it 1.28-1.64x faster again:
+one block is read faster than memory answers, so a single block ahead left the kernel waiting on memory.
 
 The kernel (`kernels/decode_attention.c`) is plain C with GCC vector types and OpenMP: one task per (sequence,
 KV head), reading each key and value row of the context once where its block lies, scores and sums in float32.
