@@ -35,7 +35,7 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
     if not rows:
         return sampled
     states = [state for _, state in rows]
-    raw = logits[[row for row, _ in rows]]
+    raw = _float_rows(logits, [row for row, _ in rows])
     constrained = [i for i, s in enumerate(states) if s.matcher is not None]
     if constrained:
         raw = _masked(parts, raw, [states[i] for i in constrained], constrained)
@@ -62,6 +62,16 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
             named = None if state.params.tokens_as_ids else parts.tokenizer
             state.top_logprobs.append(_alternatives(raw[i], state.params.top_logprobs, named))
     return sampled
+
+
+def _float_rows(logits: Any, rows: list[int]) -> Any:
+    """The sampled rows of `logits` in float32: no copy when they are every row and already float32.
+
+    Everything after this computes in float32, as transformers and vLLM sample, so converting once here changes
+    no result; it saves time, since torch's bfloat16 argmax and log-softmax on CPU cost several times their
+    float32 forms (benchmarks/README.md, "Sampling bfloat16 logits")."""
+    every_row = rows == list(range(logits.shape[0]))
+    return (logits if every_row else logits[rows]).float()
 
 
 def _masked(parts: EngineParts, raw: Any, states: list[RequestState], rows: list[int]) -> Any:
