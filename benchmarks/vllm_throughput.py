@@ -219,10 +219,12 @@ def run_on(system: str, engine: Any, vllm: VllmOffline, jobs: list[Job]) -> tupl
 
 def decode_steps(engine: Any, vllm: VllmOffline, vocab: int, batch: int, steps: int, repeats: int = 2) -> None:
     """Mean decode step at `batch` sequences of 128-token prompts, both systems, alternating: the time of `steps`
-    more tokens each over the time of 1 (prefill and first token), divided by `steps`; prints each measurement."""
+    more tokens each over the time of 1 (prefill and first token), divided by `steps`; prints each measurement,
+    and the prefill (the time of 1 token each) beside it."""
     rng = torch.Generator().manual_seed(7)
     prompts = torch.randint(3, vocab, (batch, 128), generator=rng).tolist()
     times: dict[str, list[float]] = {"servegate": [], "vllm": []}
+    prefills: dict[str, list[float]] = {"servegate": [], "vllm": []}
     for system in times:  # untimed: the first batch of this shape pays for allocations
         run_on(system, engine, vllm, [Job(i, [2, *p[1:]], 2, 0.0) for i, p in enumerate(prompts)])
     for r in range(repeats):
@@ -231,13 +233,16 @@ def decode_steps(engine: Any, vllm: VllmOffline, vocab: int, batch: int, steps: 
             short = [Job(i, [r + 3, *p[1:]], 1, 0.0) for i, p in enumerate(prompts)]
             long = [Job(i, [r + 3, *p[1:]], steps + 1, 0.0) for i, p in enumerate(prompts)]
             first = run_on(system, engine, vllm, short)[0]
+            prefills[system].append(1000 * first)
             times[system].append(1000 * (run_on(system, engine, vllm, long)[0] - first) / steps)
-    print(
-        f"  decode step at batch {batch} (128-token prompts, mean of {steps} steps): "
-        + "; ".join(f"{s} " + ", ".join(f"{ms:.0f}" for ms in t) + " ms" for s, t in times.items())
-        + f"; servegate/vLLM step time {statistics.median(times['servegate']) / statistics.median(times['vllm']):.2f}x",
-        flush=True,
-    )
+    for label, measured in ((f"decode step (mean of {steps} steps)", times), ("prefill (1 token each)", prefills)):
+        ratio = statistics.median(measured["servegate"]) / statistics.median(measured["vllm"])
+        print(
+            f"  {label} at batch {batch}, 128-token prompts: "
+            + "; ".join(f"{s} " + ", ".join(f"{ms:.0f}" for ms in t) + " ms" for s, t in measured.items())
+            + f"; servegate/vLLM time {ratio:.2f}x",
+            flush=True,
+        )
 
 
 def compiled_label(args: argparse.Namespace) -> str:
