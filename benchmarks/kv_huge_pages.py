@@ -1,6 +1,7 @@
 """The decode attention kernel over KV pools on 4 KiB pages against the same pools on 2 MiB pages.
 
-The runtime places each CPU KV pool on 2 MiB pages (runtime/model/huge_pages.py): a decode step reads every
+The runtime places the CPU KV pools of a cache of 512 MiB or more on 2 MiB pages (runtime/model/huge_pages.py): a
+decode step reads every
 sequence's blocks where they lie, a few KiB per block and head, so on 4 KiB pages nearly every block costs a TLB
 miss, and a page walk on a virtual machine is two-dimensional. This script takes decode_kernel_bench.py's cases
 (batch 64, 12 layers of pools, contexts of 100-300 tokens in shuffled blocks of 16, head size 64; the random
@@ -52,10 +53,11 @@ def huge_kib() -> int:
 
 
 @contextlib.contextmanager
-def small_page_pools():
-    """PagedKVCache makes its pools with torch.zeros (4 KiB pages) inside this block."""
+def pools_on(huge: bool):
+    """PagedKVCache makes its pools on 2 MiB pages (`huge`) or with torch.zeros (4 KiB pages) inside this block,
+    whatever the cache's size."""
     placed = paged_attention._pool
-    paged_attention._pool = lambda shape, dtype, device: torch.zeros(shape, dtype=dtype, device=device)
+    paged_attention._pool = lambda shape, dtype, device, _: placed(shape, dtype, device, huge)
     try:
         yield
     finally:
@@ -67,9 +69,10 @@ def compare_steps(dtype: torch.dtype, batch: int, rounds: int) -> None:
     model = build_model(dtype)
     route_linears_onednn(model)
     blocks = 2 * batch * -(-(128 + 32 + 1) // 16)
-    with small_page_pools():
+    with pools_on(huge=False):
         small = PagedModelRunner(model, num_blocks=blocks, block_size=16, decode_kernel=load_decode_kernel())
-    large = PagedModelRunner(model, num_blocks=blocks, block_size=16, decode_kernel=load_decode_kernel())
+    with pools_on(huge=True):
+        large = PagedModelRunner(model, num_blocks=blocks, block_size=16, decode_kernel=load_decode_kernel())
     prompts = torch.randint(10, 32000, (batch, 128), generator=torch.Generator().manual_seed(1)).tolist()
     steps: dict[str, list[float]] = {"4 KiB": [], "2 MiB": []}
     tokens = {}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from servegate.runtime.model.huge_pages import HUGE_PAGE, huge_page_zeros
+from servegate.runtime.model import huge_pages
+from servegate.runtime.model.huge_pages import HUGE_CACHE_MIN, HUGE_PAGE, huge_page_zeros, wants_huge_pages
 from servegate.runtime.model.paged_attention import PagedKVCache
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -69,11 +70,31 @@ def test_the_pool_is_advised_for_huge_pages():
     assert pool.data_ptr() % HUGE_PAGE == 0  # aligned, so every whole 2 MiB of it can be one page
 
 
-@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE on this OS: plain zeros")
-def test_the_kv_cache_places_cpu_pools_on_huge_pages_and_reads_back_what_it_wrote():
-    cache = PagedKVCache(
+def test_only_a_large_cpu_cache_wants_huge_pages():
+    assert wants_huge_pages(HUGE_CACHE_MIN, "cpu") and wants_huge_pages(4 * HUGE_CACHE_MIN, torch.device("cpu"))
+    assert not wants_huge_pages(HUGE_CACHE_MIN - 1, "cpu")
+    assert not wants_huge_pages(4 * HUGE_CACHE_MIN, "meta")  # another device: its own allocator
+
+
+def _small_cache() -> PagedKVCache:
+    """16 MiB of float32 pools: 2 layers, 4 KV heads, 512 blocks of 16, head size 64."""
+    return PagedKVCache(
         num_layers=2, num_blocks=512, block_size=16, kv_heads=4, head_dim=64, dtype=torch.float32, device="cpu"
     )
+
+
+def test_a_small_kv_cache_keeps_ordinary_pages():
+    """Below HUGE_CACHE_MIN the pools are torch.zeros: an engine with a small cache starts without faulting in
+    huge pages, which cost it start-up time for no measured gain."""
+    cache = _small_cache()
+    assert cache.nbytes() < HUGE_CACHE_MIN
+    assert not any("hg" in _mapping_fields(t.data_ptr()).get("VmFlags", "").split() for t in cache.keys)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE on this OS: plain zeros")
+def test_the_kv_cache_places_cpu_pools_on_huge_pages_and_reads_back_what_it_wrote(monkeypatch):
+    monkeypatch.setattr(huge_pages, "HUGE_CACHE_MIN", 8 * 2**20)  # so that a 16 MiB cache counts as large
+    cache = _small_cache()
     assert all(t.data_ptr() % HUGE_PAGE == 0 for t in cache.keys + cache.values)
     assert cache.nbytes() == 2 * 2 * 4 * 512 * 16 * 64 * 4
     assert not any(t.any() for t in cache.keys + cache.values)

@@ -263,5 +263,5 @@ def bytes_per_token_of(model: Any, kv_dtype: str = "auto") -> int:
     if kv_dtype == "fp8":
         element = DTYPE_BYTES["fp8"]
     else:
-        element = torch.empty(0, dtype=_compute_dtype(model)).element_size()
+        element = _compute_dtype(model).itemsize
     return dims.bytes_per_token(element)

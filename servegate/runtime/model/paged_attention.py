@@ -37,6 +37,7 @@ opaque `servegate::paged_attention` op, which runs this same code on the step be
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +49,7 @@ from transformers.masking_utils import sdpa_mask
 
 from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
 from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows, kernel_takes
-from servegate.runtime.model.huge_pages import huge_page_zeros
+from servegate.runtime.model.huge_pages import huge_page_zeros, wants_huge_pages
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
@@ -57,12 +58,10 @@ KV_DTYPES = ("auto", "fp8")
 """KV storage formats: `auto` stores the compute dtype, `fp8` stores float8_e4m3fn (decoded on read)."""
 
 
-def _pool(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """One layer's zeroed K or V pool: on CPU on 2 MiB pages, where a step's scattered block reads miss the TLB
-    far less (huge_pages.py); elsewhere plain zeros."""
-    if torch.device(device).type == "cpu":
-        return huge_page_zeros(shape, dtype)
-    return torch.zeros(shape, dtype=dtype, device=device)
+def _pool(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device | str, huge: bool) -> torch.Tensor:
+    """One layer's zeroed K or V pool: with `huge` (a large CPU cache, huge_pages.wants_huge_pages) on 2 MiB pages,
+    where a step's scattered block reads miss the TLB far less; else plain zeros."""
+    return huge_page_zeros(shape, dtype) if huge else torch.zeros(shape, dtype=dtype, device=device)
 
 
 class PagedKVCache:
@@ -94,8 +93,9 @@ class PagedKVCache:
         self.fp8 = kv_dtype == "fp8"
         self.storage_dtype = torch.uint8 if self.fp8 else dtype
         shape = (kv_heads, num_blocks * block_size, head_dim)
-        self.keys = [_pool(shape, self.storage_dtype, device) for _ in range(num_layers)]
-        self.values = [_pool(shape, self.storage_dtype, device) for _ in range(num_layers)]
+        huge = wants_huge_pages(2 * num_layers * math.prod(shape) * self.storage_dtype.itemsize, device)
+        self.keys = [_pool(shape, self.storage_dtype, device, huge) for _ in range(num_layers)]
+        self.values = [_pool(shape, self.storage_dtype, device, huge) for _ in range(num_layers)]
         # gather target for sequences whose blocks are not consecutive; grown on demand, reused by every layer
         self._workspace = torch.empty(0, dtype=self.storage_dtype, device=device)
 
