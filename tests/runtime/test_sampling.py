@@ -21,10 +21,21 @@ from servegate.runtime.types import SamplingParams
 
 def test_greedy_picks_the_argmax_and_reports_its_logprob() -> None:
     logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.5]])
-    tokens, logprobs = sample_batch(logits, [SamplingParams(), SamplingParams()], [None, None])
+    # one row asking is enough: every row's logprob is computed then (the other's is simply not reported)
+    tokens, logprobs = sample_batch(logits, [SamplingParams(logprobs=True), SamplingParams()], [None, None])
     assert tokens.tolist() == [1, 0]
     expected = torch.log_softmax(logits, -1)[[0, 1], [1, 0]]
-    assert torch.allclose(logprobs, expected)
+    assert logprobs is not None and torch.allclose(logprobs, expected)
+
+
+def test_no_logprobs_are_computed_when_no_row_asks_and_the_tokens_are_the_same() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(3))
+    params = [SamplingParams(), SamplingParams(temperature=0.7, seed=1)] * 2
+    quiet, none = sample_batch(logits, params, [None, request_generator(1), None, request_generator(1)])
+    asked = [SamplingParams(logprobs=True), SamplingParams(temperature=0.7, seed=1, logprobs=True)] * 2
+    tokens, logprobs = sample_batch(logits, asked, [None, request_generator(1), None, request_generator(1)])
+    assert none is None and logprobs is not None
+    assert torch.equal(quiet, tokens)
 
 
 def test_same_seed_same_tokens_at_any_batch_position() -> None:
@@ -84,8 +95,9 @@ def test_top_p_keeps_the_smallest_set_reaching_p() -> None:
 
 def test_logprobs_are_the_models_not_the_sampling_distributions() -> None:
     logits = torch.tensor([[0.0, 1.0, 2.0]])
-    tokens, logprobs = sample_batch(logits, [SamplingParams(temperature=0.1, top_k=1)], [request_generator(0)])
-    assert tokens.tolist() == [2]
+    params = [SamplingParams(temperature=0.1, top_k=1, logprobs=True)]
+    tokens, logprobs = sample_batch(logits, params, [request_generator(0)])
+    assert tokens.tolist() == [2] and logprobs is not None
     assert math.isclose(float(logprobs[0]), float(torch.log_softmax(logits, -1)[0, 2]), rel_tol=1e-6)
     values, ids = top_logprobs(logits, 2)
     assert ids.tolist() == [[2, 1]] and values[0, 0] > values[0, 1]

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from servegate.runtime.types import SamplingParams
 
 Sampler = Callable[[Any, list[SamplingParams], list[Any]], tuple[Any, Any]]
-"""sample_batch(logits [B, vocab], params, generators) -> (token ids [B], logprobs [B])."""
+"""sample_batch(logits [B, vocab], params, generators) -> (token ids [B], logprobs [B] or None when no row asks)."""
 
 
 class Embedder(Protocol):

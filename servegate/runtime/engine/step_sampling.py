@@ -26,6 +26,7 @@ class SampledTokens:
 
     tokens: dict[int, int] = field(default_factory=dict)
     logprobs: dict[int, float] = field(default_factory=dict)
+    """Each token's log-probability: every sampled row's when a request of the step asks for logprobs, else none."""
 
 
 def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestState]]) -> SampledTokens:
@@ -42,13 +43,15 @@ def sample_rows(parts: EngineParts, logits: Any, rows: list[tuple[int, RequestSt
     params = [s.params for s in states]
     reshaped = _reshaped(raw, states) if any(p.reshapes_logits() for p in params) else raw
     tokens, logprobs = parts.sampler(reshaped, params, [s.generator for s in states])
-    if reshaped is not raw:
+    if logprobs is not None and reshaped is not raw:
         from servegate.runtime.model.sampling import chosen_logprobs
 
         logprobs = chosen_logprobs(raw, _long(tokens, raw.device))
-    for state, token, logprob in zip(states, _as_list(tokens), _as_list(logprobs), strict=True):
+    for state, token in zip(states, _as_list(tokens), strict=True):
         sampled.tokens[state.seq.seq_id] = int(token)
-        sampled.logprobs[state.seq.seq_id] = float(logprob)
+    if logprobs is not None:  # the sampler leaves them out when no request asks (model/sampling.sample_batch)
+        for state, logprob in zip(states, _as_list(logprobs), strict=True):
+            sampled.logprobs[state.seq.seq_id] = float(logprob)
     for i in constrained:
         state = states[i]
         token = sampled.tokens[state.seq.seq_id]

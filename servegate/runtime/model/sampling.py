@@ -86,8 +86,9 @@ def sample_batch(
     logits: torch.Tensor,
     params: Sequence[SamplingParams],
     generators: Sequence[torch.Generator | None],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next tokens for logits [B, V]: (token ids [B] long, their logprobs [B] float32).
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Next tokens for logits [B, V]: (token ids [B] long, their logprobs [B] float32, or None when no row's params
+    ask for logprobs: a log-softmax over the vocabulary that nobody reads is most of a greedy step's sampling).
 
     Row i uses params[i] and generators[i]; temperature 0 is greedy and consumes no randomness.
     """
@@ -98,4 +99,4 @@ def sample_batch(
         if p.temperature > 0:
             probs = logits_to_probs(logits[row], p.temperature, p.top_k, p.top_p, p.min_p)
             tokens[row] = sample(probs, generator)
-    return tokens, chosen_logprobs(logits, tokens)
+    return tokens, chosen_logprobs(logits, tokens) if any(p.logprobs for p in params) else None
