@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -10,16 +12,8 @@ from servegate.runtime.engine.step_sampling import sample_rows
 from servegate.runtime.model.sampling import sample_batch
 from servegate.runtime.types import SamplingParams
 
-
-def _state(seq_id: int, params: SamplingParams) -> SimpleNamespace:
-    """What sample_rows reads of a request: its sequence, output so far, parameters, generator, (no) matcher."""
-    return SimpleNamespace(
-        seq=SimpleNamespace(seq_id=seq_id, prompt_token_ids=[]),
-        output=SimpleNamespace(token_ids=[], ending_ids=frozenset),
-        params=params,
-        generator=None,
-        matcher=None,
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from step_sampling import request as _state  # noqa: E402  (what sample_rows reads of a request, one definition)
 
 
 def _parts() -> SimpleNamespace:
