@@ -1,14 +1,13 @@
 """The decode attention kernel over KV pools on 4 KiB pages against the same pools on 2 MiB pages.
 
-The runtime places the CPU KV pools of a cache of 512 MiB or more on 2 MiB pages (runtime/model/huge_pages.py): a
-decode step reads every
-sequence's blocks where they lie, a few KiB per block and head, so on 4 KiB pages nearly every block costs a TLB
-miss, and a page walk on a virtual machine is two-dimensional. This script takes decode_kernel_bench.py's cases
-(batch 64, 12 layers of pools, contexts of 100-300 tokens in shuffled blocks of 16, head size 64; the random
+The runtime places the CPU KV pools of a cache of 512 MiB or more on 2 MiB pages (runtime/model/huge_pages.py): a decode
+step reads every sequence's blocks where they lie, a few KiB per block and head, so on 4 KiB pages nearly every block
+costs a TLB miss, and a page walk on a virtual machine is two-dimensional. This script takes decode_kernel_bench.py's
+cases (batch 64, 12 layers of pools, contexts of 100-300 tokens in shuffled blocks of 16, head size 64; the random
 Llama's 12 KV heads x 1 and SmolLM2's 3 x 3), copies each pool once into torch.zeros (4 KiB pages) and once into
-huge_page_zeros, checks both give the same bits, and times one call per layer over all 12 layers, alternating
-(4 KiB, 2 MiB, ...). It prints each side's median and min-max, the ratio, and torch's read rate over one large
-tensor of either kind, with the machine's transparent-huge-page mode and how much of the pools it backed.
+huge_page_zeros, checks both give the same bits, and times one call per layer over all 12 layers, alternating (4 KiB, 2
+MiB, ...). It prints each side's median and min-max, the ratio, and torch's read rate over one large tensor of either
+kind, with the machine's transparent-huge-page mode and how much of the pools it backed.
 
 Then whole decode steps: the random 134M Llama of runner_decode.py, linears packed for oneDNN, the decode attention
 kernel, two PagedModelRunners on the same model, one with its pools made by torch.zeros and one as the runtime
