@@ -18,7 +18,7 @@ from test_model_runner import block_tables, random_prompts, reference_greedy, ru
 
 from servegate.contracts.sections import Runtime
 from servegate.runtime.model.compiled_steps import MIN_SEQS, CompiledSteps
-from servegate.runtime.model.model_runner import PagedModelRunner
+from servegate.runtime.model.model_runner import PagedModelRunner, SeqChunk
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,21 @@ def test_a_batch_of_thirty_two_decodes_through_the_graph(compiled) -> None:
     # all prefilled in one step, then decoding together
     assert run_greedy(runner, prompts, 4, block_tables(32, 3, 96, "scattered", rng), join_every=0) == expected
     assert runner.compiled.runs[32] >= 4 and runner.compiled.fallbacks == fallbacks
+
+
+@needs_compiler
+def test_sibling_products_run_as_one_product_in_the_graph(compiled) -> None:
+    """q/k/v and gate/up read the same input: the graph concatenates each group into one packed product, so a
+    Llama layer runs 4 products (qkv, o, gate_up, down) rather than 7, plus the LM head once."""
+    model, runner = compiled
+    with torch.profiler.profile() as prof:
+        runner.execute([SeqChunk(0, (1, 2, 3), 0, (0,)), SeqChunk(1, (4, 5), 0, (1,))])
+    products = [
+        e
+        for e in prof.events()
+        if e.name in ("mkldnn::_linear_pointwise", "mkl::_mkl_linear", "aten::addmm", "aten::mm")
+    ]
+    assert len(products) == 4 * model.config.num_hidden_layers + 1, [e.name for e in products]
 
 
 @needs_compiler  # the block check comes after the compiler check

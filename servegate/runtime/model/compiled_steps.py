@@ -5,12 +5,16 @@ which streams a weight matrix fastest at 1-6 sequences but falls behind oneDNN's
 This mode compiles the runner's whole forward once, with the token count and the number of sequences symbolic:
 inductor's default mode with the weights frozen, so its weight prepacking hands each product to oneDNN/MKL packed
 kernels (what `cpu_linear: onednn` does eagerly), and every small op between the products (norms, rotary,
-residuals, activations) is fused into a few C++ kernels. Prefills, decode steps and mixed steps of any size then
-run the same graph; paged attention stays the opaque custom op of compiled_decode.py.
+residuals, activations) is fused into a few C++ kernels. Sibling products that read the same input (q/k/v, and the
+MLP's gate/up) are concatenated into one product at freezing (inductor's `cpp.enable_concat_linear`), as the eager
+oneDNN route fuses them (fused_linear.py): 4 products a Llama layer instead of 7. Prefills, decode steps and mixed
+steps of any size then run the same graph; paged attention stays the opaque custom op of compiled_decode.py.
 
 Measured on the 2-core AMD EPYC VM with the 134M benchmark Llama (benchmarks/README.md): float32 decode steps
 0.85-0.91x and prefills 0.86-0.96x of the eager oneDNN steps at 8-64 sequences with the same greedy tokens; one
-sequence 1.11x (slower), which is why a step of one sequence runs eagerly here.
+sequence 1.11x (slower), which is why a step of one sequence runs eagerly here. Concatenating the siblings, measured
+on a 2-core Intel Xeon VM with AMX (both graphs in one process, alternating): a bfloat16 prefill step of 512 tokens
+0.92x, a float32 decode step at 64 sequences 0.95x, the other two unchanged.
 
 Shape classes. Dynamo specialises sizes 0 and 1 and gives equal sizes one symbol, so a step of one sequence,
 a step whose token count equals its number of sequences (decode), and one with more tokens (prefill, mixed) are
@@ -46,8 +50,13 @@ class CompiledSteps(CompiledForward):
         return num_seqs >= MIN_SEQS
 
     def compile_options(self) -> dict[str, Any]:
-        """Weights frozen, so inductor prepacks them for oneDNN/MKL once instead of on every product."""
-        return {"freezing": True, "emulate_precision_casts": self._emulate_casts}
+        """Weights frozen, so inductor prepacks them for oneDNN/MKL once instead of on every product; sibling
+        products on the same input packed as one (few output columns leave AMX and AVX-512 tiles half idle)."""
+        return {
+            "freezing": True,
+            "emulate_precision_casts": self._emulate_casts,
+            "cpp.enable_concat_linear": True,
+        }
 
     def compiling(self, num_seqs: int) -> bool:
         """Only before `warm` is set (start-up)."""
