@@ -19,6 +19,7 @@ from test_model_runner import block_tables, random_prompts, reference_greedy, ru
 from servegate.contracts.sections import Runtime
 from servegate.runtime.model.compiled_steps import MIN_SEQS, CompiledSteps
 from servegate.runtime.model.model_runner import PagedModelRunner, SeqChunk
+from servegate.runtime.model.rotary_table import RotaryTable
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,10 @@ def test_start_up_compiles_both_shape_classes(compiled) -> None:
     assert isinstance(runner.compiled, CompiledSteps) and runner.compiled.warm
     assert runner.compiled.wants(MIN_SEQS, 7) and runner.compiled.wants(9, 9)
     assert not runner.compiled.wants(1, 1) and not runner.compiled.wants(1, 12)
+    # the graph gathers rotary cos/sin from a table of every slot's position; the eager model keeps its module
+    rotary = runner.compiled._forward._orig_mod.model.rotary_emb
+    assert isinstance(rotary, RotaryTable) and rotary.cos.shape[0] == runner.num_blocks * runner.block_size
+    assert not isinstance(_model.model.rotary_emb, RotaryTable)
 
 
 @needs_compiler

@@ -8,7 +8,8 @@ kernels (what `cpu_linear: onednn` does eagerly), and every small op between the
 residuals, activations) is fused into a few C++ kernels. Sibling products that read the same input (q/k/v, and the
 MLP's gate/up) are concatenated into one product at freezing (inductor's `cpp.enable_concat_linear`), as the eager
 oneDNN route fuses them (fused_linear.py): 4 products a Llama layer instead of 7. Prefills, decode steps and mixed
-steps of any size then run the same graph; paged attention stays the opaque custom op of compiled_decode.py.
+steps of any size then run the same graph; paged attention stays the opaque custom op of compiled_decode.py. Rotary
+cos/sin come from a table of every position the KV pool can hold (rotary_table.py).
 
 Measured on the 2-core AMD EPYC VM with the 134M benchmark Llama (benchmarks/README.md): float32 decode steps
 0.85-0.91x and prefills 0.86-0.96x of the eager oneDNN steps at 8-64 sequences with the same greedy tokens; one
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 
 from servegate.runtime.model.compiled_decode import CompiledForward, compile_view
+from servegate.runtime.model.rotary_table import table_rotary
 
 MIN_SEQS = 2
 """The fewest sequences a step needs to run the graph; a step of one sequence is a shape class of its own
@@ -38,8 +40,12 @@ MIN_SEQS = 2
 class CompiledSteps(CompiledForward):
     """The model's forward compiled once, with dynamic shapes, for every step of MIN_SEQS or more sequences."""
 
-    def __init__(self, model: Any, dtype: torch.dtype) -> None:
-        super().__init__(torch.compile(compile_view(model), dynamic=True))
+    def __init__(self, model: Any, dtype: torch.dtype, positions: int) -> None:
+        view = compile_view(model)
+        # cos/sin gathered from a table of every position a sequence can reach (rotary_table.py), not recomputed
+        # in each layer's fused kernel
+        table_rotary(view, positions, dtype, next(model.parameters()).device)
+        super().__init__(torch.compile(view, dynamic=True))
         # float32 needs no emulated casts; in 16-bit types they keep the graph's roundings nearer eager's
         self._emulate_casts = dtype in (torch.bfloat16, torch.float16)
         self.warm = False

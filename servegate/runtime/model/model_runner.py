@@ -136,7 +136,7 @@ class PagedModelRunner:
             raise ValueError(
                 f"compile: steps needs {MIN_SEQS * per_seq} KV blocks at start-up; the pool has only {self.num_blocks}"
             )
-        steps = CompiledSteps(self.model, self.dtype)
+        steps = CompiledSteps(self.model, self.dtype, self.num_blocks * self.block_size)
         self.compiled = steps
         tables = [tuple(range(i * per_seq, (i + 1) * per_seq)) for i in range(MIN_SEQS)]
         began = time.perf_counter()
