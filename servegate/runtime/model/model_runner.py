@@ -24,6 +24,7 @@ from servegate.runtime.model.paged_attention import (
     PagedStep,
     SeqAttention,
     register_paged_attention,
+    slot_runs,
 )
 from servegate.runtime.types import SeqChunk
 
@@ -227,7 +228,8 @@ class PagedModelRunner:
         if ids and (min(ids) < 0 or max(ids) >= self._input_vocab):
             raise ValueError(f"token id outside the model's vocabulary 0..{self._input_vocab - 1}")
         slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
-        step = PagedStep(self.cache, slot_mapping, seqs, self.batched_decode, self.decode_kernel)
+        runs = slot_runs(slots)
+        step = PagedStep(self.cache, slot_mapping, seqs, self.batched_decode, self.decode_kernel, runs=runs)
         input_ids = torch.tensor([ids], dtype=torch.long, device=device)
         inputs = {
             "input_ids": input_ids,
