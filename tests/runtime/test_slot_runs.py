@@ -1,4 +1,4 @@
-"""New K/V rows whose slots follow one another are written as slices (paged_attention.slot_runs): the same pool
+"""New K/V rows whose slots follow one another are written as slices (runtime/model/slot_runs.py): the same pool
 as index_copy_ row by row, which steps of short stretches keep."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from servegate.runtime.model.paged_attention import MIN_RUN_ROWS, PagedKVCache, slot_runs
+from servegate.runtime.model.paged_attention import PagedKVCache
+from servegate.runtime.model.slot_runs import MIN_RUN_ROWS, slot_runs
 
 
 def test_long_stretches_become_runs_and_short_ones_do_not() -> None:

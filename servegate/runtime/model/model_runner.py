@@ -24,8 +24,8 @@ from servegate.runtime.model.paged_attention import (
     PagedStep,
     SeqAttention,
     register_paged_attention,
-    slot_runs,
 )
+from servegate.runtime.model.slot_runs import slot_runs
 from servegate.runtime.types import SeqChunk
 
 log = logging.getLogger("servegate.runtime")

@@ -50,6 +50,7 @@ from transformers.masking_utils import sdpa_mask
 from servegate.runtime.model.batched_decode import DecodeBatch, DecodeRow, decode_batches
 from servegate.runtime.model.decode_kernel import DecodeKernel, KernelRows, kernel_takes
 from servegate.runtime.model.huge_pages import huge_page_zeros, wants_huge_pages
+from servegate.runtime.model.slot_runs import SlotRun
 
 ATTENTION_NAME = "servegate_paged"
 """The name our attention (and mask) function is registered under; pass it as `attn_implementation`."""
@@ -123,7 +124,7 @@ class PagedKVCache:
         value: torch.Tensor,
         runs: list[SlotRun] | None = None,
     ) -> None:
-        """Store new rows: slots [T], key/value [kv_heads, T, head_dim]; `runs` (slot_runs) the same slots as
+        """Store new rows: slots [T], key/value [kv_heads, T, head_dim]; `runs` (slot_runs.py) the same slots as
         consecutive stretches, copied as slices."""
         pool = self.keys[layer]
         if key.shape[0] != pool.shape[0] or key.shape[2] != pool.shape[2]:
@@ -220,28 +221,6 @@ class SeqAttention:
         return self.masks[window]
 
 
-SlotRun = tuple[int, int, int]
-"""(first slot, first row of the step, length): new rows whose slots follow one another."""
-
-MIN_RUN_ROWS = 64
-"""The shortest mean stretch for which slot_runs gives runs. A head-major pool's index_copy_ copies one head_dim row
-at a time: 512 bfloat16 rows of 12 heads took 0.22 ms a write on a 2-core Xeon, 4 slices of 128 rows 0.05 ms. But each
-slice is a dispatch of about 13 us, so 32 slices of 16 rows took 0.43 ms: slices pay only for long stretches."""
-
-
-def slot_runs(slots: list[int]) -> list[SlotRun] | None:
-    """`slots` as stretches of consecutive slots, or None when they average fewer than MIN_RUN_ROWS rows each."""
-    runs: list[SlotRun] = []
-    for row, slot in enumerate(slots):
-        if runs and runs[-1][0] + runs[-1][2] == slot:
-            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
-        else:
-            if len(runs) * MIN_RUN_ROWS > len(slots):
-                return None
-            runs.append((slot, row, 1))
-    return runs if runs and len(runs) * MIN_RUN_ROWS <= len(slots) else None
-
-
 @dataclass
 class PagedStep:
     """Everything the attention calls of one forward pass share (built once per step, used by every layer)."""
@@ -265,7 +244,7 @@ class PagedStep:
     lone_decode: tuple[int, int] | None = field(init=False, default=None)
     """(first slot, context length) when the step is one sequence decoding one token over consecutive blocks."""
     runs: list[SlotRun] | None = None
-    """`slot_mapping` as stretches of consecutive slots (slot_runs), written as slices; None: index_copy_."""
+    """`slot_mapping` as stretches of consecutive slots (slot_runs.py), written as slices; None: index_copy_."""
 
     def __post_init__(self) -> None:
         cache, kernel = self.cache, self.decode_kernel
