@@ -14,8 +14,8 @@ cos/sin come from a table of every position the KV pool can hold (rotary_table.p
 Measured on the 2-core AMD EPYC VM with the 134M benchmark Llama (benchmarks/README.md): float32 decode steps
 0.85-0.91x and prefills 0.86-0.96x of the eager oneDNN steps at 8-64 sequences with the same greedy tokens; one
 sequence 1.11x (slower), which is why a step of one sequence runs eagerly here. Concatenating the siblings, measured
-on a 2-core Intel Xeon VM with AMX (both graphs in one process, alternating): a bfloat16 prefill step of 512 tokens
-0.92x, a float32 decode step at 64 sequences 0.95x, the other two unchanged.
+on a 2-core Intel Xeon VM with AMX (benchmarks/concat_linear.py: both graphs in one process, alternating): a bfloat16
+prefill step of 512 tokens 0.81x (0.61-0.99x per round), decode steps at 64 sequences and float32 unchanged.
 
 Shape classes. Dynamo specialises sizes 0 and 1 and gives equal sizes one symbol, so a step of one sequence,
 a step whose token count equals its number of sequences (decode), and one with more tokens (prefill, mixed) are
