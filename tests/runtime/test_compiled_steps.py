@@ -29,14 +29,14 @@ def compiled() -> Iterator[tuple[torch.nn.Module, PagedModelRunner]]:
 
 @needs_compiler
 def test_start_up_compiles_both_shape_classes(compiled) -> None:
-    _model, runner = compiled
+    model, runner = compiled
     assert isinstance(runner.compiled, CompiledSteps) and runner.compiled.warm
     assert runner.compiled.wants(MIN_SEQS, 7) and runner.compiled.wants(9, 9)
     assert not runner.compiled.wants(1, 1) and not runner.compiled.wants(1, 12)
     # the graph gathers rotary cos/sin from a table of every slot's position; the eager model keeps its module
     rotary = runner.compiled._forward._orig_mod.model.rotary_emb
     assert isinstance(rotary, RotaryTable) and rotary.cos.shape[0] == runner.num_blocks * runner.block_size
-    assert not isinstance(_model.model.rotary_emb, RotaryTable)
+    assert not isinstance(model.model.rotary_emb, RotaryTable)
 
 
 @needs_compiler
