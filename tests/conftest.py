@@ -3,7 +3,9 @@ torch thread.
 
 One thread per process: the models in tests are tiny, and on a shared 2-core machine several
 processes (pytest plus `gate serve` subprocesses) each asking for two threads stall every small
-matrix multiply. Subprocesses inherit OMP_NUM_THREADS.
+matrix multiply. Subprocesses inherit OMP_NUM_THREADS. It is also why `make test` runs one pytest-xdist
+worker per CPU: one process leaves the other core idle. The workers inherit the folders set here by the process
+that starts them, so they share one kernel folder, which is safe: a kernel is built beside its name and renamed.
 """
 
 from __future__ import annotations
