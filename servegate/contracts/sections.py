@@ -273,7 +273,8 @@ class Runtime(BackendQuestions, Section):
     (`onednn`; `torch`; `auto`: oneDNN for bfloat16 weights over 64 MiB, else torch's; not `openblas`). CPU,
     unquantized weights and a C++ compiler only; start-up takes 20-60 s per graph for a 100M-parameter model
     (`steps` compiles two), each graph holds its own copies of the linear weights (`gate plan` counts what
-    benchmarks/compile_memory.py measured), and eager steps routed through oneDNN hold one more (packed). In
+    benchmarks/compile_memory.py measured), and eager steps routed through oneDNN hold one more (packed); `steps`
+    also holds a rotary cos/sin table of one row pair per KV slot (counted by `gate plan` too). In
     bfloat16 a graph keeps float32 between the ops it fuses where eager steps round each result to bfloat16, so its
     greedy tokens can differ from the eager steps'. With `steps` a sequence alone runs eagerly and beside others
     through the graph, so its logits differ between the two by float rounding (float32: about 3e-6 on the benchmark

@@ -195,6 +195,27 @@ def test_a_compiled_decode_graphs_copy_of_the_linear_weights_counts_in_the_plan(
     )
 
 
+def test_compile_steps_counts_the_rotary_table_the_runtime_builds_for_its_pool(model_dir: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from servegate.runtime.model.rotary_table import table_rotary
+
+    runtime = {"device": "cpu", "dtype": "float32", "max_model_len": 128, "kv_cache": {"memory_budget": "4MiB"}}
+    plain = manifest_memory(manifest(model_dir, runtime=runtime))
+    steps = manifest_memory(manifest(model_dir, runtime={**runtime, "compile": "steps"}))
+    assert plain.rotary_table_bytes == 0 and not any(line.startswith("rotary table") for line in plain.lines())
+    # the runtime tables one position per slot of its pool (model_runner: num_blocks x block_size)
+    positions = steps.num_kv_blocks * steps.block_size
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    assert table_rotary(model, positions, torch.float32, torch.device("cpu")) == 1
+    held = sum(buffer.nbytes for name, buffer in model.named_buffers() if ".rotary_emb." in f".{name}")
+    assert steps.rotary_table_bytes == held > 0
+    assert steps.total_bytes == plain.total_bytes + steps.compiled_weights_bytes + held
+    [line] = [line for line in steps.lines() if line.startswith("rotary table (compile: steps): ")]
+    assert line.endswith(f" for {positions:,} positions")
+
+
 def test_auto_counts_the_eager_steps_onednn_copy_where_the_runtime_packs_one() -> None:
     # the rule of resolve_cpu_linear beside compiled graphs: auto packs bfloat16 weights of 64 MiB or more
     from servegate.capacity.memory.plan import compiled_weights_bytes

@@ -58,6 +58,9 @@ class MemoryPlan:
     """The copies of the linear weights compiled decode graphs hold frozen in their own layout, one per graph, and
     the eager steps' packed copy beside them (`runtime.compile`, `compiled_weights_bytes()`); 0 when
     nothing is compiled."""
+    rotary_table_bytes: int = 0
+    """The rotary cos/sin table of `runtime.compile: steps` (runtime/model/rotary_table.py): one row pair per slot of
+    the KV pool, in the compute dtype; 0 when nothing is tabled."""
     modelled: bool = True
     """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
     and has not measured: planning/engine_memory.py): the total is then a partial sum, and no budget is judged."""
@@ -66,8 +69,10 @@ class MemoryPlan:
 
     @property
     def fixed_bytes(self) -> int:
-        """Everything but the KV pool: weights, runtime overhead, the compiled graph's weights, the fallback."""
-        return self.weights_bytes + self.runtime_overhead_bytes + self.compiled_weights_bytes + self.fallback_bytes
+        """Everything but the KV pool: weights, runtime overhead, the compiled graph's weights and rotary table, the
+        fallback."""
+        compiled = self.compiled_weights_bytes + self.rotary_table_bytes
+        return self.weights_bytes + self.runtime_overhead_bytes + compiled + self.fallback_bytes
 
     def with_kv_pool(self, pool_bytes: int) -> MemoryPlan:
         """The same plan with a KV pool of `pool_bytes`: its blocks, concurrent sequences and total follow."""
@@ -135,6 +140,11 @@ class MemoryPlan:
         ]
         if self.compiled_weights_bytes:
             out.append(f"compiled graphs (frozen weights): {format_bytes(self.compiled_weights_bytes)}")
+        if self.rotary_table_bytes:
+            slots = self.num_kv_blocks * self.block_size
+            out.append(
+                f"rotary table (compile: steps): {format_bytes(self.rotary_table_bytes)} for {slots:,} positions"
+            )
         if self.fallback_bytes:
             out.append(f"fallback engine (same server): {format_bytes(self.fallback_bytes)}")
         if not self.modelled:
@@ -180,9 +190,11 @@ def plan_memory(
     weights: WeightsMemory | None = None,
     fallback_bytes: int = 0,
     compiled_weights_bytes: int = 0,
+    rotary_table_bytes_per_token: int = 0,
 ) -> MemoryPlan:
-    """Size weights, overhead and KV pool for one model (plus `fallback_bytes` held by a fallback engine and
-    `compiled_weights_bytes` by a compiled decode graph).
+    """Size weights, overhead and KV pool for one model (plus `fallback_bytes` held by a fallback engine,
+    `compiled_weights_bytes` by a compiled decode graph, and `rotary_table_bytes_per_token` for each slot of the
+    pool by a compiled graph's rotary table).
 
     Give `kv_pool_bytes` to check a declared pool (the manifest's kv_cache.memory_budget); without it the
     pool is whatever `memory_budget` leaves after weights, overhead and the fallback (memory-only planning).
@@ -202,7 +214,11 @@ def plan_memory(
             raise ValueError("give a memory budget or a KV pool size")
         # a budget that leaves no room for the KV pool is an infeasible plan: its shortfall_bytes says by how much
         kv_pool_bytes = max(0, memory_budget - fixed_bytes)
+        if rotary_table_bytes_per_token:  # the table grows with the pool: both share what the budget leaves
+            room = num_kv_blocks(kv_pool_bytes, block_size, per_token + rotary_table_bytes_per_token)
+            kv_pool_bytes = room * block_size * per_token
     blocks = num_kv_blocks(kv_pool_bytes, block_size, per_token)
+    table_bytes = blocks * block_size * rotary_table_bytes_per_token
     per_seq = -(-context_tokens // block_size)
     return MemoryPlan(
         weights_bytes=weights.bytes,
@@ -217,10 +233,11 @@ def plan_memory(
         context_tokens=context_tokens,
         blocks_per_sequence=per_seq,
         max_concurrent_sequences=blocks // per_seq,
-        total_bytes=int(fixed_bytes + kv_pool_bytes),
+        total_bytes=int(fixed_bytes + table_bytes + kv_pool_bytes),
         budget_bytes=memory_budget,
         fallback_bytes=fallback_bytes,
         compiled_weights_bytes=compiled_weights_bytes,
+        rotary_table_bytes=table_bytes,
     )
 
 
@@ -318,7 +335,17 @@ def manifest_memory(
         weights=weights,
         fallback_bytes=_fallback_bytes(served) if with_fallback else 0,
         compiled_weights_bytes=compiled_weights_bytes(served.runtime, weights.linear_bytes, dtype),
+        rotary_table_bytes_per_token=_rotary_table_per_token(served, config, dtype),
     )
+
+
+def _rotary_table_per_token(served: ServedModel, config: dict[str, Any], dtype: str) -> int:
+    """Bytes per KV slot of the rotary table `runtime.compile: steps` builds on servegate's own runtime, else 0."""
+    if served.runtime.compile != "steps":  # the manifest allows compile on the reference backend only
+        return 0
+    from servegate.runtime.model.rotary_table import table_bytes_per_position
+
+    return table_bytes_per_position(config, DTYPE_BYTES[dtype])
 
 
 COMPILED_GRAPH_WEIGHT_COPIES = 2

@@ -7,7 +7,8 @@ evaluated once per layer, per head and per element: on the 134M benchmark Llama,
 sin, computed once by the model's own rotary module, turns that into a gather.
 
 Only rotary types whose frequencies do not depend on the sequence length are tabled ("dynamic" and "longrope" rescale
-with the length the forward sees); any other module stays as it is.
+with the length the forward sees); any other module stays as it is. The table holds one cos/sin row pair per slot of
+the KV pool, so it grows with the pool: `gate plan` counts it (table_bytes_per_position).
 """
 
 from __future__ import annotations
@@ -18,6 +19,27 @@ import torch
 
 STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 """Rotary types whose cos/sin at a position is the same whatever else the step holds."""
+
+
+def table_bytes_per_position(config: dict[str, Any], bytes_per_element: int) -> int:
+    """Bytes a RotaryTable holds per position for a model of this config.json (its cos and sin rows), or 0 when the
+    model's rotary is not a static one that table_rotary replaces, or it has none (learned positions). Read through
+    transformers' config class, whose defaults give a rotary to configs that declare none of its fields."""
+    from transformers import AutoConfig
+
+    try:
+        known: Any = AutoConfig.for_model(**config)
+    except (KeyError, ValueError, TypeError):  # a model type this transformers does not know: the file as it is
+        known = None
+    field = (lambda name: getattr(known, name, None)) if known is not None else config.get
+    params = field("rope_parameters") or field("rope_scaling")
+    if not isinstance(params, dict) or set(params) & {"full_attention", "sliding_attention"}:
+        return 0  # no rotary, or one per attention type (more than one table)
+    if (params.get("rope_type") or params.get("type") or "default") not in STATIC_ROPE_TYPES:
+        return 0
+    heads = int(field("num_attention_heads") or 1)
+    head_dim = int(field("qk_rope_head_dim") or field("head_dim") or int(field("hidden_size") or 0) // heads)
+    return 2 * int(head_dim * float(field("partial_rotary_factor") or 1.0)) * bytes_per_element
 
 
 class RotaryTable(torch.nn.Module):
