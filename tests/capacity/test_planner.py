@@ -214,6 +214,17 @@ def test_compile_steps_counts_the_rotary_table_the_runtime_builds_for_its_pool(m
     assert steps.total_bytes == plain.total_bytes + steps.compiled_weights_bytes + held
     [line] = [line for line in steps.lines() if line.startswith("rotary table (compile: steps): ")]
     assert line.endswith(f" for {positions:,} positions")
+    # with a memory target the planner sizes the pool so that pool and table together land on it
+    workload = {**WORKLOAD, "rate_rps": 1.0}
+    sized = manifest(model_dir, runtime={**runtime, "compile": "steps"},
+                     capacity={"workload": workload, "targets": {"memory": "16MiB"}})  # fmt: skip
+    assert sized.capacity.workload is not None
+    memory = plan(sized, sized.capacity.workload, STEP_MODEL, manifest_memory(sized), num_requests=20).memory
+    slots = memory.num_kv_blocks * memory.block_size
+    assert memory.kv_pool_bytes > 4 * 2**20 and memory.rotary_table_bytes == slots * held // positions
+    assert memory.total_bytes == memory.fixed_bytes + memory.kv_pool_bytes + memory.rotary_table_bytes
+    one_block = memory.block_size * (memory.kv_bytes_per_token + memory.rotary_table_bytes_per_token)
+    assert memory.total_bytes <= 16 * 2**20 < memory.total_bytes + one_block
 
 
 def test_auto_counts_the_eager_steps_onednn_copy_where_the_runtime_packs_one() -> None:

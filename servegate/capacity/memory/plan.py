@@ -61,6 +61,8 @@ class MemoryPlan:
     rotary_table_bytes: int = 0
     """The rotary cos/sin table of `runtime.compile: steps` (runtime/model/rotary_table.py): one row pair per slot of
     the KV pool, in the compute dtype; 0 when nothing is tabled."""
+    rotary_table_bytes_per_token: int = 0
+    """The table's bytes per slot of the KV pool (it grows with the pool); 0 when nothing is tabled."""
     modelled: bool = True
     """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
     and has not measured: planning/engine_memory.py): the total is then a partial sum, and no budget is judged."""
@@ -69,20 +71,31 @@ class MemoryPlan:
 
     @property
     def fixed_bytes(self) -> int:
-        """Everything but the KV pool: weights, runtime overhead, the compiled graph's weights and rotary table, the
-        fallback."""
-        compiled = self.compiled_weights_bytes + self.rotary_table_bytes
-        return self.weights_bytes + self.runtime_overhead_bytes + compiled + self.fallback_bytes
+        """Everything that does not grow with the KV pool: weights, runtime overhead, the compiled graph's weights,
+        the fallback."""
+        return self.weights_bytes + self.runtime_overhead_bytes + self.compiled_weights_bytes + self.fallback_bytes
+
+    def table_for(self, pool_bytes: int) -> int:
+        """Bytes of the rotary table beside a KV pool of `pool_bytes` (one row pair per slot of its blocks)."""
+        blocks = num_kv_blocks(pool_bytes, self.block_size, self.kv_bytes_per_token)
+        return blocks * self.block_size * self.rotary_table_bytes_per_token
+
+    def pool_within(self, total_bytes: int) -> int:
+        """The largest KV pool that fits in `total_bytes` beside everything else, its rotary table included."""
+        room = total_bytes - self.fixed_bytes
+        return pool_in_room(room, self.block_size, self.kv_bytes_per_token, self.rotary_table_bytes_per_token)
 
     def with_kv_pool(self, pool_bytes: int) -> MemoryPlan:
         """The same plan with a KV pool of `pool_bytes`: its blocks, concurrent sequences and total follow."""
         blocks = num_kv_blocks(pool_bytes, self.block_size, self.kv_bytes_per_token)
+        table = self.table_for(pool_bytes)
         return replace(
             self,
             kv_pool_bytes=pool_bytes,
             num_kv_blocks=blocks,
             max_concurrent_sequences=blocks // self.blocks_per_sequence,
-            total_bytes=self.fixed_bytes + pool_bytes,
+            total_bytes=self.fixed_bytes + table + pool_bytes,
+            rotary_table_bytes=table,
         )
 
     @property
@@ -104,7 +117,8 @@ class MemoryPlan:
         if self.budget_bytes is None:
             return None
         one_sequence = self.blocks_per_sequence * self.block_size * self.kv_bytes_per_token
-        return max(0, self.fixed_bytes + max(self.kv_pool_bytes, one_sequence) - self.budget_bytes)
+        pool = max(self.kv_pool_bytes, one_sequence)
+        return max(0, self.fixed_bytes + pool + self.table_for(pool) - self.budget_bytes)
 
     def shortfall(self) -> str | None:
         """What the budget cannot hold and by how much, with the fix (None when the plan is feasible)."""
@@ -207,16 +221,13 @@ def plan_memory(
     if runtime_overhead is None:
         runtime_overhead = estimate_runtime_overhead(config, tokens_per_step, 1, dtype)
         overhead_source = "estimated"
-    # everything but the KV pool (MemoryPlan.fixed_bytes of the plan returned)
+    # everything that does not grow with the KV pool (MemoryPlan.fixed_bytes of the plan returned)
     fixed_bytes = weights.bytes + runtime_overhead + compiled_weights_bytes + fallback_bytes
     if kv_pool_bytes is None:
         if memory_budget is None:
             raise ValueError("give a memory budget or a KV pool size")
         # a budget that leaves no room for the KV pool is an infeasible plan: its shortfall_bytes says by how much
-        kv_pool_bytes = max(0, memory_budget - fixed_bytes)
-        if rotary_table_bytes_per_token:  # the table grows with the pool: both share what the budget leaves
-            room = num_kv_blocks(kv_pool_bytes, block_size, per_token + rotary_table_bytes_per_token)
-            kv_pool_bytes = room * block_size * per_token
+        kv_pool_bytes = pool_in_room(memory_budget - fixed_bytes, block_size, per_token, rotary_table_bytes_per_token)
     blocks = num_kv_blocks(kv_pool_bytes, block_size, per_token)
     table_bytes = blocks * block_size * rotary_table_bytes_per_token
     per_seq = -(-context_tokens // block_size)
@@ -238,7 +249,18 @@ def plan_memory(
         fallback_bytes=fallback_bytes,
         compiled_weights_bytes=compiled_weights_bytes,
         rotary_table_bytes=table_bytes,
+        rotary_table_bytes_per_token=rotary_table_bytes_per_token,
     )
+
+
+def pool_in_room(room_bytes: int, block_size: int, kv_per_token: int, table_per_token: int) -> int:
+    """The KV pool that `room_bytes` holds (0 when none is left): all of it, or with a rotary table beside the pool,
+    the whole blocks whose KV and table rows fit together."""
+    if room_bytes <= 0:
+        return 0
+    if not table_per_token:
+        return room_bytes
+    return num_kv_blocks(room_bytes, block_size, kv_per_token + table_per_token) * block_size * kv_per_token
 
 
 def model_config_path(served: ServedModel) -> Path:

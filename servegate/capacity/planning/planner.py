@@ -178,7 +178,7 @@ def _size_kv_pool(served: ServedModel, memory: MemoryPlan, notes: list[str]) -> 
     targets, kv = served.capacity.targets, served.runtime.kv_cache
     if targets is None or targets.memory is None or kv is None or not memory.modelled:
         return served, memory  # not modelled: what is left after a partial sum is no pool size
-    pool = targets.memory - memory.fixed_bytes
+    pool = memory.pool_within(targets.memory)
     if pool <= 0 or pool == kv.memory_budget:
         return served, memory
     runtime = served.runtime.model_dump(mode="python")
