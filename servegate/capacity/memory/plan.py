@@ -58,11 +58,9 @@ class MemoryPlan:
     """The copies of the linear weights compiled decode graphs hold frozen in their own layout, one per graph, and
     the eager steps' packed copy beside them (`runtime.compile`, `compiled_weights_bytes()`); 0 when
     nothing is compiled."""
-    rotary_table_bytes: int = 0
-    """The rotary cos/sin table of `runtime.compile: steps` (runtime/model/rotary_table.py): one row pair per slot of
-    the KV pool, in the compute dtype; 0 when nothing is tabled."""
     rotary_table_bytes_per_token: int = 0
-    """The table's bytes per slot of the KV pool (it grows with the pool); 0 when nothing is tabled."""
+    """Bytes per slot of the KV pool of the rotary cos/sin table `runtime.compile: steps` holds
+    (runtime/model/rotary_table.py: one row pair per slot, in the compute dtype); 0 when nothing is tabled."""
     modelled: bool = True
     """False when the engine's own processes hold memory this plan does not know (an engine servegate does not run
     and has not measured: planning/engine_memory.py): the total is then a partial sum, and no budget is judged."""
@@ -74,6 +72,11 @@ class MemoryPlan:
         """Everything that does not grow with the KV pool: weights, runtime overhead, the compiled graph's weights,
         the fallback."""
         return self.weights_bytes + self.runtime_overhead_bytes + self.compiled_weights_bytes + self.fallback_bytes
+
+    @property
+    def rotary_table_bytes(self) -> int:
+        """The rotary table beside this plan's pool, in bytes (it grows with the pool)."""
+        return self.num_kv_blocks * self.block_size * self.rotary_table_bytes_per_token
 
     def table_for(self, pool_bytes: int) -> int:
         """Bytes of the rotary table beside a KV pool of `pool_bytes` (one row pair per slot of its blocks)."""
@@ -95,7 +98,6 @@ class MemoryPlan:
             num_kv_blocks=blocks,
             max_concurrent_sequences=blocks // self.blocks_per_sequence,
             total_bytes=self.fixed_bytes + table + pool_bytes,
-            rotary_table_bytes=table,
         )
 
     @property
@@ -141,7 +143,13 @@ class MemoryPlan:
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able form, with the derived `fits` and `shortfall_bytes`."""
         fits = self.fits if self.modelled else None
-        return {**asdict(self), "fits": fits, "shortfall_bytes": self.shortfall_bytes if self.modelled else None}
+        shortfall = self.shortfall_bytes if self.modelled else None
+        return {
+            **asdict(self),
+            "rotary_table_bytes": self.rotary_table_bytes,
+            "fits": fits,
+            "shortfall_bytes": shortfall,
+        }
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line, every number with its unit."""
@@ -248,7 +256,6 @@ def plan_memory(
         budget_bytes=memory_budget,
         fallback_bytes=fallback_bytes,
         compiled_weights_bytes=compiled_weights_bytes,
-        rotary_table_bytes=table_bytes,
         rotary_table_bytes_per_token=rotary_table_bytes_per_token,
     )
 

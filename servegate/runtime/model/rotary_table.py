@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from servegate.runtime.model.kv_memory import kv_dims_from_config
+
 STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 """Rotary types whose cos/sin at a position is the same whatever else the step holds."""
 
@@ -37,8 +39,7 @@ def table_bytes_per_position(config: dict[str, Any], bytes_per_element: int) -> 
         return 0  # no rotary, or one per attention type (more than one table)
     if (params.get("rope_type") or params.get("type") or "default") not in STATIC_ROPE_TYPES:
         return 0
-    heads = int(field("num_attention_heads") or 1)
-    head_dim = int(field("qk_rope_head_dim") or field("head_dim") or int(field("hidden_size") or 0) // heads)
+    head_dim = int(field("qk_rope_head_dim") or kv_dims_from_config(known if known is not None else config).head_dim)
     return 2 * int(head_dim * float(field("partial_rotary_factor") or 1.0)) * bytes_per_element
 
 
