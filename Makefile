@@ -39,7 +39,7 @@ lint: install
 	$(BIN)/mypy
 
 # The default suite in one pytest worker per logical CPU (pytest-xdist; each test runs one torch thread, see
-# tests/conftest.py), whole files to a worker so a file's fixtures are built once: on 2 cores 9m51s against 14m50s
+# tests/conftest.py), whole files to a worker so a file's fixtures are built once: on 2 cores 9m51s against 14m51s
 # in one process (benchmarks/README.md, "The test suite"). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= logical
 
